@@ -1,0 +1,110 @@
+/*
+ * context.c — the per-state context: allocator, last error, memory count.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)ud;
+  (void)osize;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  return realloc(ptr, nsize);
+}
+
+lt_context *lt_context_new(lt_alloc_fn alloc, void *alloc_ud) {
+  if (alloc == NULL) alloc = default_alloc;
+  lt_context *ctx = alloc(alloc_ud, NULL, 0, sizeof *ctx);
+  if (ctx == NULL) return NULL;
+  memset(ctx, 0, sizeof *ctx);
+  ctx->alloc = alloc;
+  ctx->alloc_ud = alloc_ud;
+  lt_settings_default(&ctx->settings);
+  lt_manual_seed(ctx, 0x5eed);
+  if (lt_registry_init(ctx) != LT_OK || lt_register_builtins(ctx) != LT_OK) {
+    lt_context_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+void lt_context_free(lt_context *ctx) {
+  if (ctx == NULL) return;
+  lt_registry_free(ctx);
+  ctx->alloc(ctx->alloc_ud, ctx, sizeof *ctx, 0);
+}
+
+const char *lt_last_error(const lt_context *ctx) { return ctx->error; }
+
+int lt_error(lt_context *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+  va_end(ap);
+  return LT_ERR;
+}
+
+void lt_clear_error(lt_context *ctx) { ctx->error[0] = '\0'; }
+
+size_t lt_memory(const lt_context *ctx) { return ctx->memory; }
+
+void *lt_malloc(lt_context *ctx, size_t size) {
+  if (size == 0) size = 1; /* a valid, freeable pointer */
+  void *p = ctx->alloc(ctx->alloc_ud, NULL, 0, size);
+  if (p == NULL) {
+    lt_error(ctx, "not enough memory (%zu bytes)", size);
+    return NULL;
+  }
+  ctx->memory += size;
+  return p;
+}
+
+void *lt_calloc(lt_context *ctx, size_t count, size_t size) {
+  size_t total;
+  if (!lt_mul_size(ctx, "alloc", count, size, &total)) return NULL;
+  void *p = lt_malloc(ctx, total);
+  if (p != NULL) memset(p, 0, total == 0 ? 1 : total);
+  return p;
+}
+
+void *lt_realloc(lt_context *ctx, void *ptr, size_t old_size, size_t new_size) {
+  if (ptr == NULL) return lt_malloc(ctx, new_size);
+  if (old_size == 0) old_size = 1;
+  if (new_size == 0) new_size = 1;
+  void *p = ctx->alloc(ctx->alloc_ud, ptr, old_size, new_size);
+  if (p == NULL) {
+    lt_error(ctx, "not enough memory (%zu bytes)", new_size);
+    return NULL;
+  }
+  ctx->memory = ctx->memory - old_size + new_size;
+  return p;
+}
+
+void lt_free(lt_context *ctx, void *ptr, size_t size) {
+  if (ptr == NULL) return;
+  if (size == 0) size = 1;
+  ctx->alloc(ctx->alloc_ud, ptr, size, 0);
+  ctx->memory -= size;
+}
+
+char *lt_strdup(lt_context *ctx, const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = lt_malloc(ctx, n);
+  if (p != NULL) memcpy(p, s, n);
+  return p;
+}
+
+int lt_mul_size(lt_context *ctx, const char *op, size_t a, size_t b, size_t *out) {
+  if (a != 0 && b > SIZE_MAX / a) {
+    lt_error(ctx, "%s: size %zu x %zu overflows", op, a, b);
+    return 0;
+  }
+  *out = a * b;
+  return 1;
+}

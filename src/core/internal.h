@@ -1,0 +1,96 @@
+/*
+ * internal.h — structures shared by the C core (not part of the public API).
+ */
+#ifndef LT_INTERNAL_H
+#define LT_INTERNAL_H
+
+#include "../lazytensor.h"
+
+#define LT_ERRMSG_SIZE 512
+
+/* Storage of a dense tensor: shared by views, reference counted. */
+typedef struct lt_storage {
+  int refcount;
+  size_t count; /* doubles */
+  double *data;
+} lt_storage;
+
+struct lt_tensor {
+  int refcount;
+  int type_id;
+  const lt_type *type;
+  int ndim;
+  size_t shape[LT_MAX_DIM];
+  unsigned char props[LT_PROP_COUNT]; /* lt_tristate */
+  /* dense */
+  lt_storage *storage;
+  size_t offset;                  /* elements */
+  ptrdiff_t strides[LT_MAX_DIM];  /* elements */
+  /* lazy */
+  int nchildren;
+  lt_tensor **children;
+  void *payload;
+};
+
+/* One rule in a registry list. */
+typedef struct lt_rule {
+  lt_rule_fn fn;
+  void *ud;
+  void (*free_ud)(lt_context *ctx, void *ud);
+  char *name;
+  int swap; /* called with a and b exchanged */
+  struct lt_rule *next; /* next candidate (registered earlier) */
+} lt_rule;
+
+/* Open-addressing hash from (op, type a, type b) to a rule list. */
+typedef struct lt_rule_slot {
+  uint64_t key; /* 0 = empty; see registry.c */
+  lt_rule *head;
+} lt_rule_slot;
+
+struct lt_context {
+  lt_alloc_fn alloc;
+  void *alloc_ud;
+  size_t memory;
+  char error[LT_ERRMSG_SIZE];
+  lt_settings settings;
+  uint64_t rng[4];
+  int has_spare_normal;
+  double spare_normal;
+  /* types */
+  const lt_type **types;
+  int ntypes, types_cap;
+  /* operations beyond the built-in ones */
+  char **op_names;
+  int nops, ops_cap;
+  /* rules */
+  lt_rule_slot *slots;
+  size_t nslots, nused;
+};
+
+/* Context plumbing ------------------------------------------------------ */
+void lt_settings_default(lt_settings *s);
+int lt_registry_init(lt_context *ctx);
+void lt_registry_free(lt_context *ctx);
+
+/* Every built-in type's file exposes its descriptor and a function that
+ * registers its rules; builtin.c calls them all at context creation. */
+int lt_register_builtins(lt_context *ctx);
+int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
+
+/* Tensors --------------------------------------------------------------- */
+lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
+int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
+/* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
+lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
+/* Resets a dense tensor's property flags after its entries changed. */
+void lt_dense_forget_props(lt_tensor *t);
+/* Helpers for rules ------------------------------------------------------- */
+static inline int lt_is_square(const lt_tensor *t) {
+  return t->ndim == 2 && t->shape[0] == t->shape[1];
+}
+int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t);
+int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
+const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,372 @@
+/*
+ * registry.c — types, operation names and the rule table.
+ *
+ * Rules live in an open-addressing hash keyed by (op, type a, type b), each
+ * slot holding a list with the latest registration first. Dispatch probes at
+ * most four keys — exact, (a, any), (any, b), (any, any) — with integer
+ * hashing only: no string comparison on the hot path.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const BUILTIN_OP_NAMES[LT_OP_BUILTIN_COUNT] = {
+    "add",      "sub",      "mul",       "matmul",   "scale",
+    "neg",      "transpose", "dense",    "diagonal", "trace",
+    "get",      "row",      "add_diag",  "solve",    "inv_quad",
+    "logdet",   "inv_quad_logdet", "cholesky", "root", "root_inv",
+    "eigh",     "svd",      "inverse",   "equal"};
+
+/* Operations that take one operand: resolution uses type a only. */
+static int op_is_unary(int op) {
+  switch (op) {
+    case LT_OP_NEG: case LT_OP_TRANSPOSE: case LT_OP_DENSE: case LT_OP_DIAGONAL:
+    case LT_OP_TRACE: case LT_OP_GET: case LT_OP_ROW: case LT_OP_LOGDET:
+    case LT_OP_CHOLESKY: case LT_OP_ROOT: case LT_OP_ROOT_INV: case LT_OP_EIGH:
+    case LT_OP_SVD: case LT_OP_INVERSE: case LT_OP_SCALE:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* ---------------------------------------------------------------- types */
+
+static int grow_types(lt_context *ctx, int need) {
+  if (need <= ctx->types_cap) return LT_OK;
+  int cap = ctx->types_cap ? ctx->types_cap : 8;
+  while (cap < need) cap *= 2;
+  const lt_type **t = lt_realloc(ctx, (void *)ctx->types, sizeof *t * (size_t)ctx->types_cap,
+                                 sizeof *t * (size_t)cap);
+  if (t == NULL) return LT_ERR;
+  for (int i = ctx->types_cap; i < cap; i++) t[i] = NULL;
+  ctx->types = t;
+  ctx->types_cap = cap;
+  return LT_OK;
+}
+
+int lt_registry_init(lt_context *ctx) {
+  if (grow_types(ctx, LT_TYPE_BUILTIN_COUNT + 8) != LT_OK) return LT_ERR;
+  ctx->ntypes = LT_TYPE_BUILTIN_COUNT;
+  ctx->nslots = 256;
+  ctx->slots = lt_calloc(ctx, ctx->nslots, sizeof *ctx->slots);
+  return ctx->slots ? LT_OK : LT_ERR;
+}
+
+/* Built-in types sit at fixed ids (see the enum in lazytensor.h). */
+int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type) {
+  if (id <= LT_TYPE_ANY || id >= LT_TYPE_BUILTIN_COUNT)
+    return lt_error(ctx, "register_type: bad built-in id %d", id);
+  ctx->types[id] = type;
+  return LT_OK;
+}
+
+int lt_register_type(lt_context *ctx, const lt_type *type) {
+  if (type == NULL || type->name == NULL || type->matmul == NULL)
+    return lt_error(ctx, "register_type: a type needs a name and a matmul");
+  if (lt_type_id(ctx, type->name) != LT_ERR)
+    return lt_error(ctx, "register_type: type '%s' already exists", type->name);
+  lt_clear_error(ctx);
+  if (grow_types(ctx, ctx->ntypes + 1) != LT_OK) return LT_ERR;
+  ctx->types[ctx->ntypes] = type;
+  return ctx->ntypes++;
+}
+
+int lt_type_id(lt_context *ctx, const char *name) {
+  if (strcmp(name, "any") == 0) return LT_TYPE_ANY;
+  for (int i = 1; i < ctx->ntypes; i++)
+    if (ctx->types[i] != NULL && strcmp(ctx->types[i]->name, name) == 0) return i;
+  return lt_error(ctx, "unknown type '%s'", name);
+}
+
+const char *lt_type_name(lt_context *ctx, int type_id) {
+  if (type_id == LT_TYPE_ANY) return "any";
+  if (type_id < 0 || type_id >= ctx->ntypes || ctx->types[type_id] == NULL) return "?";
+  return ctx->types[type_id]->name;
+}
+
+int lt_type_count(const lt_context *ctx) { return ctx->ntypes; }
+
+const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id) {
+  if (type_id <= 0 || type_id >= ctx->ntypes) return NULL;
+  return ctx->types[type_id];
+}
+
+/* ----------------------------------------------------------- operations */
+
+int lt_op_id(lt_context *ctx, const char *name, int create) {
+  for (int i = 0; i < LT_OP_BUILTIN_COUNT; i++)
+    if (strcmp(BUILTIN_OP_NAMES[i], name) == 0) return i;
+  for (int i = 0; i < ctx->nops; i++)
+    if (strcmp(ctx->op_names[i], name) == 0) return LT_OP_BUILTIN_COUNT + i;
+  if (!create) return lt_error(ctx, "unknown operation '%s'", name);
+  if (ctx->nops == ctx->ops_cap) {
+    int cap = ctx->ops_cap ? 2 * ctx->ops_cap : 8;
+    char **n = lt_realloc(ctx, ctx->op_names, sizeof *n * (size_t)ctx->ops_cap,
+                          sizeof *n * (size_t)cap);
+    if (n == NULL) return LT_ERR;
+    ctx->op_names = n;
+    ctx->ops_cap = cap;
+  }
+  char *copy = lt_strdup(ctx, name);
+  if (copy == NULL) return LT_ERR;
+  ctx->op_names[ctx->nops] = copy;
+  return LT_OP_BUILTIN_COUNT + ctx->nops++;
+}
+
+const char *lt_op_name(const lt_context *ctx, int op) {
+  if (op >= 0 && op < LT_OP_BUILTIN_COUNT) return BUILTIN_OP_NAMES[op];
+  if (op >= LT_OP_BUILTIN_COUNT && op - LT_OP_BUILTIN_COUNT < ctx->nops)
+    return ctx->op_names[op - LT_OP_BUILTIN_COUNT];
+  return "?";
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static uint64_t rule_key(int op, int ta, int tb) {
+  return ((uint64_t)(op + 1) << 40) | ((uint64_t)(uint32_t)ta << 20) | (uint64_t)(uint32_t)tb;
+}
+
+static size_t key_hash(uint64_t key) {
+  key ^= key >> 33;
+  key *= 0xff51afd7ed558ccdULL;
+  key ^= key >> 33;
+  return (size_t)key;
+}
+
+static lt_rule_slot *find_slot(const lt_context *ctx, uint64_t key) {
+  size_t mask = ctx->nslots - 1;
+  for (size_t i = key_hash(key) & mask;; i = (i + 1) & mask) {
+    lt_rule_slot *s = &ctx->slots[i];
+    if (s->key == key || s->key == 0) return s;
+  }
+}
+
+static int grow_slots(lt_context *ctx) {
+  size_t old_n = ctx->nslots;
+  lt_rule_slot *old = ctx->slots;
+  lt_rule_slot *slots = lt_calloc(ctx, old_n * 2, sizeof *slots);
+  if (slots == NULL) return LT_ERR;
+  ctx->slots = slots;
+  ctx->nslots = old_n * 2;
+  for (size_t i = 0; i < old_n; i++)
+    if (old[i].key != 0) *find_slot(ctx, old[i].key) = old[i];
+  lt_free(ctx, old, old_n * sizeof *old);
+  return LT_OK;
+}
+
+static void free_rule(lt_context *ctx, lt_rule *r) {
+  if (r->free_ud) r->free_ud(ctx, r->ud);
+  lt_free(ctx, r->name, strlen(r->name) + 1);
+  lt_free(ctx, r, sizeof *r);
+}
+
+void lt_registry_free(lt_context *ctx) {
+  for (size_t i = 0; ctx->slots && i < ctx->nslots; i++) {
+    lt_rule *r = ctx->slots[i].head;
+    while (r) {
+      lt_rule *next = r->next;
+      free_rule(ctx, r);
+      r = next;
+    }
+  }
+  lt_free(ctx, ctx->slots, ctx->nslots * sizeof *ctx->slots);
+  for (int i = 0; i < ctx->nops; i++)
+    lt_free(ctx, ctx->op_names[i], strlen(ctx->op_names[i]) + 1);
+  lt_free(ctx, ctx->op_names, sizeof *ctx->op_names * (size_t)ctx->ops_cap);
+  lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
+}
+
+static int push_rule(lt_context *ctx, uint64_t key, lt_rule *rule) {
+  if ((ctx->nused + 1) * 4 > ctx->nslots * 3 && grow_slots(ctx) != LT_OK) return LT_ERR;
+  lt_rule_slot *s = find_slot(ctx, key);
+  if (s->key == 0) {
+    s->key = key;
+    ctx->nused++;
+  }
+  rule->next = s->head;
+  s->head = rule;
+  return LT_OK;
+}
+
+static lt_rule *new_rule(lt_context *ctx, const char *name, lt_rule_fn fn, void *ud,
+                         void (*free_ud)(lt_context *, void *), int swap) {
+  lt_rule *r = lt_malloc(ctx, sizeof *r);
+  if (r == NULL) return NULL;
+  r->name = lt_strdup(ctx, name ? name : "(unnamed)");
+  if (r->name == NULL) {
+    lt_free(ctx, r, sizeof *r);
+    return NULL;
+  }
+  r->fn = fn;
+  r->ud = ud;
+  r->free_ud = free_ud;
+  r->swap = swap;
+  r->next = NULL;
+  return r;
+}
+
+static int check_type_id(lt_context *ctx, int id) {
+  if (id < 0 || id >= ctx->ntypes) return lt_error(ctx, "implements: unknown type id %d", id);
+  return LT_OK;
+}
+
+int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                     lt_rule_fn fn, void *ud, void (*free_ud)(lt_context *, void *),
+                     int symmetric) {
+  if (fn == NULL) return lt_error(ctx, "implements: a rule needs a function");
+  if (op < 0 || op >= LT_OP_BUILTIN_COUNT + ctx->nops)
+    return lt_error(ctx, "implements: unknown operation id %d", op);
+  if (check_type_id(ctx, type_a) != LT_OK || check_type_id(ctx, type_b) != LT_OK) return LT_ERR;
+  if (op_is_unary(op)) type_b = LT_TYPE_ANY, symmetric = 0;
+  int mirrored = symmetric && type_a != type_b;
+  /* The mirror shares ud; only the first registration owns (frees) it. */
+  lt_rule *r = new_rule(ctx, name, fn, ud, free_ud, 0);
+  lt_rule *m = mirrored ? new_rule(ctx, name, fn, ud, NULL, 1) : NULL;
+  if (r == NULL || (mirrored && m == NULL)) goto fail;
+  if (push_rule(ctx, rule_key(op, type_a, type_b), r) != LT_OK) goto fail;
+  r = NULL;
+  if (mirrored) {
+    if (push_rule(ctx, rule_key(op, type_b, type_a), m) != LT_OK) goto fail;
+  }
+  return LT_OK;
+fail:
+  if (r) {
+    r->free_ud = NULL; /* on failure the caller keeps ownership of ud */
+    free_rule(ctx, r);
+  }
+  if (m) free_rule(ctx, m);
+  return LT_ERR;
+}
+
+/* The keys probed for op(a, b), most specific first. */
+static int candidate_keys(int op, int ta, int tb, int unary, uint64_t keys[4]) {
+  if (unary) {
+    keys[0] = rule_key(op, ta, LT_TYPE_ANY);
+    keys[1] = rule_key(op, LT_TYPE_ANY, LT_TYPE_ANY);
+    return 2;
+  }
+  keys[0] = rule_key(op, ta, tb);
+  keys[1] = rule_key(op, ta, LT_TYPE_ANY);
+  keys[2] = rule_key(op, LT_TYPE_ANY, tb);
+  keys[3] = rule_key(op, LT_TYPE_ANY, LT_TYPE_ANY);
+  return 4;
+}
+
+static int operand_types(lt_context *ctx, const lt_args *args, int *ta, int *tb, int *unary) {
+  if (args->a == NULL) return lt_error(ctx, "%s: missing operand", lt_op_name(ctx, args->op));
+  *unary = op_is_unary(args->op) || args->b == NULL;
+  *ta = args->a->type_id;
+  *tb = *unary ? LT_TYPE_ANY : args->b->type_id;
+  return LT_OK;
+}
+
+int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
+  int ta, tb, unary;
+  if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;
+  uint64_t keys[4];
+  int nkeys = candidate_keys(args->op, ta, tb, unary, keys);
+  memset(res, 0, sizeof *res);
+  for (int k = 0; k < nkeys; k++) {
+    if (k > 0 && keys[k] == keys[k - 1]) continue;
+    lt_rule_slot *s = find_slot(ctx, keys[k]);
+    for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next) {
+      int rc;
+      if (r->swap) {
+        lt_args swapped = *args;
+        swapped.a = args->b;
+        swapped.b = args->a;
+        rc = r->fn(ctx, &swapped, res, r->ud);
+      } else {
+        rc = r->fn(ctx, args, res, r->ud);
+      }
+      if (rc != LT_NOT_IMPLEMENTED) return rc == LT_OK ? LT_OK : LT_ERR;
+    }
+  }
+  if (unary)
+    return lt_error(ctx, "%s: not implemented for %s", lt_op_name(ctx, args->op),
+                    lt_type_name(ctx, ta));
+  return lt_error(ctx, "%s: not implemented for (%s, %s)", lt_op_name(ctx, args->op),
+                  lt_type_name(ctx, ta), lt_type_name(ctx, tb));
+}
+
+/* ------------------------------------------------------------- explain */
+
+typedef struct strbuf {
+  lt_context *ctx;
+  char *data;
+  size_t len, cap;
+  int failed;
+} strbuf;
+
+static void sb_add(strbuf *sb, const char *s) {
+  size_t n = strlen(s);
+  if (sb->failed) return;
+  if (sb->len + n + 1 > sb->cap) {
+    size_t cap = sb->cap ? sb->cap : 128;
+    while (sb->len + n + 1 > cap) cap *= 2;
+    char *d = lt_realloc(sb->ctx, sb->data, sb->cap, cap);
+    if (d == NULL) {
+      sb->failed = 1;
+      return;
+    }
+    sb->data = d;
+    sb->cap = cap;
+  }
+  memcpy(sb->data + sb->len, s, n + 1);
+  sb->len += n;
+}
+
+static void key_types(uint64_t key, int *ta, int *tb) {
+  *ta = (int)((key >> 20) & 0xFFFFF);
+  *tb = (int)(key & 0xFFFFF);
+}
+
+char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b) {
+  lt_args args = {.op = op, .a = (lt_tensor *)a, .b = (lt_tensor *)b};
+  int ta, tb, unary;
+  if (op < 0 || op >= LT_OP_BUILTIN_COUNT + ctx->nops) {
+    lt_error(ctx, "explain: unknown operation id %d", op);
+    return NULL;
+  }
+  if (operand_types(ctx, &args, &ta, &tb, &unary) != LT_OK) return NULL;
+  uint64_t keys[4];
+  int nkeys = candidate_keys(op, ta, tb, unary, keys);
+  strbuf sb = {.ctx = ctx};
+  char line[256];
+  if (unary)
+    snprintf(line, sizeof line, "%s(%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta));
+  else
+    snprintf(line, sizeof line, "%s(%s, %s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta),
+             lt_type_name(ctx, tb));
+  sb_add(&sb, line);
+  int n = 0;
+  for (int k = 0; k < nkeys; k++) {
+    if (k > 0 && keys[k] == keys[k - 1]) continue;
+    lt_rule_slot *s = find_slot(ctx, keys[k]);
+    for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next) {
+      int ka, kb;
+      key_types(keys[k], &ka, &kb);
+      n++;
+      if (unary)
+        snprintf(line, sizeof line, "  %d. %s [%s]%s\n", n, r->name, lt_type_name(ctx, ka),
+                 n == 1 ? "  <- runs first" : "");
+      else
+        snprintf(line, sizeof line, "  %d. %s [%s, %s]%s%s\n", n, r->name, lt_type_name(ctx, ka),
+                 lt_type_name(ctx, kb), r->swap ? " (operands swapped)" : "",
+                 n == 1 ? "  <- runs first" : "");
+      sb_add(&sb, line);
+    }
+  }
+  if (n == 0) sb_add(&sb, "  no rule: the call is an error\n");
+  else if (n > 1) sb_add(&sb, "  (a rule answering NotImplemented hands the call to the next)\n");
+  if (sb.failed) {
+    lt_free(ctx, sb.data, sb.cap);
+    return NULL;
+  }
+  /* Shrink to strlen + 1 so callers free with that size. */
+  char *out = lt_strdup(ctx, sb.data);
+  lt_free(ctx, sb.data, sb.cap);
+  return out;
+}

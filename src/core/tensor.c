@@ -1,0 +1,137 @@
+/*
+ * tensor.c — the object model: allocation, reference counts, shapes,
+ * property flags and lazy nodes.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape,
+                   size_t *numel) {
+  if (ndim < 0 || ndim > LT_MAX_DIM)
+    return lt_error(ctx, "%s: %d dimensions (at most %d)", op, ndim, LT_MAX_DIM);
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    if (!lt_mul_size(ctx, op, n, shape[d], &n)) return LT_ERR;
+  /* The storage is n doubles: that product must fit too. */
+  size_t bytes;
+  if (!lt_mul_size(ctx, op, n, sizeof(double), &bytes)) return LT_ERR;
+  if (numel) *numel = n;
+  return LT_OK;
+}
+
+lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape) {
+  lt_tensor *t = lt_malloc(ctx, sizeof *t);
+  if (t == NULL) return NULL;
+  memset(t, 0, sizeof *t);
+  t->refcount = 1;
+  t->type_id = type_id;
+  t->type = lt_type_descriptor(ctx, type_id);
+  t->ndim = ndim;
+  for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+  return t;
+}
+
+lt_tensor *lt_retain(lt_tensor *t) {
+  if (t) t->refcount++;
+  return t;
+}
+
+static void release_storage(lt_context *ctx, lt_storage *s) {
+  if (s == NULL || --s->refcount > 0) return;
+  lt_free(ctx, s->data, s->count * sizeof(double));
+  lt_free(ctx, s, sizeof *s);
+}
+
+void lt_release(lt_context *ctx, lt_tensor *t) {
+  if (t == NULL || --t->refcount > 0) return;
+  if (t->type && t->type->destroy) t->type->destroy(ctx, t);
+  release_storage(ctx, t->storage);
+  for (int i = 0; i < t->nchildren; i++) lt_release(ctx, t->children[i]);
+  lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
+  lt_free(ctx, t, sizeof *t);
+}
+
+int lt_typeid(const lt_tensor *t) { return t->type_id; }
+const char *lt_typename(lt_context *ctx, const lt_tensor *t) {
+  return lt_type_name(ctx, t->type_id);
+}
+int lt_is_dense(const lt_tensor *t) { return t->type_id == LT_TYPE_DENSE; }
+int lt_ndim(const lt_tensor *t) { return t->ndim; }
+size_t lt_size(const lt_tensor *t, int dim) {
+  return dim >= 0 && dim < t->ndim ? t->shape[dim] : 1;
+}
+const size_t *lt_shape(const lt_tensor *t) { return t->shape; }
+size_t lt_numel(const lt_tensor *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+size_t lt_rows(const lt_tensor *t) { return t->ndim >= 1 ? t->shape[0] : 1; }
+size_t lt_cols(const lt_tensor *t) { return t->ndim >= 2 ? t->shape[1] : 1; }
+
+lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) { return (lt_tristate)t->props[p]; }
+void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v) { t->props[p] = (unsigned char)v; }
+
+lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
+                       lt_tensor *const *children, int nchildren, void *payload) {
+  if (lt_type_descriptor(ctx, type_id) == NULL) {
+    lt_error(ctx, "lazy: unknown type id %d", type_id);
+    return NULL;
+  }
+  size_t shape[2] = {rows, cols};
+  if (lt_check_shape(ctx, lt_type_name(ctx, type_id), 2, shape, NULL) != LT_OK) return NULL;
+  lt_tensor *t = lt_tensor_alloc(ctx, type_id, 2, shape);
+  if (t == NULL) return NULL;
+  if (nchildren > 0) {
+    t->children = lt_malloc(ctx, sizeof *t->children * (size_t)nchildren);
+    if (t->children == NULL) {
+      lt_free(ctx, t, sizeof *t);
+      return NULL;
+    }
+    for (int i = 0; i < nchildren; i++) t->children[i] = lt_retain(children[i]);
+    t->nchildren = nchildren;
+  }
+  t->payload = payload;
+  if (rows != cols) {
+    t->props[LT_PROP_SYMMETRIC] = LT_NO;
+    t->props[LT_PROP_PSD] = LT_NO;
+  }
+  return t;
+}
+
+int lt_nchildren(const lt_tensor *t) { return t->nchildren; }
+lt_tensor *lt_child(const lt_tensor *t, int i) {
+  return i >= 0 && i < t->nchildren ? t->children[i] : NULL;
+}
+void *lt_payload(const lt_tensor *t) { return t->payload; }
+
+int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t) {
+  if (t->ndim != 2) return lt_error(ctx, "%s: expected a matrix, got %d-d", op, t->ndim);
+  return LT_OK;
+}
+
+int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t) {
+  if (t->ndim != 2 || t->shape[0] != t->shape[1]) {
+    char buf[64];
+    return lt_error(ctx, "%s: expected a square matrix, got %s", op,
+                    lt_shape_string(t, buf, sizeof buf));
+  }
+  return LT_OK;
+}
+
+const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = '\0';
+  if (t->ndim == 0) {
+    snprintf(buf, size, "a scalar");
+    return buf;
+  }
+  for (int d = 0; d < t->ndim && len < size; d++) {
+    int n = snprintf(buf + len, size - len, d ? "x%zu" : "%zu", t->shape[d]);
+    if (n < 0) break;
+    len += (size_t)n;
+  }
+  return buf;
+}

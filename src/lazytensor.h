@@ -1,0 +1,376 @@
+/*
+ * lazytensor.h — the public C API of lazytensor.
+ *
+ * Lazy, structured matrices (diagonal, triangular, low-rank, Kronecker,
+ * Toeplitz, kernel, block, sums and products) and dense n-d tensors of
+ * doubles, mixed freely through one dispatch registry.
+ *
+ * Conventions
+ * - Every function takes the context first. Functions returning a pointer
+ *   return NULL on error; functions returning int return LT_OK (0) or
+ *   LT_ERR (-1). The message is then in lt_last_error(ctx), of the form
+ *   "<op>: <what was wrong>".
+ * - Returned tensors are new references owned by the caller: release them with
+ *   lt_release. Arguments are borrowed.
+ * - Indices in this C API are 0-based (the Lua binding adds 1).
+ * - Nothing here aborts, exits or touches global mutable state; a context is
+ *   used by one thread at a time, and distinct contexts never interfere.
+ */
+#ifndef LAZYTENSOR_H
+#define LAZYTENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LT_VERSION "0.1.0"
+
+#define LT_OK 0
+#define LT_ERR (-1)
+#define LT_NOT_IMPLEMENTED 1 /* a rule's answer: hand the call on */
+
+#define LT_MAX_DIM 8
+
+typedef struct lt_context lt_context;
+typedef struct lt_tensor lt_tensor;
+
+/* Same contract as lua_Alloc: nsize == 0 frees and returns NULL. */
+typedef void *(*lt_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* ------------------------------------------------------------------ */
+/* Context                                                             */
+/* ------------------------------------------------------------------ */
+
+/* alloc may be NULL for the C library's realloc/free. */
+lt_context *lt_context_new(lt_alloc_fn alloc, void *alloc_ud);
+void lt_context_free(lt_context *ctx);
+const char *lt_last_error(const lt_context *ctx);
+/* Sets the last error (printf-style) and returns LT_ERR. */
+int lt_error(lt_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void lt_clear_error(lt_context *ctx);
+/* Bytes currently allocated through this context. */
+size_t lt_memory(const lt_context *ctx);
+
+/* Allocation through the context's allocator; failures set an error. */
+void *lt_malloc(lt_context *ctx, size_t size);
+void *lt_calloc(lt_context *ctx, size_t count, size_t size);
+void *lt_realloc(lt_context *ctx, void *ptr, size_t old_size, size_t new_size);
+void lt_free(lt_context *ctx, void *ptr, size_t size);
+char *lt_strdup(lt_context *ctx, const char *s);
+/* a*b without overflow; on overflow sets an error naming op and returns 0. */
+int lt_mul_size(lt_context *ctx, const char *op, size_t a, size_t b, size_t *out);
+
+/* Settings ---------------------------------------------------------- */
+typedef struct lt_settings {
+  size_t max_cholesky_size;      /* exact methods up to this size (800) */
+  double cg_tolerance;           /* relative residual for CG (1e-6) */
+  int max_cg_iterations;         /* (1000) */
+  int num_trace_samples;         /* probes for SLQ / Hutchinson (10) */
+  int max_lanczos_iterations;    /* (100) */
+  double cholesky_jitter;        /* first jitter tried, relative (1e-8) */
+  int cholesky_max_tries;        /* jitter retries after the first attempt (3) */
+  int preconditioner_size;       /* pivoted Cholesky rank (15) */
+  int num_threads;               /* BLAS threads, 0 = leave as is (0) */
+  int max_root_decomposition_size; /* Lanczos root rank (100) */
+  /* Called by iterative methods with their progress; NULL for none. */
+  void (*progress)(void *ud, const char *method, int iteration, double value);
+  void *progress_ud;
+} lt_settings;
+
+lt_settings *lt_settings_of(lt_context *ctx);
+/* Reads/writes a numeric setting by name; LT_ERR for unknown names or
+ * out-of-range values. */
+int lt_setting_get(lt_context *ctx, const char *name, double *value);
+int lt_setting_set(lt_context *ctx, const char *name, double value);
+/* NULL-terminated list of numeric setting names. */
+const char *const *lt_setting_names(void);
+
+/* Random numbers: xoshiro256** seeded by splitmix64; platform independent. */
+void lt_manual_seed(lt_context *ctx, uint64_t seed);
+uint64_t lt_random_u64(lt_context *ctx);
+double lt_random_uniform(lt_context *ctx); /* [0, 1) with 53 random bits */
+double lt_random_normal(lt_context *ctx);  /* standard normal */
+
+/* ------------------------------------------------------------------ */
+/* Types, properties                                                   */
+/* ------------------------------------------------------------------ */
+
+/* Built-in type ids. 0 is "any" in the registry. Types added at run time
+ * (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on. */
+enum {
+  LT_TYPE_ANY = 0,
+  LT_TYPE_DENSE,
+  LT_TYPE_DIAG,
+  LT_TYPE_IDENTITY,
+  LT_TYPE_TRIANGULAR,
+  LT_TYPE_CONSTANT,
+  LT_TYPE_SUM,
+  LT_TYPE_PRODUCT,
+  LT_TYPE_SCALED,
+  LT_TYPE_TRANSPOSE,
+  LT_TYPE_INVERSE,
+  LT_TYPE_LOWRANK,
+  LT_TYPE_KRON,
+  LT_TYPE_BLOCKDIAG,
+  LT_TYPE_TOEPLITZ,
+  LT_TYPE_KERNEL,
+  LT_TYPE_CHOL,
+  LT_TYPE_OPERATOR,
+  LT_TYPE_BUILTIN_COUNT
+};
+
+typedef enum { LT_UNKNOWN = 0, LT_YES = 1, LT_NO = 2 } lt_tristate;
+
+typedef enum {
+  LT_PROP_SYMMETRIC = 0,
+  LT_PROP_PSD,
+  LT_PROP_LOWER, /* lower triangular */
+  LT_PROP_UPPER, /* upper triangular */
+  LT_PROP_COUNT
+} lt_prop;
+
+/*
+ * A type descriptor: the few things every operator must provide. Everything
+ * else has a generic fallback in the registry built on `matmul`.
+ * Descriptors are immutable and may be shared by any number of contexts.
+ */
+typedef struct lt_type {
+  const char *name;
+  /* self · X for a dense, contiguous 2-d X of shape (cols(self) × k);
+   * returns a new dense (rows(self) × k) tensor, or NULL on error. Required. */
+  lt_tensor *(*matmul)(lt_context *ctx, lt_tensor *self, lt_tensor *X);
+  /* selfᵀ · X, where cheaper than the generic path. Optional. */
+  lt_tensor *(*t_matmul)(lt_context *ctx, lt_tensor *self, lt_tensor *X);
+  /* Entry (i, j), 0-based, in bounds. Optional (generic: a product). */
+  int (*entry)(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out);
+  /* Row i into out[cols]. Optional (generic: a product with e_i). */
+  int (*row)(lt_context *ctx, lt_tensor *self, size_t i, double *out);
+  /* Releases the payload (children are released by the core). Optional. */
+  void (*destroy)(lt_context *ctx, lt_tensor *self);
+  /* Bytes the payload holds, for reports. Optional. */
+  size_t (*payload_bytes)(const lt_tensor *self);
+} lt_type;
+
+/* Registers a type with this context and returns its id (>= 0), or LT_ERR.
+ * A name already registered is an error. */
+int lt_register_type(lt_context *ctx, const lt_type *type);
+int lt_type_id(lt_context *ctx, const char *name); /* LT_ERR if unknown; "any" is 0 */
+const char *lt_type_name(lt_context *ctx, int type_id);
+int lt_type_count(const lt_context *ctx);
+const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id);
+
+/* ------------------------------------------------------------------ */
+/* Tensors: common                                                     */
+/* ------------------------------------------------------------------ */
+
+lt_tensor *lt_retain(lt_tensor *t);
+void lt_release(lt_context *ctx, lt_tensor *t); /* NULL is fine */
+
+int lt_typeid(const lt_tensor *t);
+const char *lt_typename(lt_context *ctx, const lt_tensor *t);
+int lt_is_dense(const lt_tensor *t);
+int lt_ndim(const lt_tensor *t);
+size_t lt_size(const lt_tensor *t, int dim); /* 0-based dim */
+const size_t *lt_shape(const lt_tensor *t);
+size_t lt_numel(const lt_tensor *t);
+size_t lt_rows(const lt_tensor *t); /* shape[0] (1 for 0-d) */
+size_t lt_cols(const lt_tensor *t); /* shape[1] (1 for 0-d, 1-d) */
+lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p);
+void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
+
+/* Lazy operators: children and payload. */
+lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
+                       lt_tensor *const *children, int nchildren, void *payload);
+int lt_nchildren(const lt_tensor *t);
+lt_tensor *lt_child(const lt_tensor *t, int i);
+void *lt_payload(const lt_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* Dense tensors                                                       */
+/* ------------------------------------------------------------------ */
+
+/* New contiguous dense tensor, uninitialised (lt_dense_zeros: zeroed). */
+lt_tensor *lt_dense_new(lt_context *ctx, int ndim, const size_t *shape);
+lt_tensor *lt_dense_zeros(lt_context *ctx, int ndim, const size_t *shape);
+lt_tensor *lt_dense_matrix(lt_context *ctx, size_t rows, size_t cols); /* uninit */
+lt_tensor *lt_dense_vector(lt_context *ctx, size_t n);                 /* uninit */
+lt_tensor *lt_dense_scalar(lt_context *ctx, double v);                 /* 0-d */
+lt_tensor *lt_dense_from(lt_context *ctx, int ndim, const size_t *shape,
+                         const double *data); /* copies row-major data */
+lt_tensor *lt_dense_full(lt_context *ctx, int ndim, const size_t *shape, double v);
+lt_tensor *lt_dense_eye(lt_context *ctx, size_t n);
+lt_tensor *lt_dense_arange(lt_context *ctx, double a, double b, double step);
+lt_tensor *lt_dense_linspace(lt_context *ctx, double a, double b, size_t n);
+lt_tensor *lt_dense_rand(lt_context *ctx, int ndim, const size_t *shape);
+lt_tensor *lt_dense_randn(lt_context *ctx, int ndim, const size_t *shape);
+
+/* Raw access. data points at element 0 of the view; strides in elements. */
+double *lt_dense_data(const lt_tensor *t);
+const ptrdiff_t *lt_dense_strides(const lt_tensor *t);
+int lt_dense_is_contiguous(const lt_tensor *t);
+/* 0-based multi-index access (no bounds check; use lt_dense_get for that). */
+double *lt_dense_ptr(const lt_tensor *t, const size_t *index);
+int lt_dense_get(lt_context *ctx, const lt_tensor *t, int n, const size_t *index, double *out);
+int lt_dense_set(lt_context *ctx, lt_tensor *t, int n, const size_t *index, double v);
+
+/* Views share storage. */
+lt_tensor *lt_dense_select(lt_context *ctx, lt_tensor *t, int dim, size_t index);
+lt_tensor *lt_dense_narrow(lt_context *ctx, lt_tensor *t, int dim, size_t start, size_t len);
+lt_tensor *lt_dense_transpose(lt_context *ctx, lt_tensor *t); /* 2-d view */
+lt_tensor *lt_dense_reshape(lt_context *ctx, lt_tensor *t, int ndim, const size_t *shape);
+lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t);   /* contiguous copy */
+lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t); /* t itself (retained) if already */
+int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src); /* same numel, broadcasting */
+int lt_dense_fill(lt_context *ctx, lt_tensor *t, double v);
+
+/* Element-wise with numpy broadcasting. */
+typedef enum { LT_EW_ADD, LT_EW_SUB, LT_EW_MUL, LT_EW_DIV, LT_EW_POW } lt_binary_op;
+typedef enum {
+  LT_EW_NEG, LT_EW_EXP, LT_EW_LOG, LT_EW_SQRT, LT_EW_ABS
+} lt_unary_op;
+lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a, const lt_tensor *b);
+lt_tensor *lt_dense_unary(lt_context *ctx, lt_unary_op op, const lt_tensor *a);
+lt_tensor *lt_dense_pow_scalar(lt_context *ctx, const lt_tensor *a, double p);
+lt_tensor *lt_dense_scale(lt_context *ctx, const lt_tensor *a, double c);
+lt_tensor *lt_dense_add_scalar(lt_context *ctx, const lt_tensor *a, double c);
+
+/* Reductions. */
+typedef enum { LT_RED_SUM, LT_RED_MEAN, LT_RED_MAX, LT_RED_MIN } lt_reduce_op;
+int lt_dense_reduce_all(lt_context *ctx, lt_reduce_op op, const lt_tensor *t, double *out);
+lt_tensor *lt_dense_reduce_dim(lt_context *ctx, lt_reduce_op op, const lt_tensor *t, int dim);
+int lt_dense_norm(lt_context *ctx, const lt_tensor *t, double *out);
+int lt_dense_dot(lt_context *ctx, const lt_tensor *a, const lt_tensor *b, double *out);
+
+/* Products through BLAS with transposition flags (no copies for views).
+ * a: (m×k) or (k); b: (k×n) or (k). */
+lt_tensor *lt_dense_matmul(lt_context *ctx, const lt_tensor *a, const lt_tensor *b);
+
+/* Printing like Torch7: values then "[torch.DoubleTensor of size 2x3]"-like
+ * footer. Returns a string allocated through the context (lt_free with
+ * strlen + 1). */
+char *lt_dense_format(lt_context *ctx, const lt_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* The registry                                                        */
+/* ------------------------------------------------------------------ */
+
+/* Built-in operations. Operations added at run time (lt_op_id with create)
+ * get ids from LT_OP_BUILTIN_COUNT on. */
+enum {
+  LT_OP_ADD = 0,
+  LT_OP_SUB,
+  LT_OP_MUL,      /* element-wise */
+  LT_OP_MATMUL,
+  LT_OP_SCALE,    /* a · scalar */
+  LT_OP_NEG,
+  LT_OP_TRANSPOSE,
+  LT_OP_DENSE,
+  LT_OP_DIAGONAL,
+  LT_OP_TRACE,
+  LT_OP_GET,      /* entry (i, j) */
+  LT_OP_ROW,      /* row i, 1-d dense */
+  LT_OP_ADD_DIAG, /* a + diag(b), b a 1-d dense or 0-d dense */
+  LT_OP_SOLVE,
+  LT_OP_INV_QUAD,
+  LT_OP_LOGDET,
+  LT_OP_INV_QUAD_LOGDET,
+  LT_OP_CHOLESKY,
+  LT_OP_ROOT,
+  LT_OP_ROOT_INV,
+  LT_OP_EIGH,
+  LT_OP_SVD,
+  LT_OP_INVERSE,
+  LT_OP_EQUAL,    /* same shape and entries */
+  LT_OP_BUILTIN_COUNT
+};
+
+/* What an iterative (or exact) method reports. */
+typedef struct lt_info {
+  const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
+  int iterations;
+  double residual;
+  int converged; /* 1 or 0 */
+} lt_info;
+
+typedef struct lt_args {
+  int op;
+  lt_tensor *a, *b; /* operands (b NULL for unary operations) */
+  double scalar;    /* scale factor, jitter, ... */
+  int flag;         /* e.g. upper for cholesky */
+  size_t i, j;      /* indices for get/row (0-based) */
+} lt_args;
+
+typedef struct lt_result {
+  lt_tensor *t[3]; /* tensor results: new references */
+  double x[2];     /* number results */
+  lt_info info;    /* set info.method when a method is worth reporting */
+} lt_result;
+
+/* A rule: returns LT_OK with res filled, LT_NOT_IMPLEMENTED to hand the call
+ * on (res untouched), or LT_ERR with the error set. */
+typedef int (*lt_rule_fn)(lt_context *ctx, const lt_args *args, lt_result *res, void *ud);
+
+/* Op ids by name. With create != 0 an unknown name becomes a new op. */
+int lt_op_id(lt_context *ctx, const char *name, int create);
+const char *lt_op_name(const lt_context *ctx, int op);
+
+/* Registers fn for (op, type_a, type_b); type ids may be LT_TYPE_ANY.
+ * type_b is ignored (pass LT_TYPE_ANY) for unary ops. A later registration for
+ * the same key is tried first. With symmetric != 0 the rule is also registered
+ * for (op, type_b, type_a) and there called with a and b swapped.
+ * free_ud (may be NULL) is called on ud when the context is freed. */
+int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
+                     const char *name, lt_rule_fn fn, void *ud,
+                     void (*free_ud)(lt_context *ctx, void *ud), int symmetric);
+
+/* Runs the registry for args->op. On LT_OK res holds the results. */
+int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res);
+/* Human-readable resolution path (allocated through ctx; lt_free with
+ * strlen + 1), or NULL on error. */
+char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b);
+
+/* ------------------------------------------------------------------ */
+/* Operations (each one registry call)                                 */
+/* ------------------------------------------------------------------ */
+
+lt_tensor *lt_add(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+lt_tensor *lt_sub(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+lt_tensor *lt_mul(lt_context *ctx, lt_tensor *a, lt_tensor *b); /* Hadamard */
+lt_tensor *lt_matmul(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+lt_tensor *lt_scale(lt_context *ctx, lt_tensor *a, double c);
+lt_tensor *lt_neg(lt_context *ctx, lt_tensor *a);
+lt_tensor *lt_transpose(lt_context *ctx, lt_tensor *a);
+lt_tensor *lt_to_dense(lt_context *ctx, lt_tensor *a);
+lt_tensor *lt_diagonal(lt_context *ctx, lt_tensor *a);
+int lt_trace(lt_context *ctx, lt_tensor *a, double *out);
+int lt_get(lt_context *ctx, lt_tensor *a, size_t i, size_t j, double *out);
+lt_tensor *lt_row(lt_context *ctx, lt_tensor *a, size_t i);
+lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d);
+lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info);
+int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info);
+int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info);
+int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
+                       double *logdet, lt_info *info);
+lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper);
+lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info);
+lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info);
+int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info);
+int lt_svd(lt_context *ctx, lt_tensor *a, lt_tensor **u, lt_tensor **s, lt_tensor **v);
+lt_tensor *lt_inverse(lt_context *ctx, lt_tensor *a);
+int lt_equal(lt_context *ctx, lt_tensor *a, lt_tensor *b, int *out);
+
+/* Properties, computed (or taken from flags) soundly. */
+lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);
+lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LAZYTENSOR_H */
