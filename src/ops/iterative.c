@@ -20,8 +20,7 @@
 
 #include "../core/internal.h"
 #include "../linalg/linalg.h"
-
-int lt_register_iterative_rules(lt_context *ctx);
+#include "ops.h"
 
 typedef enum { KIND_SPD, KIND_SYMMETRIC, KIND_GENERAL } op_kind;
 
