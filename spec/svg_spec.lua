@@ -399,6 +399,9 @@ describe("svg.chart", function()
       err_of(function() chart:line({ 1, 2 }, { 1 }) end))
     assert.matches("^lazytensor: chart:band:",
       err_of(function() chart:band({ 1, 2 }, { 1, 2 }, nil) end))
+    local bad = svg.chart{ xlim = { 1, 1 } }
+    assert.matches("^lazytensor: chart: xlim must be {lo, hi} with finite lo < hi",
+      err_of(function() bad:tostring() end))
   end)
 end)
 

@@ -425,18 +425,30 @@ local function finite_range(arrays)
   return lo, hi
 end
 
--- Axis limits and the ticks to draw within them.
-local function axis_ticks(lim, arrays, n)
+-- An axis: its limits, the ticks to draw within them and their step.
+local function make_axis(name, lim, arrays, n)
   if lim then
+    local ok = type(lim) == "table" and is_finite(lim[1]) and is_finite(lim[2])
+    if not ok or lim[1] >= lim[2] then
+      error("lazytensor: chart: " .. name .. " must be {lo, hi} with finite lo < hi", 0)
+    end
     local ticks, step = svg.nice_ticks(lim[1], lim[2], n)
     local inside = {}
     for _, t in ipairs(ticks) do
       if t >= lim[1] - 1e-9 * step and t <= lim[2] + 1e-9 * step then inside[#inside + 1] = t end
     end
-    return lim[1], lim[2], inside, step
+    return { lo = lim[1], hi = lim[2], ticks = inside, step = step }
   end
-  local ticks, step = svg.nice_ticks(finite_range(arrays), select(2, finite_range(arrays)), n)
-  return ticks[1], ticks[#ticks], ticks, step
+  local lo, hi = finite_range(arrays)
+  local ticks, step = svg.nice_ticks(lo, hi, n)
+  return { lo = ticks[1], hi = ticks[#ticks], ticks = ticks, step = step }
+end
+
+-- Width in pixels of the widest tick label of an axis (a rough estimate).
+local function label_width(axis, fs)
+  local longest = 0
+  for _, t in ipairs(axis.ticks) do longest = math.max(longest, #svg.format_tick(t, axis.step)) end
+  return 0.6 * fs * longest
 end
 
 -- Split the indices where all given arrays are finite into runs.
@@ -454,12 +466,13 @@ local function finite_runs(xs, a, b)
   return runs
 end
 
--- Geometry of the plot area and the data-to-pixel maps.
-function Chart:layout()
+-- Geometry of the plot area: room on the left for the y tick labels (and
+-- the y label), at the bottom for the x tick labels (and the x label).
+function Chart:layout(Y)
   local o = self.opts
   local w, h, fs = o.width or 640, o.height or 400, o.font_size or 12
   local top = o.title and (2.5 * fs + 8) or 12
-  local left = o.ylabel and (5.5 * fs + 8) or (4.5 * fs + 8)
+  local left = label_width(Y, fs) + 14 + (o.ylabel and 2 * fs or 0)
   local bottom = o.xlabel and (3.5 * fs + 8) or (2 * fs + 8)
   local L = { w = w, h = h, fs = fs, x0 = left, x1 = w - 16, y0 = top, y1 = h - bottom }
   if L.x1 - L.x0 < 10 or L.y1 - L.y0 < 10 then
@@ -500,7 +513,7 @@ function Chart:draw_axes(doc, L, X, Y)
     axes:text((L.x0 + L.x1) / 2, L.h - fs, o.xlabel, { text_anchor = "middle" })
   end
   if o.ylabel then
-    local x, y = 1.5 * fs, (L.y0 + L.y1) / 2
+    local x, y = fs, (L.y0 + L.y1) / 2
     axes:text(x, y, o.ylabel, { text_anchor = "middle",
       transform = string.format("rotate(-90 %s %s)", num(x), num(y)) })
   end
@@ -572,12 +585,10 @@ end
 --- Build the chart as an SVG document.
 function Chart:document()
   local o = self.opts
-  local L = self:layout()
   local xarrays, yarrays = self:data_arrays()
-  local X, Y = {}, {}
-  X.lo, X.hi, X.ticks, X.step = axis_ticks(o.xlim, xarrays, o.xticks)
-  Y.lo, Y.hi, Y.ticks, Y.step = axis_ticks(o.ylim, yarrays, o.yticks)
-  if X.hi == X.lo or Y.hi == Y.lo then error("lazytensor: chart: empty axis range", 0) end
+  local X = make_axis("xlim", o.xlim, xarrays, o.xticks)
+  local Y = make_axis("ylim", o.ylim, yarrays, o.yticks)
+  local L = self:layout(Y)
   L.mapx = function(x) return L.x0 + (x - X.lo) / (X.hi - X.lo) * (L.x1 - L.x0) end
   L.mapy = function(y) return L.y1 - (y - Y.lo) / (Y.hi - Y.lo) * (L.y1 - L.y0) end
 
