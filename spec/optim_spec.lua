@@ -138,6 +138,12 @@ describe("optim.lbfgs", function()
     assert.is_false(info.converged)
   end)
 
+  it("reports max_eval when it runs out of evaluations (checked between iterations)", function()
+    local _, _, info = optim.lbfgs(rosenbrock, { -1.2, 1 }, { max_eval = 10 })
+    assert.equal("max_eval", info.reason)
+    assert.is_true(info.evaluations >= 10 and info.evaluations <= 10 + 2 * 25)
+  end)
+
   it("returns at once when x0 is already stationary", function()
     local x, _, info = optim.lbfgs(quadratic, xstar)
     assert.same(xstar, x)

@@ -405,6 +405,27 @@ describe("svg.chart", function()
   end)
 end)
 
+describe("svg panels", function()
+  it("compose charts and heatmaps into one document with distinct clip paths", function()
+    local doc = svg.document{ width = 1200, height = 400 }
+    for k = 0, 1 do
+      local chart = svg.chart{ width = 400, height = 400, title = "panel " .. k }
+      chart:line({ 1, 2, 3 }, { 1, 4, 9 }, { label = "squares" })
+      chart:draw(doc:group{ transform = { translate = { 400 * k, 0 } } })
+    end
+    svg.draw_heatmap(doc:group{ transform = { translate = { 800, 0 } } },
+      { { 1, 2 }, { 3, 4 } }, { width = 400, height = 400, vmin = 0, vmax = 5 })
+    local s = doc:tostring()
+    local els = check_xml(s)
+    if has_xmllint then assert.truthy(xmllint_ok(s)) end
+    assert.equal(2, count(els, "clipPath"))
+    assert.truthy(s:find('clip-path="url(#clip1)"', 1, true))
+    assert.truthy(s:find('clip-path="url(#clip2)"', 1, true))
+    assert.truthy(s:find('transform="translate(800,0)"', 1, true))
+    assert.is_true(contains(texts(els), "panel 1"))
+  end)
+end)
+
 describe("svg.heatmap", function()
   it("draws one cell per value, colour-mapped, with a colour bar", function()
     local grid = { { 1, 2, 3 }, { 4, 0 / 0, 6 } }

@@ -582,8 +582,9 @@ function Chart:draw_legend(doc, L)
   end
 end
 
---- Build the chart as an SVG document.
-function Chart:document()
+--- Draw the chart into a document or group, within (0, 0)-(width, height)
+-- of its coordinates (place it with a group transform for a panel).
+function Chart:draw(parent)
   local o = self.opts
   local xarrays, yarrays = self:data_arrays()
   local X = make_axis("xlim", o.xlim, xarrays, o.xticks)
@@ -592,12 +593,20 @@ function Chart:document()
   L.mapx = function(x) return L.x0 + (x - X.lo) / (X.hi - X.lo) * (L.x1 - L.x0) end
   L.mapy = function(y) return L.y1 - (y - Y.lo) / (Y.hi - Y.lo) * (L.y1 - L.y0) end
 
-  local doc = svg.document{ width = L.w, height = L.h, background = o.background or "white" }
-  self:draw_axes(doc, L, X, Y)
-  local plot = doc:group{ clip_path = doc:clip_rect(L.x0, L.y0, L.x1 - L.x0, L.y1 - L.y0) }
+  self:draw_axes(parent, L, X, Y)
+  local clip = parent:clip_rect(L.x0, L.y0, L.x1 - L.x0, L.y1 - L.y0)
+  local plot = parent:group{ clip_path = clip }
   for _, s in ipairs(self.series) do draw_series(plot, s, L) end
-  self:draw_legend(doc, L)
-  return doc
+  self:draw_legend(parent, L)
+  return parent
+end
+
+--- The chart as a document of its own (background: opts.background or white).
+function Chart:document()
+  local o = self.opts
+  local doc = svg.document{ width = o.width or 640, height = o.height or 400,
+    background = o.background or "white" }
+  return self:draw(doc)
 end
 
 function Chart:tostring() return self:document():tostring() end
@@ -644,25 +653,32 @@ local function draw_colorbar(doc, cmap, vmin, vmax, x, y, w, h, fs, label)
   end
 end
 
---- A heatmap of grid[i][j] (row 1 at the top) as an SVG document.
--- opts: width (640), height (480), colormap ("viridis", "gray" or a
--- function t -> colour), vmin / vmax (default: the data's range), title,
--- colorbar (true), colorbar_label, missing_color ("#cccccc", for nil/NaN),
--- ncols (default #grid[1]), square (true: square cells), font_size (12).
-function svg.heatmap(grid, opts)
-  opts = opts or {}
+-- Check a heatmap's grid and options; returns its size and colour scale.
+local function heatmap_scale(grid, opts)
   if type(grid) ~= "table" or type(grid[1]) ~= "table" then
     error("lazytensor: svg.heatmap: grid must be a table of rows", 0)
   end
   local nrows, ncols = #grid, opts.ncols or #grid[1]
-  local cmap = svg.colormap(opts.colormap)
   local dlo, dhi = grid_range(grid, nrows, ncols)
   local vmin, vmax = opts.vmin or dlo, opts.vmax or dhi
   if not (is_finite(vmin) and is_finite(vmax)) then
     error("lazytensor: svg.heatmap: grid has no finite value", 0)
   end
   if vmin == vmax then vmin, vmax = vmin - 0.5, vmax + 0.5 end
+  return nrows, ncols, vmin, vmax
+end
 
+--- Draw a heatmap of grid[i][j] (row 1 at the top) into a document or group,
+-- within (0, 0)-(width, height) of its coordinates; place it with a group
+-- transform to put several side by side (share vmin / vmax between them).
+-- opts: width (640), height (480), colormap ("viridis", "gray" or a
+-- function t -> colour), vmin / vmax (default: the data's range), title,
+-- colorbar (true), colorbar_label, missing_color ("#cccccc", for nil/NaN),
+-- ncols (default #grid[1]), square (true: square cells), font_size (12).
+function svg.draw_heatmap(parent, grid, opts)
+  opts = opts or {}
+  local nrows, ncols, vmin, vmax = heatmap_scale(grid, opts)
+  local cmap = svg.colormap(opts.colormap)
   local w, h, fs = opts.width or 640, opts.height or 480, opts.font_size or 12
   local top = opts.title and (2.5 * fs + 8) or 10
   local right = (opts.colorbar == false) and 10 or (opts.colorbar_label and 10 * fs or 7 * fs)
@@ -677,13 +693,12 @@ function svg.heatmap(grid, opts)
     pw, ph = cw * ncols, ch * nrows
   end
 
-  local doc = svg.document{ width = w, height = h, background = opts.background or "white" }
   if opts.title then
-    doc:text(w / 2, 1.5 * fs + 4, opts.title, { text_anchor = "middle", font_family = FONT,
-      font_size = fs * 1.25, font_weight = "bold", fill = "#333" })
+    parent:text(ox + pw / 2, 1.5 * fs + 4, opts.title, { text_anchor = "middle",
+      font_family = FONT, font_size = fs * 1.25, font_weight = "bold", fill = "#333" })
   end
   -- Cells overlap by a hair so that no background seams show between them.
-  local cells = doc:group{ shape_rendering = "crispEdges" }
+  local cells = parent:group{ shape_rendering = "crispEdges" }
   for i = 1, nrows do
     for j = 1, ncols do
       local v = grid[i][j]
@@ -693,9 +708,20 @@ function svg.heatmap(grid, opts)
     end
   end
   if opts.colorbar ~= false then
-    draw_colorbar(doc, cmap, vmin, vmax, ox + pw + fs, top, fs * 1.2, ph, fs, opts.colorbar_label)
+    draw_colorbar(parent, cmap, vmin, vmax, ox + pw + fs, top, fs * 1.2, ph, fs,
+      opts.colorbar_label)
   end
-  return doc
+  return parent
+end
+
+--- A heatmap as a document of its own; opts as for svg.draw_heatmap, plus
+-- background ("white").
+function svg.heatmap(grid, opts)
+  opts = opts or {}
+  heatmap_scale(grid, opts) -- check before creating anything
+  local doc = svg.document{ width = opts.width or 640, height = opts.height or 480,
+    background = opts.background or "white" }
+  return svg.draw_heatmap(doc, grid, opts)
 end
 
 return svg
