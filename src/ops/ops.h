@@ -20,6 +20,8 @@ extern const lt_type lt_inverse_type;
 extern const lt_type lt_diag_type;
 extern const lt_type lt_identity_type;
 extern const lt_type lt_operator_type;
+extern const lt_type lt_toeplitz_type;
+extern const lt_type lt_kernel_type;
 
 int lt_register_generic_rules(lt_context *ctx);
 int lt_register_dense_rules(lt_context *ctx);
@@ -31,5 +33,7 @@ int lt_register_constant_rules(lt_context *ctx);
 int lt_register_inverse_rules(lt_context *ctx);
 int lt_register_diag_rules(lt_context *ctx);
 int lt_register_identity_rules(lt_context *ctx);
+int lt_register_toeplitz_rules(lt_context *ctx);
+int lt_register_kernel_rules(lt_context *ctx);
 
 #endif
