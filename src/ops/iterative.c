@@ -61,15 +61,18 @@ static lt_cg_opts cg_options(lt_context *ctx) {
 
 /* ------------------------------------------------------ right-hand sides */
 
-/* A contiguous n×k copy of the dense vector or matrix b. */
+/* A contiguous n×k copy of the vector or matrix b (a lazy b is made dense:
+ * it is the size of the result anyway). */
 static double *rhs_array(lt_context *ctx, const char *op, lt_tensor *b, size_t n, size_t *k) {
-  if (b->type_id != LT_TYPE_DENSE || (b->ndim != 1 && b->ndim != 2) || b->shape[0] != n) {
+  if ((b->ndim != 1 && b->ndim != 2) || b->shape[0] != n) {
     char buf[64];
-    lt_error(ctx, "%s: expected a dense vector or matrix of %zu rows, got %s %s", op, n,
+    lt_error(ctx, "%s: expected a right-hand side of %zu rows, got %s %s", op, n,
              lt_typename(ctx, b), lt_shape_string(b, buf, sizeof buf));
     return NULL;
   }
-  lt_tensor *m = lt_as_matrix(ctx, b);
+  lt_tensor *d = b->type_id == LT_TYPE_DENSE ? lt_retain(b) : lt_to_dense(ctx, b);
+  lt_tensor *m = d ? lt_as_matrix(ctx, d) : NULL;
+  lt_release(ctx, d);
   if (m == NULL) return NULL;
   *k = m->shape[1];
   size_t count;

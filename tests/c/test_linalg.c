@@ -625,6 +625,19 @@ static void test_rule_solve(lt_context *ctx, const test_types *ty) {
             rel_residual(A, n, 3, lt_dense_data(res.t[0]), lt_dense_data(B)) < 1e-5,
         "solve spd matrix rhs: %s", lt_last_error(ctx));
   if (rc == LT_OK) release_result(ctx, &res);
+  /* a lazy right-hand side: A⁻¹·D */
+  {
+    double *dv = alloc_d(n), *Dd = alloc_d(n * n);
+    for (size_t i = 0; i < n; i++) dv[i] = 1.0 + (double)i, Dd[i * n + i] = dv[i];
+    lt_tensor *D = new_diag(ctx, ty, n, dv);
+    rc = call(ctx, LT_OP_SOLVE, spd, D, 0, &res);
+    CHECK(rc == LT_OK && lt_ndim(res.t[0]) == 2 && lt_size(res.t[0], 1) == n &&
+              rel_residual(A, n, n, lt_dense_data(res.t[0]), Dd) < 1e-5,
+          "solve with a lazy rhs: %s", lt_last_error(ctx));
+    if (rc == LT_OK) release_result(ctx, &res);
+    lt_release(ctx, D);
+    free(dv), free(Dd);
+  }
   /* inv_quad = bᵀA⁻¹b */
   rc = call(ctx, LT_OP_INV_QUAD, spd, B, 0, &res);
   double *C = alloc_d(n * n), *X = alloc_d(n * 3);
