@@ -163,10 +163,13 @@ static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_
     size_t c = s->act[a];
     double pap = 0.0;
     for (size_t i = 0; i < s->n; i++) pap += s->Pa[i * s->ka + a] * s->APa[i * s->ka + a];
+    if (!isfinite(pap))
+      return lt_error(ctx, "cg: the product with the operator is not finite (step %d)",
+                      s->steps[c] + 1);
     if (!(pap > 0.0)) {
       lt_error(ctx, "cg: the operator is not positive definite (p'Ap = %g at step %d)", pap,
                s->steps[c] + 1);
-      return isfinite(pap) ? LT_INDEFINITE : LT_ERR;
+      return LT_INDEFINITE;
     }
     double alpha = s->rz[c] / pap;
     double rn = 0.0;

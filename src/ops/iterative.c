@@ -16,6 +16,7 @@
  * an error that says how to promise it (lt.psd).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -47,6 +48,22 @@ static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a, op_k
                   "max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
                   "with lt.psd(A) if it is, or raise settings.max_cholesky_size",
                   op, a->shape[0], ctx->settings.max_cholesky_size);
+}
+
+/* Errors from the linalg layer name their algorithm ("cg: ..."); the user
+ * called op, so the message becomes "op: cg: ...". Returns LT_ERR. */
+static int name_error(lt_context *ctx, const char *op) {
+  size_t len = strlen(op);
+  const char *msg = lt_last_error(ctx);
+  if (strncmp(msg, op, len) == 0 && msg[len] == ':') return LT_ERR;
+  char copy[LT_ERRMSG_SIZE];
+  snprintf(copy, sizeof copy, "%s", msg);
+  return lt_error(ctx, "%s: %s", op, copy);
+}
+
+/* A rule's exit: errors get the operation's name. */
+static int finish(lt_context *ctx, const char *op, int rc) {
+  return rc == LT_ERR ? name_error(ctx, op) : rc;
 }
 
 static lt_cg_opts cg_options(lt_context *ctx) {
@@ -515,23 +532,32 @@ done:
 
 /* ----------------------------------------------------------- registration */
 
+typedef struct iterative_rule {
+  int op;
+  const char *name;
+  lt_rule_fn fn;
+} iterative_rule;
+
+static const iterative_rule RULES[] = {
+    {LT_OP_SOLVE, "iterative solve above max_cholesky_size (CG; GMRES unless symmetric)", rule_solve},
+    {LT_OP_INV_QUAD, "iterative inv_quad above max_cholesky_size (CG; GMRES unless symmetric)", rule_inv_quad},
+    {LT_OP_LOGDET, "iterative logdet above max_cholesky_size (SLQ by mBCG)", rule_logdet},
+    {LT_OP_INV_QUAD_LOGDET, "iterative inv_quad_logdet above max_cholesky_size (one mBCG run)", rule_inv_quad_logdet},
+    {LT_OP_ROOT, "iterative root above max_cholesky_size (Lanczos)", rule_root},
+    {LT_OP_ROOT_INV, "iterative root_inv above max_cholesky_size (Lanczos)", rule_root_inv},
+    {LT_OP_EIGH, "iterative eigh above max_cholesky_size (Lanczos Ritz pairs)", rule_eigh},
+};
+
+/* Every rule runs through here, so its errors carry the operation's name. */
+static int run_rule(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  const iterative_rule *r = ud;
+  return finish(ctx, lt_op_name(ctx, args->op), r->fn(ctx, args, res, NULL));
+}
+
 int lt_register_iterative_rules(lt_context *ctx) {
-  static const struct {
-    int op;
-    const char *name;
-    lt_rule_fn fn;
-  } RULES[] = {
-      {LT_OP_SOLVE, "iterative_solve", rule_solve},
-      {LT_OP_INV_QUAD, "iterative_inv_quad", rule_inv_quad},
-      {LT_OP_LOGDET, "iterative_logdet", rule_logdet},
-      {LT_OP_INV_QUAD_LOGDET, "iterative_inv_quad_logdet", rule_inv_quad_logdet},
-      {LT_OP_ROOT, "iterative_root", rule_root},
-      {LT_OP_ROOT_INV, "iterative_root_inv", rule_root_inv},
-      {LT_OP_EIGH, "iterative_eigh", rule_eigh},
-  };
   for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++)
-    if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, RULES[i].fn,
-                         NULL, NULL, 0) != LT_OK)
+    if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, run_rule,
+                         (void *)&RULES[i], NULL, 0) != LT_OK)
       return LT_ERR;
   return LT_OK;
 }
