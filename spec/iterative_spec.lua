@@ -123,6 +123,19 @@ describe("iterative methods and symmetry", function()
     assert.matches("lt.psd", err, 1, true)
   end)
 
+  it("raises, naming the operation, on non-finite products and singular operators", function()
+    local nan = lt.operator{shape = {n, n}, matmul = function(X) return X * (0 / 0) end,
+                            psd = true}
+    local ok, err = pcall(function() return nan:solve(b, {max_cholesky_size = 0}) end)
+    assert.is_false(ok)
+    assert.matches("lazytensor: solve: cg: the product with the operator is not finite", err, 1,
+                   true)
+    local zero = lt.operator{shape = {n, n}, matmul = function(X) return X * 0 end}
+    ok, err = pcall(function() return zero:solve(b, {max_cholesky_size = 0}) end)
+    assert.is_false(ok)
+    assert.matches("lazytensor: solve: gmres: the operator is singular", err, 1, true)
+  end)
+
   it("reports non-convergence instead of hiding it", function()
     local MMt = M * M:t()
     local S = lt.operator{shape = {n, n}, matmul = function(X) return MMt * X end, psd = true}
