@@ -14,7 +14,8 @@ PKGS = lua5.4 liblua5.4-dev liblapacke-dev libopenblas-dev libfftw3-dev lua-bust
 
 LUA_CFLAGS ?= $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
 DEP_CFLAGS := $(shell pkg-config --cflags lapacke openblas fftw3 2>/dev/null)
-DEP_LIBS := $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lm
+# libfftw3_threads: fftw_make_planner_thread_safe (see src/ops/toeplitz.c).
+DEP_LIBS := -lfftw3_threads $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lpthread -lm
 
 OPT ?= -O2 -g
 WARN = -Wall -Wextra -Werror
