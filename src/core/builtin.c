@@ -31,6 +31,7 @@ int lt_register_builtins(lt_context *ctx) {
       lt_register_iterative_rules,
       lt_register_dense_rules,
       lt_register_dense_linalg_rules,
+      lt_register_iterative_dense_rules,
       lt_register_sum_rules,
       lt_register_scaled_rules,
       lt_register_product_rules,

@@ -539,10 +539,13 @@ typedef struct iterative_rule {
 } iterative_rule;
 
 static const iterative_rule RULES[] = {
-    {LT_OP_SOLVE, "iterative solve above max_cholesky_size (CG; GMRES unless symmetric)", rule_solve},
-    {LT_OP_INV_QUAD, "iterative inv_quad above max_cholesky_size (CG; GMRES unless symmetric)", rule_inv_quad},
+    {LT_OP_SOLVE, "iterative solve above max_cholesky_size (CG; GMRES unless symmetric)",
+     rule_solve},
+    {LT_OP_INV_QUAD, "iterative inv_quad above max_cholesky_size (CG; GMRES unless symmetric)",
+     rule_inv_quad},
     {LT_OP_LOGDET, "iterative logdet above max_cholesky_size (SLQ by mBCG)", rule_logdet},
-    {LT_OP_INV_QUAD_LOGDET, "iterative inv_quad_logdet above max_cholesky_size (one mBCG run)", rule_inv_quad_logdet},
+    {LT_OP_INV_QUAD_LOGDET, "iterative inv_quad_logdet above max_cholesky_size (one mBCG run)",
+     rule_inv_quad_logdet},
     {LT_OP_ROOT, "iterative root above max_cholesky_size (Lanczos)", rule_root},
     {LT_OP_ROOT_INV, "iterative root_inv above max_cholesky_size (Lanczos)", rule_root_inv},
     {LT_OP_EIGH, "iterative eigh above max_cholesky_size (Lanczos Ritz pairs)", rule_eigh},
@@ -554,10 +557,28 @@ static int run_rule(lt_context *ctx, const lt_args *args, lt_result *res, void *
   return finish(ctx, lt_op_name(ctx, args->op), r->fn(ctx, args, res, NULL));
 }
 
+static int register_rule(lt_context *ctx, const iterative_rule *r, int type) {
+  return lt_register_rule(ctx, r->op, type, LT_TYPE_ANY, r->name, run_rule, (void *)r, NULL, 0);
+}
+
 int lt_register_iterative_rules(lt_context *ctx) {
   for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++)
-    if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, run_rule,
-                         (void *)&RULES[i], NULL, 0) != LT_OK)
-      return LT_ERR;
+    if (register_rule(ctx, &RULES[i], LT_TYPE_ANY) != LT_OK) return LT_ERR;
+  return LT_OK;
+}
+
+/* Dense matrices above max_cholesky_size take the iterative path for the
+ * operations the settings govern (solve, inv_quad, logdet and their pair),
+ * as every other operator does; cholesky, root, eigh and svd stay exact.
+ * Registered after the dense LAPACK rules, so these are tried first and hand
+ * the call back to them below the size limit. */
+int lt_register_iterative_dense_rules(lt_context *ctx) {
+  for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++) {
+    int op = RULES[i].op;
+    if (op != LT_OP_SOLVE && op != LT_OP_INV_QUAD && op != LT_OP_LOGDET &&
+        op != LT_OP_INV_QUAD_LOGDET)
+      continue;
+    if (register_rule(ctx, &RULES[i], LT_TYPE_DENSE) != LT_OK) return LT_ERR;
+  }
   return LT_OK;
 }

@@ -41,5 +41,6 @@ int lt_register_kernel_rules(lt_context *ctx);
 /* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
  * registered after the generic ones, so they are tried first. */
 int lt_register_iterative_rules(lt_context *ctx);
+int lt_register_iterative_dense_rules(lt_context *ctx);
 
 #endif
