@@ -145,19 +145,14 @@ static int part_row(lt_context *ctx, lt_tensor *t, size_t i, double *out) {
   lt_tensor *e = lt_dense_zeros(ctx, 2, (size_t[2]){n, 1});
   if (e == NULL) return LT_ERR;
   lt_dense_data(e)[i] = 1.0;
-  lt_tensor *c = t->type->matmul(ctx, t, e);
+  lt_tensor *c = lt_apply(ctx, t, e);
   lt_release(ctx, e);
-  if (c == NULL) return LT_ERR;
-  int rc = LT_OK;
-  if (c->type_id != LT_TYPE_DENSE || lt_numel(c) != n) rc = lt_error(ctx, "matmul: bad result");
-  else {
-    lt_tensor *cc = lt_dense_contiguous(ctx, c);
-    if (cc == NULL) rc = LT_ERR;
-    else memcpy(out, lt_dense_data(cc), n * sizeof(double));
-    lt_release(ctx, cc);
-  }
+  lt_tensor *cc = c ? lt_dense_contiguous(ctx, c) : NULL;
   lt_release(ctx, c);
-  return rc;
+  if (cc == NULL) return LT_ERR;
+  memcpy(out, lt_dense_data(cc), n * sizeof(double));
+  lt_release(ctx, cc);
+  return LT_OK;
 }
 
 static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
