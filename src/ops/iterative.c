@@ -38,16 +38,18 @@ static op_kind classify(lt_context *ctx, lt_tensor *a) {
 
 static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind) {
   if (kind != KIND_GENERAL) return LT_OK;
+  /* eigh needs symmetry only; SLQ and roots need positive definiteness too */
+  const char *need = strcmp(op, "eigh") == 0 ? "a symmetric" : "a symmetric positive definite";
   if (lt_is_symmetric(ctx, a) == LT_NO)
     return lt_error(ctx,
                     "%s: the operator is not symmetric; the iterative method (n = %zu > "
-                    "max_cholesky_size = %zu) needs a symmetric positive definite one",
-                    op, a->shape[0], ctx->settings.max_cholesky_size);
+                    "max_cholesky_size = %zu) needs %s one",
+                    op, a->shape[0], ctx->settings.max_cholesky_size, need);
   return lt_error(ctx,
                   "%s: the operator's symmetry is unknown and the iterative method (n = %zu > "
-                  "max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
-                  "with lt.psd(A) if it is, or raise settings.max_cholesky_size",
-                  op, a->shape[0], ctx->settings.max_cholesky_size);
+                  "max_cholesky_size = %zu) needs %s one; wrap it with lt.psd(A) if it is "
+                  "positive semi-definite, or raise settings.max_cholesky_size",
+                  op, a->shape[0], ctx->settings.max_cholesky_size, need);
 }
 
 /* Errors from the linalg layer name their algorithm ("cg: ..."); the user
