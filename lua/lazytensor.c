@@ -46,7 +46,19 @@ int ltb_raise(lua_State *L) {
     S->pending_error = LUA_NOREF;
     return lua_error(L);
   }
-  return luaL_error(L, "lazytensor: %s", lt_last_error(S->ctx));
+  return ltb_throw(L, "lazytensor: %s", lt_last_error(S->ctx));
+}
+
+/* Errors carry no "file:line:" prefix (as luaL_error would add): API.md
+ * promises messages that start with "lazytensor:". */
+int ltb_throw(lua_State *L, const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  lua_pushstring(L, msg);
+  return lua_error(L);
 }
 
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
@@ -55,7 +67,7 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return luaL_error(L, "lazytensor: %s: %s", op, msg);
+  return ltb_throw(L, "lazytensor: %s: %s", op, msg);
 }
 
 /* --------------------------------------------------------------- tensors */
@@ -593,7 +605,7 @@ static void create_state(lua_State *L) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(L, &ud);
   S->ctx = lt_context_new(alloc, ud);
-  if (S->ctx == NULL) luaL_error(L, "lazytensor: not enough memory to create a context");
+  if (S->ctx == NULL) ltb_throw(L, "lazytensor: not enough memory to create a context");
 }
 
 /* The settings table: reads and writes go to the context. */
