@@ -63,8 +63,10 @@ conformance.check("kron of non-symmetric factors", function() return lt.kron(T(G
   function() return kron(G3, G2) end)
 conformance.check("kron of rectangular factors (2x3 ⊗ 2x2 = 4x6)",
   function() return lt.kron(T(R23), T(R22)) end, function() return kron(R23, R22) end)
+local rank4 = "singular by construction (rank 2·2 = 4 < 6)"
 conformance.check("kron of rectangular factors making a square (2x3 ⊗ 3x2)",
-  function() return lt.kron(T(R23), T(R32)) end, function() return kron(R23, R32) end)
+  function() return lt.kron(T(R23), T(R32)) end, function() return kron(R23, R32) end,
+  {skip = {solve = rank4, logdet = rank4}})
 conformance.check("kron with a lazy factor (diag ⊗ SPD)",
   function() return lt.kron(lt.diag{2, 0.5, 3}, T(B2)) end,
   function() return kron({{2, 0, 0}, {0, 0.5, 0}, {0, 0, 3}}, B2) end, {psd = true})
