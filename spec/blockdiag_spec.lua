@@ -44,9 +44,11 @@ local dg = {{1.5, 0, 0, 0}, {0, 0.5, 0, 0}, {0, 0, 2, 0}, {0, 0, 0, 1}}
 conformance.check("blockdiag of SPD blocks (dense, diag, dense)",
   function() return lt.blockdiag{lt.psd(T(S3)), lt.diag{1.5, 0.5, 2, 1}, lt.psd(T(S2))} end,
   function() return assemble{S3, dg, S2} end, {psd = true})
-conformance.check("blockdiag of SPD blocks, unflagged", function() return lt.blockdiag{T(S3), T(S2)} end,
+conformance.check("blockdiag of SPD blocks, unflagged",
+  function() return lt.blockdiag{T(S3), T(S2)} end,
   function() return assemble{S3, S2} end, {psd = true})
-conformance.check("blockdiag of general square blocks", function() return lt.blockdiag{T(G3), T(G2)} end,
+conformance.check("blockdiag of general square blocks",
+  function() return lt.blockdiag{T(G3), T(G2)} end,
   function() return assemble{G3, G2} end)
 conformance.check("blockdiag of rectangular blocks (2x3, 3x1 = 5x4)",
   function() return lt.blockdiag{T(R23), T(R31)} end, function() return assemble{R23, R31} end)
@@ -56,7 +58,8 @@ conformance.check("blockdiag of rectangular blocks making a square (2x3, 3x2)",
   {skip = {solve = rank4, logdet = rank4}})
 conformance.check("blockdiag with lazy blocks (lowrank + diag, kron)",
   function()
-    return lt.blockdiag{lt.lowrank(T(R32)) + lt.diag{1, 2, 3}, lt.kron(lt.psd(T(S2)), lt.psd(T(S2)))}
+    return lt.blockdiag{lt.lowrank(T(R32)) + lt.diag{1, 2, 3},
+      lt.kron(lt.psd(T(S2)), lt.psd(T(S2)))}
   end,
   function()
     local L = ref.mm(R32, ref.transpose(R32))

@@ -13,7 +13,8 @@ conformance.check("chol from a dense lower factor", function() return lt.chol(lt
 conformance.check("chol from a triangular operator",
   function() return lt.chol(lt.triangular(lt.tensor(L), "lower")) end,
   function() return llt(L) end, {psd = true})
-conformance.check("chol with negative diagonal entries", function() return lt.chol(lt.tensor(Lneg)) end,
+conformance.check("chol with negative diagonal entries",
+  function() return lt.chol(lt.tensor(Lneg)) end,
   function() return llt(Lneg) end, {psd = true})
 
 describe("chol structure", function()

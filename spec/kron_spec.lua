@@ -54,7 +54,8 @@ for i = 1, 2 do G2[i][i] = G2[i][i] + 2 end
 
 local function T(x) return lt.tensor(x) end
 
-conformance.check("kron of two SPD factors (3x3 ⊗ 2x2)", function() return lt.kron(T(A3), T(B2)) end,
+conformance.check("kron of two SPD factors (3x3 ⊗ 2x2)",
+  function() return lt.kron(T(A3), T(B2)) end,
   function() return kron(A3, B2) end, {psd = true})
 conformance.check("kron of three SPD factors (2x2 ⊗ 3x3 ⊗ 2x2)",
   function() return lt.kron(T(B2), T(A3), T(C2)) end, function() return kron(B2, A3, C2) end,

@@ -44,11 +44,13 @@ conformance.check("lowrank U*U' (5x5, k=2)", function() return lt.lowrank(U) end
   {symmetric = true, skip = {solve = singular, logdet = singular}})
 conformance.check("lowrank U*V' (5x5, k=2)", function() return lt.lowrank(U, V) end,
   function() return outer(U, V) end, {skip = {solve = singular, logdet = singular}})
-conformance.check("lowrank U*V' full rank (4x4, k=4)", function() return lt.lowrank(Ufull, Vfull) end,
+conformance.check("lowrank U*V' full rank (4x4, k=4)",
+  function() return lt.lowrank(Ufull, Vfull) end,
   function() return outer(Ufull, Vfull) end)
 conformance.check("lowrank U*V' rectangular (5x3, k=2)",
   function() return lt.lowrank(Urect, Vrect) end, function() return outer(Urect, Vrect) end)
-conformance.check("lowrank_plus_diag U*U' + D (PSD)", function() return lt.lowrank(U) + lt.diag(d) end,
+conformance.check("lowrank_plus_diag U*U' + D (PSD)",
+  function() return lt.lowrank(U) + lt.diag(d) end,
   function() return plus_diag(outer(U, U), d) end, {psd = true})
 conformance.check("lowrank_plus_diag D + U*V' (general)",
   function() return lt.diag(d) + lt.lowrank(U, V) end,
