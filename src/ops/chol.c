@@ -97,9 +97,9 @@ lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l) {
   for (size_t i = 0; i < n; i++)
     for (size_t j = i + 1; j < n; j++)
       if (p[i * n + j] != 0) {
-        lt_release(ctx, c);
         lt_error(ctx, "chol: the factor must be lower triangular (entry (%zu, %zu) is %g)", i + 1,
                  j + 1, p[i * n + j]);
+        lt_release(ctx, c);
         return NULL;
       }
   lt_tensor *t = chol_from(ctx, c);
