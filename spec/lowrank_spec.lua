@@ -102,6 +102,16 @@ describe("lowrank structure", function()
     close((B + lt.diag(d)):add_jitter(0.1), plus_diag(outer(U, U), dd), 1e-12, "merged diagonals")
     assert.is_true(B:is_psd())
     assert.is_nil((A - lt.diag(d)):is_psd())
+    -- low-rank parts concatenate, diagonals add
+    local C = lt.lowrank(V) + lt.diag(d)
+    for _, x in ipairs{B + lt.lowrank(V), lt.lowrank(V) + B, B + C} do
+      assert.equal("lowrank_plus_diag", lt.type(x))
+      assert.is_true(x:is_psd())
+    end
+    local want = plus_diag(outer(U, U), d)
+    local other = plus_diag(outer(V, V), d)
+    for i = 1, 5 do for j = 1, 5 do want[i][j] = want[i][j] + other[i][j] end end
+    close(B + C, want, 1e-12, "(D + UU') + (D + VV')")
   end)
 
   it("solves with Woodbury and the determinant lemma", function()

@@ -405,6 +405,30 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
   return rc;
 }
 
+/* (D + L) + L₂ = D + (L + L₂) and (D + L) + (D₂ + L₂) = (D + D₂) + (L + L₂):
+ * the low-rank parts concatenate, the diagonals add. */
+static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *b = args->b;
+  int both = b->type_id == LT_TYPE_LOWRANK_DIAG;
+  lt_tensor *l = lt_add(ctx, lr_part(args->a), both ? lr_part(b) : b);
+  lt_tensor *d = l ? (both ? lt_add(ctx, diag_part(args->a), diag_part(b))
+                           : lt_retain(diag_part(args->a)))
+                   : NULL;
+  lt_tensor *out = NULL;
+  if (d != NULL) {
+    if (l->type_id == LT_TYPE_LOWRANK && d->type_id == LT_TYPE_DIAG) {
+      out = lt_lowrank_diag_new(ctx, l, d);
+    } else {
+      lt_tensor *terms[2] = {l, d};
+      out = lt_sum_new(ctx, terms, 2);
+    }
+  }
+  lt_release(ctx, l);
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
 int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const int LD = LT_TYPE_LOWRANK_DIAG, LR = LT_TYPE_LOWRANK, ANY = LT_TYPE_ANY;
   struct {
@@ -430,6 +454,10 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
        "lowrank_plus_diag + diag (stays lowrank_plus_diag)"},
       {LT_OP_ADD, LD, LT_TYPE_IDENTITY, rule_add, (void *)1, 1,
        "lowrank_plus_diag + identity (stays lowrank_plus_diag)"},
+      {LT_OP_ADD, LD, LR, rule_add_lowrank, NULL, 1,
+       "lowrank_plus_diag + lowrank (factors concatenate)"},
+      {LT_OP_ADD, LD, LD, rule_add_lowrank, NULL, 0,
+       "lowrank_plus_diag + lowrank_plus_diag (factors concatenate, diagonals add)"},
       {LT_OP_ADD_DIAG, LR, ANY, rule_lowrank_add_diag, NULL, 0,
        "lowrank add_diag (lowrank_plus_diag)"},
       {LT_OP_ADD, LR, LT_TYPE_DIAG, rule_add, NULL, 1, "lowrank + diag (lowrank_plus_diag)"},
