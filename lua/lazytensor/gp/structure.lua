@@ -155,7 +155,9 @@ local function is_separable(kernel, axes, c)
     local p = {}
     for k = 1, d do
       local a = axes[k]
-      p[k] = a[1 + (t * (2 * k + 1)) % #a]
+      -- varies on every axis whatever its length (2k+1 alone can be a
+      -- multiple of #a and pin an axis, hiding non-separable kernels)
+      p[k] = a[1 + (t * 7919 + t * t * 31 + k * 104729) % #a]
     end
     return p
   end
