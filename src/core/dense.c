@@ -11,6 +11,7 @@ static lt_storage *storage_new(lt_context *ctx, size_t count) {
   lt_storage *s = lt_malloc(ctx, sizeof *s);
   if (s == NULL) return NULL;
   s->refcount = 1;
+  s->version = 0; /* tensors start with props_version 0: their flags hold */
   s->count = count;
   s->data = lt_malloc(ctx, count * sizeof(double));
   if (s->data == NULL) {
