@@ -369,7 +369,13 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
-  /* lt.NotImplemented: a unique value rules return to hand the call on. */
+  /* lt.NotImplemented: a unique value rules return to hand the call on;
+   * the same value when the module is opened again in this Lua state. */
+  if (S->not_implemented != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
+    lua_setfield(L, module, "NotImplemented");
+    return;
+  }
   lua_newtable(L);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, not_implemented_tostring);

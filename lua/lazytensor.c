@@ -593,7 +593,21 @@ static int module_index(lua_State *L) {
   return 0;
 }
 
+/* One state (one context) per Lua state, however often the module is
+ * opened: loaders such as busted clear package.loaded and require again, and
+ * the tensor metatable (shared through the registry) must keep pointing at
+ * the context that owns the tensors. */
+#define LTB_STATE_KEY "lazytensor.state"
+
 static void create_state(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY) == LUA_TUSERDATA) {
+    ltb_state *old = lua_touserdata(L, -1);
+    if (old->ctx != NULL) {
+      old->L = L;
+      return;
+    }
+  }
+  lua_pop(L, 1);
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
   S->pending_error = S->not_implemented = S->progress = LUA_NOREF;
@@ -606,6 +620,8 @@ static void create_state(lua_State *L) {
   lua_Alloc alloc = lua_getallocf(L, &ud);
   S->ctx = lt_context_new(alloc, ud);
   if (S->ctx == NULL) ltb_throw(L, "lazytensor: not enough memory to create a context");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY);
 }
 
 /* The settings table: reads and writes go to the context. */
