@@ -125,6 +125,7 @@ enum {
   LT_TYPE_OPERATOR,
   LT_TYPE_LOWRANK_DIAG,       /* "lowrank_plus_diag": D + U·Vᵀ (Woodbury) */
   LT_TYPE_KRON_PLUS_IDENTITY, /* "kron_plus_identity": kron + σ·I */
+  LT_TYPE_SUBMATRIX,          /* "submatrix": A[rows, cols], lazy */
   LT_TYPE_BUILTIN_COUNT
 };
 
@@ -404,6 +405,10 @@ typedef struct lt_kernel_spec {
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
+/* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
+ * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
+lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, size_t nrows,
+                            const size_t *cols, size_t ncols);
 
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with

@@ -16,6 +16,7 @@ static int register_types(lt_context *ctx) {
       {LT_TYPE_SCALED, &lt_scaled_type},       {LT_TYPE_TRANSPOSE, &lt_transpose_type},
       {LT_TYPE_INVERSE, &lt_inverse_type},     {LT_TYPE_DIAG, &lt_diag_type},
       {LT_TYPE_IDENTITY, &lt_identity_type},   {LT_TYPE_OPERATOR, &lt_operator_type},
+      {LT_TYPE_SUBMATRIX, &lt_submatrix_type},
       {LT_TYPE_TRIANGULAR, &lt_triangular_type},
       {LT_TYPE_TOEPLITZ, &lt_toeplitz_type},   {LT_TYPE_KERNEL, &lt_kernel_type},
       /* ops-a */
@@ -44,6 +45,7 @@ int lt_register_builtins(lt_context *ctx) {
       lt_register_inverse_rules,
       lt_register_diag_rules,
       lt_register_identity_rules,
+      lt_register_submatrix_rules,
       lt_register_triangular_rules,
       lt_register_toeplitz_rules,
       lt_register_kernel_rules,

@@ -224,28 +224,6 @@ local function kron_derivative(factors, dfactors, c, dc, p, K)
   return out
 end
 
--- Gathers rows `rows` of the grid operator G applied to X scattered at `cols`.
-local function selection_operator(G, rows, cols, ngrid, name)
-  local function matmul(X)
-    local k = X:size(2)
-    local Xt = X:totable()
-    local full = {}
-    for i = 1, ngrid do
-      local z = {}
-      for j = 1, k do z[j] = 0 end
-      full[i] = z
-    end
-    for i, g in ipairs(cols) do full[g] = Xt[i] end
-    local Y = (G * lt.tensor(full)):totable()
-    local out = {}
-    for i, g in ipairs(rows) do out[i] = Y[g] end
-    return lt.tensor(out)
-  end
-  local same = rows == cols
-  return lt.operator{shape = {#rows, #cols}, matmul = matmul, symmetric = same or nil,
-                     psd = (same and G:is_psd()) or nil, name = name}
-end
-
 local function build_kron(kernel, points, axes, index, ngrid, want_grads)
   local factors, dfactors, c, dcg = axis_factors(kernel, axes, want_grads)
   if not is_separable(kernel, axes, c) then return nil end
@@ -267,14 +245,14 @@ local function build_kron(kernel, points, axes, index, ngrid, want_grads)
   else
     cov.kind = "kron_masked"
     cov.explain = string.format("kron_masked: %d inputs on a %s grid (%d cells), separable kernel;"
-                                .. " K = P (⊗ K_d) Pᵀ through a row selection", #points,
+                                .. " K = (⊗ K_d)[obs, obs], a lazy submatrix", #points,
                                 table.concat(sizes, "x"), ngrid)
-    cov.K = selection_operator(G, index, index, ngrid, "grid selection")
+    cov.K = lt.submatrix(G, index)
   end
   function cov.derivative(p)
     local dG = kron_derivative(factors, dfactors, c, dcg, p, G)
     if in_order then return dG end
-    return selection_operator(dG, index, index, ngrid, "grid selection derivative")
+    return lt.submatrix(dG, index)
   end
   function cov.cross(star)
     local sidx = {}
@@ -290,7 +268,7 @@ local function build_kron(kernel, points, axes, index, ngrid, want_grads)
       end
       sidx[i] = lin + 1
     end
-    return selection_operator(G, sidx, index, ngrid, "grid cross-covariance")
+    return lt.submatrix(G, sidx, index)
   end
   return cov
 end
