@@ -105,7 +105,7 @@ describe("kernel", function()
     assert.equal(before, K:get(1, 2))
   end)
 
-  it("keeps the structure: transpose swaps x1 and x2, positive scaling scales the variance", function()
+  it("keeps the structure: transpose swaps x1 and x2, scaling scales the variance", function()
     local K = lt.kernel(lt.tensor(X1), lt.tensor(X2), rbf)
     local Kt = K:t()
     assert.equal("kernel", lt.type(Kt))
@@ -164,7 +164,8 @@ describe("kernel", function()
       assert.matches("lazytensor: kernel: " .. pattern, tostring(err))
       collectgarbage()
       collectgarbage()
-      assert.is_true(lt.memory() <= before, "memory after the error: " .. lt.memory() .. " > " .. before)
+      assert.is_true(lt.memory() <= before,
+        "memory after the error: " .. lt.memory() .. " > " .. before)
     end
 
     it("raises clear errors and leaves the state intact", function()
@@ -174,10 +175,13 @@ describe("kernel", function()
       fails("spec.lengthscale is required", x, {kind = "rbf"})
       fails("spec.lengthscale must be a number, got string", x, {kind = "rbf", lengthscale = "1"})
       fails("lengthscale must be a positive number, got 0", x, {kind = "rbf", lengthscale = 0})
-      fails("lengthscale must be a positive number, got %-1", x, {kind = "matern12", lengthscale = -1})
-      fails("variance must be a positive number, got %-2", x, {kind = "rbf", lengthscale = 1, variance = -2})
+      fails("lengthscale must be a positive number, got %-1", x,
+        {kind = "matern12", lengthscale = -1})
+      fails("variance must be a positive number, got %-2", x,
+        {kind = "rbf", lengthscale = 1, variance = -2})
       fails("spec.period is required", x, {kind = "periodic", lengthscale = 1})
-      fails("period must be a positive number, got 0", x, {kind = "periodic", lengthscale = 1, period = 0})
+      fails("period must be a positive number, got 0", x,
+        {kind = "periodic", lengthscale = 1, period = 0})
       fails("x1 has 2 features per point but x2 has 3", x, lt.zeros(2, 3), rbf)
       fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
       fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)

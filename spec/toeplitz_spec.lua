@@ -26,15 +26,19 @@ local function case(c, r, opts)
 end
 
 -- Diagonally dominant: positive definite.
-conformance.check("toeplitz symmetric positive definite 6x6", case({4, 1, -0.5, 0.25, 0.1, -0.2}, nil, {psd = true}))
-conformance.check("toeplitz symmetric indefinite 5x5", case({1, 2, -1, 0.5, 3}, nil, {symmetric = true}))
+conformance.check("toeplitz symmetric positive definite 6x6",
+  case({4, 1, -0.5, 0.25, 0.1, -0.2}, nil, {psd = true}))
+conformance.check("toeplitz symmetric indefinite 5x5",
+  case({1, 2, -1, 0.5, 3}, nil, {symmetric = true}))
 conformance.check("toeplitz general 5x5", case({3, 1, 2, 0.5, -1}, {3, -1, 0.4, 2, 1}))
 conformance.check("toeplitz rectangular 4x7", case({2, 1, -1, 0.5}, {2, 3, 0.25, -2, 1, 0.5, 4}))
 conformance.check("toeplitz rectangular 7x3", case({2, 1, -1, 0.5, 3, -2, 1}, {2, -3, 0.25}))
 conformance.check("toeplitz 1x1", case({2.5}, nil, {psd = true}))
 -- m + n - 1 = 12 (not a power of two) and 13 (prime: padded to 14)
-conformance.check("toeplitz 6x7 (FFT length 12)", case({1, 2, 3, 4, 5, 6}, {1, -1, -2, -3, -4, -5, -6}))
-conformance.check("toeplitz 7x7 (FFT length 14)", case({5, 1, 2, 3, 4, 5, 6}, {5, -1, -2, -3, -4, -5, -6}))
+conformance.check("toeplitz 6x7 (FFT length 12)",
+  case({1, 2, 3, 4, 5, 6}, {1, -1, -2, -3, -4, -5, -6}))
+conformance.check("toeplitz 7x7 (FFT length 14)",
+  case({5, 1, 2, 3, 4, 5, 6}, {5, -1, -2, -3, -4, -5, -6}))
 
 describe("toeplitz", function()
   it("is built from a tensor or a table, first column c and first row r", function()
@@ -121,7 +125,8 @@ describe("toeplitz", function()
         local k = i > j and i - j or j - i
         s = s + c[k + 1] * x[j]
       end
-      assert.is_true(close(y[i], s, 1e-9), string.format("y[%d] = %.17g, direct sum %.17g", i, y[i], s))
+      assert.is_true(close(y[i], s, 1e-9),
+        string.format("y[%d] = %.17g, direct sum %.17g", i, y[i], s))
     end
   end)
 
@@ -133,7 +138,8 @@ describe("toeplitz", function()
       assert.matches("lazytensor: toeplitz: " .. pattern, tostring(err))
       collectgarbage()
       collectgarbage()
-      assert.is_true(lt.memory() <= before, "memory after the error: " .. lt.memory() .. " > " .. before)
+      assert.is_true(lt.memory() <= before,
+        "memory after the error: " .. lt.memory() .. " > " .. before)
     end
 
     it("raises clear errors and leaves the state intact", function()
