@@ -129,6 +129,43 @@ describe("kernel", function()
     for i = 1, 4 do assert.is_true(math.abs(d[i] - R[i][i]) < 1e-15) end
   end)
 
+  it("multiplies in several row blocks (symmetric and not), every kind", function()
+    -- 300 points: blocks of 256 and 44 rows, so the symmetric path's transposed
+    -- contributions to the rows below each block are exercised.
+    local n, m = 300, 150
+    local x, y, X = {}, {}, {}
+    local seed = 5
+    local function rnd()
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed / 2147483648
+    end
+    for i = 1, n do
+      x[i] = {3 * rnd(), 3 * rnd()}
+      X[i] = {rnd() - 0.5, rnd() - 0.5}
+    end
+    for j = 1, m do y[j] = {3 * rnd(), 3 * rnd()} end
+    for _, s in ipairs(specs) do
+      local got = (lt.kernel(lt.tensor(x), s) * lt.tensor(X)):totable()
+      local got2 = (lt.kernel(lt.tensor(x), lt.tensor(y), s):t() * lt.tensor(X)):totable()
+      for i = 1, n do
+        local a, b = 0, 0
+        for j = 1, n do
+          local kij = k(s, x[i], x[j])
+          a, b = a + kij * X[j][1], b + kij * X[j][2]
+        end
+        assert.is_true(math.abs(got[i][1] - a) <= 1e-12 * math.max(1, math.abs(a))
+          and math.abs(got[i][2] - b) <= 1e-12 * math.max(1, math.abs(b)),
+          string.format("%s: row %d: %g %g, want %g %g", s.kind, i, got[i][1], got[i][2], a, b))
+      end
+      for j = 1, m, 37 do
+        local a = 0
+        for i = 1, n do a = a + k(s, x[i], y[j]) * X[i][1] end
+        assert.is_true(math.abs(got2[j][1] - a) <= 1e-12 * math.max(1, math.abs(a)),
+          string.format("%s: K(x, y)ᵀ row %d: %g, want %g", s.kind, j, got2[j][1], a))
+      end
+    end
+  end)
+
   it("multiplies n = 20000 points without forming the 20000x20000 matrix", function()
     local n = 20000
     local x, v = {}, {}
