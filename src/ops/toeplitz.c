@@ -39,7 +39,7 @@ typedef struct toeplitz_payload {
   size_t m, n; /* rows, cols */
   size_t L;    /* FFT length >= m + n - 1 */
   double *c;   /* first column, m */
-  double *r;   /* first row, n (r[0] == c[0]) */
+  double *r;   /* first row, n (r[0] == c[0]); r == c when symmetric */
   fftw_complex *spec; /* FFT of the embedding, L/2 + 1 */
 } toeplitz_payload;
 
@@ -105,7 +105,7 @@ fail:
 static void payload_free(lt_context *ctx, toeplitz_payload *p) {
   if (p == NULL) return;
   lt_free(ctx, p->c, p->m * sizeof(double));
-  lt_free(ctx, p->r, p->n * sizeof(double));
+  if (p->r != p->c) lt_free(ctx, p->r, p->n * sizeof(double));
   lt_free(ctx, p->spec, (p->L / 2 + 1) * sizeof(fftw_complex));
   lt_free(ctx, p, sizeof *p);
 }
@@ -168,12 +168,14 @@ static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, cons
     lt_error(ctx, "toeplitz: %zux%zu is too large for an FFT", m, n);
     return NULL;
   }
+  /* A symmetric matrix keeps one vector: r is c. */
+  int symmetric = m == n && same_values(c, r, n);
   p->c = lt_malloc(ctx, m * sizeof(double));
-  p->r = p->c ? lt_malloc(ctx, n * sizeof(double)) : NULL;
+  p->r = p->c && !symmetric ? lt_malloc(ctx, n * sizeof(double)) : p->c;
   p->spec = p->r ? lt_malloc(ctx, (p->L / 2 + 1) * sizeof(fftw_complex)) : NULL;
   if (p->spec == NULL) goto fail;
   memcpy(p->c, c, m * sizeof(double));
-  memcpy(p->r, r, n * sizeof(double));
+  if (!symmetric) memcpy(p->r, r, n * sizeof(double));
   if (compute_spectrum(ctx, p) != LT_OK) goto fail;
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TOEPLITZ, m, n, NULL, 0, p);
   if (t == NULL) goto fail;
@@ -248,7 +250,8 @@ static void toeplitz_destroy(lt_context *ctx, lt_tensor *self) {
 
 static size_t toeplitz_payload_bytes(const lt_tensor *self) {
   const toeplitz_payload *p = self->payload;
-  return sizeof *p + (p->m + p->n) * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
+  size_t vectors = p->m + (p->r == p->c ? 0 : p->n);
+  return sizeof *p + vectors * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
 }
 
 const lt_type lt_toeplitz_type = {
@@ -288,20 +291,19 @@ lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r) {
   if (check_vector(ctx, c, "the first column c") != LT_OK ||
       (r && check_vector(ctx, r, "the first row r") != LT_OK))
     return NULL;
-  if (r == NULL) r = c;
-  size_t m = c->shape[0], n = r->shape[0];
+  size_t m = c->shape[0], n = r ? r->shape[0] : m;
   double *cv = copy_values(ctx, c);
-  double *rv = cv ? copy_values(ctx, r) : NULL;
+  double *rv = cv && r ? copy_values(ctx, r) : cv;
   lt_tensor *t = NULL;
   if (rv == NULL) goto done;
-  if (!(cv[0] == rv[0])) {
+  if (rv != cv && !(cv[0] == rv[0])) {
     lt_error(ctx, "toeplitz: the first entries of c (%g) and r (%g) must be equal", cv[0], rv[0]);
     goto done;
   }
   t = toeplitz_from(ctx, cv, m, rv, n);
 done:
+  if (rv != cv) lt_free(ctx, rv, n * sizeof(double));
   lt_free(ctx, cv, m * sizeof(double));
-  lt_free(ctx, rv, n * sizeof(double));
   return t;
 }
 

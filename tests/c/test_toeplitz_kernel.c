@@ -154,7 +154,11 @@ static lt_tensor *toeplitz_scenario(lt_context *ctx) {
   lt_tensor *X = T ? lt_dense_full(ctx, 2, (size_t[]){3, 2}, 1.0) : NULL;
   lt_tensor *Y = X ? lt_matmul(ctx, T, X) : NULL;
   lt_tensor *Tt = Y ? lt_transpose(ctx, T) : NULL;
-  lt_tensor *Z = Tt ? lt_matmul(ctx, Tt, Y) : NULL;
+  lt_tensor *S = Tt ? lt_toeplitz_new(ctx, c, NULL) : NULL; /* symmetric: one vector */
+  lt_tensor *SY = S ? lt_matmul(ctx, S, Y) : NULL;
+  lt_tensor *Z = SY ? lt_matmul(ctx, Tt, Y) : NULL;
+  lt_release(ctx, S);
+  lt_release(ctx, SY);
   lt_release(ctx, c);
   lt_release(ctx, r);
   lt_release(ctx, T);
