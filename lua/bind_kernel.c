@@ -72,6 +72,12 @@ static int l_kernel(lua_State *L) {
     return ltb_error(L, "kernel", "expected (x1 [, x2], spec), got %d arguments", top);
   lt_kernel_spec spec;
   check_spec(L, top, &spec);
+  if (top == 3 && lua_type(L, 2) == LUA_TTABLE) {
+    lua_getfield(L, 2, "kind");
+    if (!lua_isnil(L, -1))
+      return ltb_error(L, "kernel", "x2 is a spec table; expected (x1 [, x2], spec)");
+    lua_pop(L, 1);
+  }
   lt_tensor *x1 = ltb_operand(L, 1, "kernel");
   lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
   ltb_box *box = ltb_new_box(L);

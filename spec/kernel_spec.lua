@@ -223,6 +223,7 @@ describe("kernel", function()
       fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
       fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)
       fails("expected a spec table", x, x)
+      fails("x2 is a spec table", x, rbf, rbf)
       fails("expected %(x1 %[, x2%], spec%)", x)
       -- still usable
       local K = lt.kernel(x, rbf)

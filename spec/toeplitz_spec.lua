@@ -65,7 +65,19 @@ describe("toeplitz", function()
 
   it("flags symmetry, triangularity and obvious indefiniteness soundly", function()
     assert.is_true(lt.toeplitz{2, 1}:is_symmetric())
-    assert.is_nil(lt.toeplitz{2, 1}:is_psd()) -- not claimed without proof
+    -- PSD proved only by diagonal dominance (Gershgorin): c[1] >= the
+    -- largest off-diagonal row sum |c[2]| + ... (both sides of the diagonal)
+    assert.is_true(lt.toeplitz{2, 1}:is_psd())
+    assert.is_true(lt.toeplitz{3, 1, 0.5}:is_psd())     -- middle row: 1 + 1 = 2 <= 3
+    assert.is_true(lt.toeplitz{3, 1, 0.5, -0.25}:is_psd()) -- row 2: 1 + 1 + 0.5 <= 3
+    assert.is_nil(lt.toeplitz{2, 1, 0.5, -0.25}:is_psd())  -- row 2: 2.5 > 2
+    -- positive definite (leading minors 1, 0.19, 0.036) but not dominant:
+    -- not claimed without proof
+    assert.is_nil(lt.toeplitz{1, 0.9, 0.8}:is_psd())
+    assert.is_true(lt.toeplitz{1}:is_psd())
+    assert.is_true(lt.toeplitz{0}:is_psd())
+    assert.is_true((2 * lt.toeplitz{2, 1}):is_psd())
+    assert.is_false((-2 * lt.toeplitz{2, 1}):is_psd())
     assert.is_false(lt.toeplitz({2, 1}, {2, 3}):is_symmetric())
     assert.is_false(lt.toeplitz({2, 1}, {2, 3}):is_psd())
     assert.is_false(lt.toeplitz{-1, 0}:is_psd()) -- negative diagonal
