@@ -48,14 +48,18 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
               luaL_typename(L, idx));
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
-    ltb_error(L, "kernel", "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
-                           "periodic), got %s", luaL_typename(L, -1));
+    ltb_error(L, "kernel",
+              "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
+              "periodic), got %s",
+              luaL_typename(L, -1));
   const char *kind = lua_tostring(L, -1);
   size_t i = 0, n = sizeof kinds / sizeof kinds[0];
   while (i < n && strcmp(kinds[i].name, kind) != 0) i++;
   if (i == n)
-    ltb_error(L, "kernel", "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
-                           "periodic)", kind);
+    ltb_error(L, "kernel",
+              "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
+              "periodic)",
+              kind);
   lua_pop(L, 1);
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;

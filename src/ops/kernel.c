@@ -164,8 +164,7 @@ static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const
   size_t bytes = 0, ta_bytes = 0, tb_bytes = 0;
   double *block = NULL, *ta = NULL, *tb = NULL;
   if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes) ||
-      (block = lt_malloc(ctx, bytes)) == NULL ||
-      trig_table(ctx, s, A, &ta, &ta_bytes) != LT_OK ||
+      (block = lt_malloc(ctx, bytes)) == NULL || trig_table(ctx, s, A, &ta, &ta_bytes) != LT_OK ||
       (!symmetric && trig_table(ctx, s, B, &tb, &tb_bytes) != LT_OK)) {
     lt_free(ctx, block, bytes);
     lt_free(ctx, ta, ta_bytes);
@@ -298,8 +297,7 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
   lt_tensor *t = NULL;
   if (a == NULL || (x2 && b == NULL)) goto done;
   if (b && b->shape[1] != a->shape[1]) {
-    lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1],
-             b->shape[1]);
+    lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
     goto done;
   }
   t = kernel_from(ctx, a, b, spec);
@@ -387,8 +385,8 @@ int lt_register_kernel_rules(lt_context *ctx) {
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_TRACE, K, ANY, "kernel trace (n · variance)", rule_trace, NULL,
                        NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense, NULL,
+                       NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, K, ANY, "positive number * kernel (variance scaled)",
                        rule_scale, NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -37,10 +37,10 @@
 #include "ops.h"
 
 typedef struct toeplitz_payload {
-  size_t m, n; /* rows, cols */
-  size_t L;    /* FFT length >= m + n - 1 */
-  double *c;   /* first column, m */
-  double *r;   /* first row, n (r[0] == c[0]); r == c when symmetric */
+  size_t m, n;        /* rows, cols */
+  size_t L;           /* FFT length >= m + n - 1 */
+  double *c;          /* first column, m */
+  double *r;          /* first row, n (r[0] == c[0]); r == c when symmetric */
   fftw_complex *spec; /* FFT of the embedding, L/2 + 1 */
 } toeplitz_payload;
 
@@ -66,7 +66,7 @@ static size_t fft_length(size_t need) {
 /* Work arrays and plans for one product. */
 typedef struct fft_work {
   size_t L;
-  double *buf;       /* L reals */
+  double *buf;        /* L reals */
   fftw_complex *freq; /* L/2 + 1 */
   fftw_plan fwd, inv;
 } fft_work;
@@ -269,9 +269,7 @@ static int toeplitz_row(lt_context *ctx, lt_tensor *self, size_t i, double *out)
   return LT_OK;
 }
 
-static void toeplitz_destroy(lt_context *ctx, lt_tensor *self) {
-  payload_free(ctx, self->payload);
-}
+static void toeplitz_destroy(lt_context *ctx, lt_tensor *self) { payload_free(ctx, self->payload); }
 
 static size_t toeplitz_payload_bytes(const lt_tensor *self) {
   const toeplitz_payload *p = self->payload;
@@ -412,10 +410,10 @@ int lt_register_toeplitz_rules(lt_context *ctx) {
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "toeplitz trace (min(m, n) c[1])", rule_trace,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_DENSE, T, ANY, "toeplitz dense (from c and r)", rule_dense,
+      lt_register_rule(ctx, LT_OP_DENSE, T, ANY, "toeplitz dense (from c and r)", rule_dense, NULL,
+                       NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SCALE, T, ANY, "number * toeplitz (stays toeplitz)", rule_scale,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_SCALE, T, ANY, "number * toeplitz (stays toeplitz)",
-                       rule_scale, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_ADD, T, T, "toeplitz + toeplitz (stays toeplitz)", rule_add,
                        (void *)(intptr_t)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SUB, T, T, "toeplitz - toeplitz (stays toeplitz)", rule_add,

@@ -16,15 +16,15 @@
 
 static int passed, failed;
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (cond) passed++;                                    \
-    else {                                                 \
-      failed++;                                            \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-      printf(__VA_ARGS__);                                 \
-      printf("\n");                                        \
-    }                                                      \
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (cond) passed++;                           \
+    else {                                        \
+      failed++;                                   \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+    }                                             \
   } while (0)
 
 /* ------------------------------------------------- counting allocator */
@@ -97,8 +97,7 @@ static void test_kernel_peak(void) {
   lt_release(ctx, K);
   lt_release(ctx, x);
   lt_release(ctx, v);
-  CHECK(cnt.current == start, "%zu bytes held after releasing everything",
-        cnt.current - start);
+  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
 }
@@ -136,8 +135,7 @@ static void test_toeplitz_peak(void) {
   lt_release(ctx, T);
   lt_release(ctx, c);
   lt_release(ctx, x);
-  CHECK(cnt.current == start, "%zu bytes held after releasing everything",
-        cnt.current - start);
+  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
 }
