@@ -109,6 +109,33 @@ describe("toeplitz", function()
     assert.equal(S1, S1:t()) -- symmetric: its own transpose
   end)
 
+  it("keeps the structure: Hadamard product, + c·I, add_diag and add_jitter", function()
+    local c, r = {3, 1, 2}, {3, -1, 4, 5}
+    local c2, r2 = {1, 2, 3}, {1, 5, 6, 7}
+    local H = lt.mul(lt.toeplitz(c, r), lt.toeplitz(c2, r2))
+    assert.equal("toeplitz", lt.type(H))
+    local Ra, Rb = reference(c, r), reference(c2, r2)
+    for i = 1, 3 do
+      for j = 1, 4 do assert.equal(Ra[i][j] * Rb[i][j], H:get(i, j)) end
+    end
+    local S = lt.toeplitz{2, 1, 0.5}
+    local Rs = reference({2, 1, 0.5})
+    local cases = {
+      {S + lt.identity(3, 0.5), 0.5}, {lt.identity(3, 0.5) + S, 0.5},
+      {S:add_jitter(0.25), 0.25}, {S:add_diag(1), 1}, {S - lt.identity(3), -1},
+    }
+    for k, case_ in ipairs(cases) do
+      local A, shift = case_[1], case_[2]
+      assert.equal("toeplitz", lt.type(A), "case " .. k)
+      for i = 1, 3 do
+        for j = 1, 3 do
+          assert.equal(Rs[i][j] + (i == j and shift or 0), A:get(i, j), "case " .. k)
+        end
+      end
+    end
+    assert.is_true((S + lt.identity(3, 0.5)):is_psd())
+  end)
+
   it("has a constant diagonal and trace min(m, n) c[1]", function()
     local T = lt.toeplitz({1.5, 2, 3, 4}, {1.5, 7, 8})
     assert.same({1.5, 1.5, 1.5}, T:diagonal():totable())

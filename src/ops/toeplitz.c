@@ -373,15 +373,27 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   return done(res, out);
 }
 
-/* a·T and T ± T' (same shape) stay Toeplitz. */
-static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
-                          const toeplitz_payload *b, double sb) {
+/* How two Toeplitz matrices (same shape) combine entry by entry. */
+typedef enum { COMBINE_ADD, COMBINE_SUB, COMBINE_MUL } combine_op;
+
+/* sa·A (+ shift·I) or A ± B or A ∘ B: Toeplitz again, from the vectors. */
+static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa, double shift,
+                          const toeplitz_payload *b, combine_op op) {
   double *c = lt_malloc(ctx, a->m * sizeof(double));
   double *r = c ? lt_malloc(ctx, a->n * sizeof(double)) : NULL;
   lt_tensor *t = NULL;
   if (r) {
-    for (size_t i = 0; i < a->m; i++) c[i] = sa * a->c[i] + (b ? sb * b->c[i] : 0.0);
-    for (size_t j = 0; j < a->n; j++) r[j] = sa * a->r[j] + (b ? sb * b->r[j] : 0.0);
+    for (int side = 0; side < 2; side++) {
+      double *out = side ? r : c;
+      const double *x = side ? a->r : a->c, *y = b ? (side ? b->r : b->c) : NULL;
+      size_t len = side ? a->n : a->m;
+      for (size_t i = 0; i < len; i++) {
+        double v = sa * x[i];
+        if (y) v = op == COMBINE_MUL ? v * y[i] : op == COMBINE_SUB ? v - y[i] : v + y[i];
+        out[i] = v;
+      }
+      out[0] += shift;
+    }
     t = toeplitz_from(ctx, c, a->m, r, a->n);
   }
   lt_free(ctx, c, a->m * sizeof(double));
@@ -392,12 +404,22 @@ static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (args->scalar == 1.0) return done(res, lt_retain(args->a));
-  return done(res, combine(ctx, args->a->payload, args->scalar, NULL, 0.0));
+  return done(res, combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD));
 }
 
-static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  double sign = (double)(intptr_t)ud;
-  return done(res, combine(ctx, args->a->payload, 1.0, args->b->payload, sign));
+/* T ± T', T ∘ T' (ud: the combine_op). */
+static int rule_combine(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  combine_op op = (combine_op)(intptr_t)ud;
+  return done(res, combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op));
+}
+
+/* T + c·I: c added to c[1] and r[1] (add_diag and add_jitter with a number
+ * come here too). */
+static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double v;
+  if (lt_get(ctx, args->b, 0, 0, &v) != LT_OK) return LT_ERR;
+  return done(res, combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD));
 }
 
 int lt_register_toeplitz_rules(lt_context *ctx) {
@@ -414,10 +436,14 @@ int lt_register_toeplitz_rules(lt_context *ctx) {
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, T, ANY, "number * toeplitz (stays toeplitz)", rule_scale,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_ADD, T, T, "toeplitz + toeplitz (stays toeplitz)", rule_add,
-                       (void *)(intptr_t)1, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_SUB, T, T, "toeplitz - toeplitz (stays toeplitz)", rule_add,
-                       (void *)(intptr_t)-1, NULL, 0) != LT_OK)
+      lt_register_rule(ctx, LT_OP_ADD, T, T, "toeplitz + toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_ADD, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SUB, T, T, "toeplitz - toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_SUB, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_MUL, T, T, "toeplitz .* toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_MUL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_ADD, T, LT_TYPE_IDENTITY, "toeplitz + c*I (stays toeplitz)",
+                       rule_add_identity, NULL, NULL, 1) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }
