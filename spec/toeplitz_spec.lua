@@ -143,6 +143,80 @@ describe("toeplitz", function()
     assert.equal(2.5, S:trace())
   end)
 
+  describe("solves above max_cholesky_size", function()
+    local n = 300
+    local c = {}
+    for k = 1, n do c[k] = math.exp(-((k - 1) / 20) ^ 2) end
+    c[1] = c[1] + 0.05 -- a Gaussian-kernel Toeplitz plus noise: positive definite
+    -- T·x by direct sums over the definition
+    local function apply(cv, x, j)
+      local out = {}
+      for i = 1, n do
+        local s = 0
+        for l = 1, n do
+          local v = type(x[l]) == "table" and x[l][j] or x[l]
+          s = s + cv[math.abs(i - l) + 1] * v
+        end
+        out[i] = s
+      end
+      return out
+    end
+    local function rel_residual(cv, x, b, j)
+      local Tx, num, den = apply(cv, x, j), 0, 0
+      for i = 1, n do
+        local bi = type(b[i]) == "table" and b[i][j] or b[i]
+        num, den = num + (Tx[i] - bi) ^ 2, den + bi ^ 2
+      end
+      return math.sqrt(num / den)
+    end
+    local b, B = {}, {}
+    for i = 1, n do
+      b[i] = math.sin(i)
+      B[i] = {math.cos(i), (i % 5) - 2}
+    end
+
+    it("by CG with a circulant preconditioner, in few iterations", function()
+      lt.with_settings({max_cholesky_size = 100}, function()
+        local T = lt.toeplitz(c)
+        local first = lt.explain("solve", T, lt.tensor(b)):match("\n(.-)\n")
+        assert.matches("^%s*1%. toeplitz solve", first)
+        local x, info = T:solve(lt.tensor(b))
+        assert.equal("cg (circulant preconditioner)", info.method)
+        assert.is_true(info.converged)
+        assert.is_true(info.iterations < 60, "iterations: " .. info.iterations)
+        assert.same({n}, x:shape())
+        assert.is_true(rel_residual(c, x:totable(), b) < 1e-5)
+        local X, info2 = T:solve(lt.tensor(B))
+        assert.same({n, 2}, X:shape())
+        assert.is_true(info2.converged)
+        local Xt = X:totable()
+        assert.is_true(rel_residual(c, Xt, B, 1) < 1e-5)
+        assert.is_true(rel_residual(c, Xt, B, 2) < 1e-5)
+        -- T + c·I stays Toeplitz, and so does its solve
+        local _, info3 = (T + lt.identity(n, 0.5)):solve(lt.tensor(b))
+        assert.equal("cg (circulant preconditioner)", info3.method)
+      end)
+    end)
+
+    it("hands the call on below the threshold, for non-symmetric or not PSD matrices", function()
+      local T = lt.toeplitz(c)
+      local x, info = T:solve(lt.tensor(b)) -- n = 300 <= 800: exact
+      assert.is_not.equal("cg (circulant preconditioner)", info.method)
+      assert.is_true(rel_residual(c, x:totable(), b) < 1e-9)
+      lt.with_settings({max_cholesky_size = 100}, function()
+        local bad = {}
+        for k = 1, n do bad[k] = c[k] end
+        bad[1] = 0.5 -- |c[2]| > c[1]: known not PSD
+        local _, info2 = lt.toeplitz(bad):solve(lt.tensor(b))
+        assert.is_not.equal("cg (circulant preconditioner)", info2.method)
+        local r = {}
+        for k = 1, n do r[k] = c[k] * (k % 2 == 0 and -1 or 1) end
+        local _, info3 = lt.toeplitz(c, r):solve(lt.tensor(b))
+        assert.is_not.equal("cg (circulant preconditioner)", info3.method)
+      end)
+    end)
+  end)
+
   it("multiplies a symmetric 2^17 matrix by FFT, matching direct sums", function()
     local n = 2 ^ 17
     local c, x = {}, {}

@@ -34,6 +34,7 @@
 #include <fftw3.h>
 
 #include "../core/internal.h"
+#include "../linalg/linalg.h"
 #include "ops.h"
 
 typedef struct toeplitz_payload {
@@ -422,6 +423,145 @@ static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *re
   return done(res, combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD));
 }
 
+/* ------------------------------------------------------------- solves */
+
+/* Symmetric Toeplitz solves above max_cholesky_size: CG preconditioned by
+ * T. Chan's optimal circulant approximation C (the circulant closest to T in
+ * the Frobenius norm): first column c_k = ((n - k) t_k + k t_{n-k}) / n, its
+ * eigenvalues the real FFT of c. C⁻¹x is one forward and one inverse FFT;
+ * CG on such systems converges in few iterations, each one FFT product. */
+typedef struct circulant_precond {
+  size_t n;
+  double *inv_eig; /* 1 / eigenvalue, n/2 + 1 */
+  fft_work w;
+} circulant_precond;
+
+static void precond_free(lt_context *ctx, circulant_precond *P) {
+  fft_work_free(ctx, &P->w);
+  lt_free(ctx, P->inv_eig, (P->n / 2 + 1) * sizeof(double));
+  P->inv_eig = NULL;
+}
+
+/* LT_NOT_IMPLEMENTED when C is not positive definite. */
+static int precond_init(lt_context *ctx, circulant_precond *P, const toeplitz_payload *p) {
+  size_t n = p->n, nf = n / 2 + 1;
+  memset(P, 0, sizeof *P);
+  P->n = n;
+  P->inv_eig = lt_malloc(ctx, nf * sizeof(double));
+  if (P->inv_eig == NULL || fft_work_init(ctx, &P->w, n, 1) != LT_OK) {
+    precond_free(ctx, P);
+    return LT_ERR;
+  }
+  P->w.buf[0] = p->c[0];
+  for (size_t k = 1; k < n; k++)
+    P->w.buf[k] = ((double)(n - k) * p->c[k] + (double)k * p->c[n - k]) / (double)n;
+  fftw_execute(P->w.fwd);
+  for (size_t q = 0; q < nf; q++) {
+    double lambda = P->w.freq[q][0]; /* c is symmetric: the spectrum is real */
+    if (!(lambda > 0) || !isfinite(1.0 / lambda)) {
+      precond_free(ctx, P);
+      return LT_NOT_IMPLEMENTED;
+    }
+    P->inv_eig[q] = 1.0 / lambda;
+  }
+  return LT_OK;
+}
+
+static int precond_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X,
+                         double *Y) {
+  (void)ctx;
+  circulant_precond *P = ud;
+  size_t nf = n / 2 + 1;
+  double scale = 1.0 / (double)n;
+  for (size_t j = 0; j < k; j++) {
+    for (size_t i = 0; i < n; i++) P->w.buf[i] = X[i * k + j];
+    fftw_execute(P->w.fwd);
+    for (size_t q = 0; q < nf; q++) {
+      P->w.freq[q][0] *= P->inv_eig[q];
+      P->w.freq[q][1] *= P->inv_eig[q];
+    }
+    fftw_execute(P->w.inv);
+    for (size_t i = 0; i < n; i++) Y[i * k + j] = P->w.buf[i] * scale;
+  }
+  return LT_OK;
+}
+
+/* ‖B − T·X‖ / ‖B‖, the worst column. */
+static int worst_residual(lt_context *ctx, const lt_linop *A, size_t k, const double *B,
+                          const double *X, double *out) {
+  size_t n = A->n;
+  double *R = lt_malloc(ctx, n * k * sizeof(double));
+  if (R == NULL) return LT_ERR;
+  int rc = lt_linop_apply(ctx, A, k, X, R);
+  *out = 0;
+  for (size_t j = 0; rc == LT_OK && j < k; j++) {
+    double bn = 0, rn = 0;
+    for (size_t i = 0; i < n; i++) {
+      double r = B[i * k + j] - R[i * k + j];
+      bn += B[i * k + j] * B[i * k + j];
+      rn += r * r;
+    }
+    if (bn > 0 && sqrt(rn / bn) > *out) *out = sqrt(rn / bn);
+  }
+  lt_free(ctx, R, n * k * sizeof(double));
+  return rc;
+}
+
+/* Hands the call on (LT_NOT_IMPLEMENTED) below max_cholesky_size, for
+ * non-symmetric or known-indefinite T, when the circulant is not positive
+ * definite, or when CG meets non-positive curvature: the generic rules
+ * (dense, or GMRES) then take over. */
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  const toeplitz_payload *p = a->payload;
+  lt_tristate psd = lt_prop_get(a, LT_PROP_PSD);
+  if (args->b == NULL || p->m != p->n || p->r != p->c || psd == LT_NO ||
+      p->n <= ctx->settings.max_cholesky_size)
+    return LT_NOT_IMPLEMENTED;
+  size_t n = p->n;
+  lt_tensor *B = lt_as_matrix(ctx, args->b);
+  if (B == NULL) return LT_ERR;
+  size_t k = B->shape[1];
+  circulant_precond P;
+  int rc = precond_init(ctx, &P, p);
+  if (rc != LT_OK) {
+    lt_release(ctx, B);
+    return rc;
+  }
+  lt_tensor *X = lt_dense_zeros(ctx, args->b->ndim, args->b->shape);
+  lt_linop A, Minv = {n, precond_apply, &P};
+  lt_info info = {0};
+  if (X == NULL || lt_linop_of_tensor(ctx, a, &A) != LT_OK) {
+    rc = LT_ERR;
+  } else {
+    lt_cg_opts o;
+    memset(&o, 0, sizeof o);
+    o.tol = ctx->settings.cg_tolerance;
+    o.max_iter = ctx->settings.max_cg_iterations;
+    o.progress = ctx->settings.progress;
+    o.progress_ud = ctx->settings.progress_ud;
+    rc = lt_mbcg(ctx, &A, &Minv, k, lt_dense_data(B), lt_dense_data(X), &o, NULL, &info);
+    if (rc == LT_INDEFINITE) {
+      lt_clear_error(ctx);
+      rc = LT_NOT_IMPLEMENTED;
+    } else if (rc == LT_OK) {
+      rc = worst_residual(ctx, &A, k, lt_dense_data(B), lt_dense_data(X), &info.residual);
+      if (info.residual > 10.0 * ctx->settings.cg_tolerance) info.converged = 0;
+      info.method = "cg (circulant preconditioner)";
+    }
+  }
+  precond_free(ctx, &P);
+  lt_release(ctx, B);
+  if (rc != LT_OK) {
+    lt_release(ctx, X);
+    return rc;
+  }
+  res->t[0] = X;
+  res->info = info;
+  return LT_OK;
+}
+
 int lt_register_toeplitz_rules(lt_context *ctx) {
   if (pthread_once(&planner_once, make_planner_thread_safe) != 0)
     return lt_error(ctx, "toeplitz: could not make FFTW's planner thread-safe");
@@ -443,7 +583,10 @@ int lt_register_toeplitz_rules(lt_context *ctx) {
       lt_register_rule(ctx, LT_OP_MUL, T, T, "toeplitz .* toeplitz (stays toeplitz)", rule_combine,
                        (void *)(intptr_t)COMBINE_MUL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_ADD, T, LT_TYPE_IDENTITY, "toeplitz + c*I (stays toeplitz)",
-                       rule_add_identity, NULL, NULL, 1) != LT_OK)
+                       rule_add_identity, NULL, NULL, 1) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SOLVE, T, ANY,
+                       "toeplitz solve above max_cholesky_size (CG, circulant preconditioner)",
+                       rule_solve, NULL, NULL, 0) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }

@@ -166,6 +166,25 @@ static lt_tensor *toeplitz_scenario(lt_context *ctx) {
   return Z;
 }
 
+/* A symmetric positive definite Toeplitz solve above max_cholesky_size:
+ * the circulant-preconditioned CG rule. */
+static lt_tensor *toeplitz_solve_scenario(lt_context *ctx) {
+  double cv[] = {4, 1, 0.5, 0.25, 0.1, 0.05};
+  lt_settings_of(ctx)->max_cholesky_size = 2;
+  lt_tensor *c = lt_dense_from(ctx, 1, (size_t[]){6}, cv);
+  lt_tensor *T = c ? lt_toeplitz_new(ctx, c, NULL) : NULL;
+  lt_tensor *b = T ? lt_dense_full(ctx, 2, (size_t[]){6, 2}, 1.0) : NULL;
+  lt_info info;
+  lt_tensor *x = b ? lt_solve(ctx, T, b, &info) : NULL;
+  if (x && (info.method == NULL || strcmp(info.method, "cg (circulant preconditioner)") != 0)) {
+    CHECK(0, "toeplitz solve: method %s", info.method ? info.method : "(none)");
+  }
+  lt_release(ctx, c);
+  lt_release(ctx, T);
+  lt_release(ctx, b);
+  return x;
+}
+
 static lt_tensor *kernel_scenario(lt_context *ctx) {
   double xv[] = {0, 1, 2, 0.5, -1, 3}, yv[] = {1, 1, 0, 2};
   lt_kernel_spec spec = {LT_KERNEL_PERIODIC, 0.7, 1.2, 2.0};
@@ -274,6 +293,7 @@ int main(void) {
   test_kernel_peak();
   test_toeplitz_peak();
   test_failures("toeplitz", toeplitz_scenario);
+  test_failures("toeplitz solve", toeplitz_solve_scenario);
   test_failures("kernel", kernel_scenario);
   test_threads();
   printf("%d passed, %d failed\n", passed, failed);
