@@ -8,16 +8,18 @@
  * C(a)·(x, 0) = IFFT(FFT(a) ∘ FFT(x, 0)). FFT(a) is computed once, when the
  * operator is made; each product column costs one forward and one inverse
  * real FFT. Cᵀ is the circulant of a reversed, whose spectrum is conj FFT(a),
- * so Tᵀ·y needs no second spectrum.
+ * so Tᵀ·y needs no second spectrum. Symmetric solves above
+ * max_cholesky_size use CG with a circulant preconditioner (see "solves").
  *
  * Memory and FFTW:
  * - Every buffer (the payload, the spectrum, per-call work arrays) is
  *   allocated through the context (lt_malloc), so lt.memory() sees it;
  *   plans are made with FFTW_UNALIGNED, so those buffers need no
  *   fftw_malloc alignment. FFTW's plans themselves (twiddle tables, O(L))
- *   and its planner cache are allocated by FFTW, outside the context: they
- *   live only while a product runs (plans are made with FFTW_ESTIMATE per
- *   call and destroyed before it returns).
+ *   are allocated by FFTW, outside the context, and live only while a
+ *   product runs (made with FFTW_ESTIMATE per call, destroyed before it
+ *   returns); FFTW's process-wide planner state (about 120 KB, bounded) stays
+ *   until the host calls fftw_cleanup().
  * - FFTW's planner is process-wide and not thread-safe. FFTW >= 3.3.5 can
  *   lock it (fftw_make_planner_thread_safe, in libfftw3_threads); the
  *   register function calls it exactly once per process (pthread_once)
