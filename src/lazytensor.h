@@ -393,6 +393,10 @@ lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_lowrank_new(lt_context *ctx, lt_tensor *u, lt_tensor *v /* NULL: U·Uᵀ */);
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n);
 lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n);
+/* First column c (m) and first row r (n), 1-d dense, c[0] == r[0]: m×n.
+ * Products by FFT (FFTW). The first context created calls
+ * fftw_make_planner_thread_safe() once per process (link -lfftw3_threads),
+ * so contexts in different threads may plan concurrently. */
 lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r /* NULL: symmetric */);
 typedef enum {
   LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
@@ -402,6 +406,8 @@ typedef struct lt_kernel_spec {
   lt_kernel_kind kind;
   double lengthscale, variance, period;
 } lt_kernel_spec;
+/* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale,
+ * variance (and period for periodic) > 0. Entries are never stored. */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
