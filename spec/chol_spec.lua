@@ -30,6 +30,9 @@ describe("chol structure", function()
 
   it("has L as its Cholesky factor and root, logdet 2 Σ log L_ii", function()
     local A = lt.chol(lt.tensor(L))
+    assert.equal("triangular", lt.type(A:cholesky()))
+    assert.equal("triangular", lt.type(A:root()))
+    assert.equal("inverse", lt.type(A:root_inv())) -- L⁻ᵀ, lazy
     close(A:cholesky(), L, 0, "cholesky")
     close(A:cholesky(true), ref.transpose(L), 0, "upper cholesky")
     close(A:root(), L, 0, "root")
