@@ -322,7 +322,7 @@ function structure.build(kernel, points, opts)
     end
     if want == "toeplitz" then
       error("lazytensor: gp: toeplitz structure needs regularly spaced 1-d inputs and a "
-            .. "stationary kernel", 2)
+            .. "stationary kernel", 0)
     end
   end
   if want == "auto" or want == "kron" then
@@ -330,7 +330,7 @@ function structure.build(kernel, points, opts)
     local cov = axes and build_kron(kernel, points, axes, index, ngrid, want_grads)
     if cov then return cov end
     if want == "kron" then
-      error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 2)
+      error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 0)
     end
   end
   return build_dense(kernel, points, want_grads)
