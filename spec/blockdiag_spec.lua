@@ -147,13 +147,13 @@ describe("blockdiag structure", function()
       assert.is_false(ok)
       assert.matches(pattern, err)
     end
-    fails("lazytensor: blockdiag: expected a table of blocks", lt.blockdiag, T(S3))
-    fails("lazytensor: blockdiag: needs at least one block", lt.blockdiag, {})
-    fails("lazytensor: blockdiag: block 2 must be a matrix", lt.blockdiag, {T(S3), lt.ones(3)})
-    fails("lazytensor: blockdiag: block 2: expected a tensor or a table of numbers, got string",
+    fails("^lazytensor: blockdiag: expected a table of blocks", lt.blockdiag, T(S3))
+    fails("^lazytensor: blockdiag: needs at least one block", lt.blockdiag, {})
+    fails("^lazytensor: blockdiag: block 2 must be a matrix", lt.blockdiag, {T(S3), lt.ones(3)})
+    fails("^lazytensor: blockdiag: block 2: expected a tensor or a table of numbers, got string",
       lt.blockdiag, {T(S3), "x"})
     local A = lt.blockdiag{T(R23), T(R31)}
-    fails("lazytensor: solve: expected a square matrix", lt.solve, A, lt.ones(5))
+    fails("^lazytensor: solve: expected a square matrix", lt.solve, A, lt.ones(5))
     close(A, assemble{R23, R31}, 0, "intact")
   end)
 end)

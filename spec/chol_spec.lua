@@ -51,14 +51,14 @@ describe("chol structure", function()
       assert.is_false(ok)
       assert.matches(pattern, err)
     end
-    fails("lazytensor: chol: the factor must be lower triangular %(entry %(1, 2%)", lt.chol,
+    fails("^lazytensor: chol: the factor must be lower triangular %(entry %(1, 2%)", lt.chol,
       lt.tensor{{1, 2}, {0, 1}})
-    fails("lazytensor: chol: expected a square lower%-triangular factor", lt.chol, lt.ones(2, 3))
-    fails("lazytensor: chol: expected a lower%-triangular factor", lt.chol,
+    fails("^lazytensor: chol: expected a square lower%-triangular factor", lt.chol, lt.ones(2, 3))
+    fails("^lazytensor: chol: expected a lower%-triangular factor", lt.chol,
       lt.triangular(lt.tensor(L), "upper"))
-    fails("lazytensor: solve: the matrix is singular", lt.solve,
+    fails("^lazytensor: solve: the matrix is singular", lt.solve,
       lt.chol(lt.tensor{{1, 0}, {1, 0}}), lt.ones(2))
-    fails("lazytensor: cholesky: the matrix is not positive definite", lt.cholesky,
+    fails("^lazytensor: cholesky: the matrix is not positive definite", lt.cholesky,
       lt.chol(lt.tensor{{1, 0}, {1, 0}}))
   end)
 end)

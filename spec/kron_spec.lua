@@ -142,13 +142,13 @@ describe("kron structure", function()
       assert.is_false(ok)
       assert.matches(pattern, err)
     end
-    fails("lazytensor: kron: needs at least one factor", lt.kron)
-    fails("lazytensor: kron: factor 2 must be a matrix", lt.kron, T(A3), lt.ones(3))
-    fails("lazytensor: kron: factor 2: expected a tensor or a table of numbers, got boolean",
+    fails("^lazytensor: kron: needs at least one factor", lt.kron)
+    fails("^lazytensor: kron: factor 2 must be a matrix", lt.kron, T(A3), lt.ones(3))
+    fails("^lazytensor: kron: factor 2: expected a tensor or a table of numbers, got boolean",
       lt.kron, T(A3), true)
     local K = lt.kron(T(R23), T(R22))
-    fails("lazytensor: logdet: expected a square matrix", lt.logdet, K)
-    fails("lazytensor: matmul:", function() return K * lt.ones(5) end)
+    fails("^lazytensor: logdet: expected a square matrix", lt.logdet, K)
+    fails("^lazytensor: matmul:", function() return K * lt.ones(5) end)
     close(K, kron(R23, R22), 1e-14, "intact")
   end)
 end)
