@@ -55,6 +55,9 @@ conformance.check("lowrank_plus_diag U*U' + D (PSD)",
 conformance.check("lowrank_plus_diag D + U*V' (general)",
   function() return lt.diag(d) + lt.lowrank(U, V) end,
   function() return plus_diag(outer(U, V), d) end)
+conformance.check("lowrank_plus_diag with a zero on the diagonal (no Woodbury)",
+  function() return lt.lowrank(U) + lt.diag{1.5, 0, 2.0, 1.1, 0.9} end,
+  function() return plus_diag(outer(U, U), {1.5, 0, 2.0, 1.1, 0.9}) end, {psd = true})
 conformance.check("lowrank_plus_diag with a negative diagonal",
   function() return lt.lowrank(U):add_diag(lt.tensor{1.5, -0.7, 2.0, 1.1, -0.9}) end,
   function() return plus_diag(outer(U, U), {1.5, -0.7, 2.0, 1.1, -0.9}) end, {symmetric = true})
