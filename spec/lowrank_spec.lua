@@ -117,6 +117,16 @@ describe("lowrank structure", function()
     close(B + C, want, 1e-12, "(D + UU') + (D + VV')")
   end)
 
+  it("has a lazy root only when PSD", function()
+    assert.equal("operator", lt.type((lt.lowrank(U) + lt.diag(d)):root()))
+    local R = (lt.lowrank(U) + lt.diag(d)):root()
+    close(R * R:t(), plus_diag(outer(U, U), d), 1e-12, "R R'")
+    -- not PSD: the generic (dense) root, which raises or factors a dense matrix
+    assert.is_not.equal("operator", lt.type(select(2, pcall(function()
+      return (lt.lowrank(U, V) + lt.diag(d)):root()
+    end))))
+  end)
+
   it("solves with Woodbury and the determinant lemma", function()
     local B = lt.lowrank(U) + lt.diag(d)
     local _, info = B:solve(lt.tensor{1, 2, 3, 4, 5})
@@ -198,6 +208,23 @@ describe("lowrank + diag at n = 1e5, k = 20", function()
       worst = math.max(worst, math.abs(s - b[i]))
     end
     assert.is_true(worst < 1e-9, "residual " .. worst)
+    assert.is_true(lt.memory() < 200e6)
+  end)
+
+  it("has a lazy root [sqrt(D) | U] (sampling without n x n)", function()
+    local R = A:root()
+    assert.equal("operator", lt.type(R))
+    assert.same({n, n + k}, R:shape())
+    local g2 = ref.generator(3)
+    local z = ref.random_vector(g2, n + k)
+    local y = (R * lt.tensor(z)):totable()
+    local worst = 0
+    for i = 1, n, 997 do
+      local s = math.sqrt(dv[i]) * z[i]
+      for l = 1, k do s = s + Ub[i][l] * z[n + l] end
+      worst = math.max(worst, math.abs(y[i] - s))
+    end
+    assert.is_true(worst < 1e-12, "R*z deviates by " .. worst)
     assert.is_true(lt.memory() < 200e6)
   end)
 
