@@ -81,6 +81,18 @@ describe("lowrank structure", function()
     close(A + B, sum, 1e-12, "lowrank + lowrank")
   end)
 
+  it("stays lowrank when multiplied by a diag on either side", function()
+    local A = lt.lowrank(U, V)
+    local D = lt.diag(d)
+    local Dm = plus_diag(outer(U, U), d)
+    for i = 1, 5 do for j = 1, 5 do Dm[i][j] = i == j and d[i] or 0 end end
+    assert.equal("lowrank", lt.type(A * D))
+    assert.equal("lowrank", lt.type(D * A))
+    close(A * D, ref.mm(outer(U, V), Dm), 1e-13, "A * D")
+    close(D * A, ref.mm(Dm, outer(U, V)), 1e-13, "D * A")
+    assert.equal("lowrank", lt.type(lt.lowrank(Urect, Vrect) * lt.diag{1, 2, 3}))
+  end)
+
   it("keeps PSD for U*U' under positive scaling and sums", function()
     local A = lt.lowrank(U)
     assert.is_true((3 * A):is_psd())
