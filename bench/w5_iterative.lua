@@ -44,14 +44,13 @@ for _, n in ipairs{1000, 2000, 3000} do
     local name, A, rank = v[1], v[2], v[3]
     local opts = {max_cholesky_size = 0, cg_tolerance = 1e-6, preconditioner_size = rank,
                   num_trace_samples = 30}
-    local secs, x, info = timed(function() return A:solve(b, opts) end)
+    local secs, _, info = timed(function() return A:solve(b, opts) end)
     emit{bench = "w5_iterative", op = "solve", operand = name, n = n, precond_rank = rank,
          cpu_seconds = secs, iterations = info.iterations, residual = info.residual,
          converged = info.converged, method = info.method}
-    local _ = x
     local secs2, ld, info2 = timed(function() return A:logdet(opts) end)
     emit{bench = "w5_iterative", op = "logdet", operand = name, n = n, precond_rank = rank,
-         cpu_seconds = secs2, iterations = info2.iterations, value = ld, converged = info2.converged,
-         method = info2.method, probes = 30}
+         cpu_seconds = secs2, iterations = info2.iterations, value = ld,
+         converged = info2.converged, method = info2.method, probes = 30}
   end
 end

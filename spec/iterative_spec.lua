@@ -97,6 +97,29 @@ describe("iterative methods on a smaller kernel", function()
   end)
 end)
 
+describe("iterative methods and memory", function()
+  it("hold nothing once their results are gone", function()
+    local n = 500
+    local A = lt.kernel(lt.rand(n), {kind = "rbf", lengthscale = 0.1}) + lt.identity(n, 0.1)
+    local b = lt.randn(n, 2)
+    local o = {max_cholesky_size = 0}
+    collectgarbage()
+    collectgarbage()
+    local before = lt.memory()
+    do
+      local x = A:solve(b, o)
+      local q, l = A:inv_quad_logdet(b, o)
+      local R, S = A:root(o), A:root_inv(o)
+      local w, Q = A:eigh(o)
+      assert.is_true(x ~= nil and q ~= nil and l ~= nil and R ~= nil and S ~= nil and w ~= nil
+                     and Q ~= nil)
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(before, lt.memory())
+  end)
+end)
+
 describe("iterative methods and symmetry", function()
   local n = 300
   local M, b

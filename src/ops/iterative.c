@@ -38,16 +38,18 @@ static op_kind classify(lt_context *ctx, lt_tensor *a) {
 
 static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind) {
   if (kind != KIND_GENERAL) return LT_OK;
+  /* eigh needs symmetry only; SLQ and roots need positive definiteness too */
+  const char *need = strcmp(op, "eigh") == 0 ? "a symmetric" : "a symmetric positive definite";
   if (lt_is_symmetric(ctx, a) == LT_NO)
     return lt_error(ctx,
                     "%s: the operator is not symmetric; the iterative method (n = %zu > "
-                    "max_cholesky_size = %zu) needs a symmetric positive definite one",
-                    op, a->shape[0], ctx->settings.max_cholesky_size);
+                    "max_cholesky_size = %zu) needs %s one",
+                    op, a->shape[0], ctx->settings.max_cholesky_size, need);
   return lt_error(ctx,
                   "%s: the operator's symmetry is unknown and the iterative method (n = %zu > "
-                  "max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
-                  "with lt.psd(A) if it is, or raise settings.max_cholesky_size",
-                  op, a->shape[0], ctx->settings.max_cholesky_size);
+                  "max_cholesky_size = %zu) needs %s one; wrap it with lt.psd(A) if it is "
+                  "positive semi-definite, or raise settings.max_cholesky_size",
+                  op, a->shape[0], ctx->settings.max_cholesky_size, need);
 }
 
 /* Errors from the linalg layer name their algorithm ("cg: ..."); the user
@@ -145,19 +147,14 @@ static int part_row(lt_context *ctx, lt_tensor *t, size_t i, double *out) {
   lt_tensor *e = lt_dense_zeros(ctx, 2, (size_t[2]){n, 1});
   if (e == NULL) return LT_ERR;
   lt_dense_data(e)[i] = 1.0;
-  lt_tensor *c = t->type->matmul(ctx, t, e);
+  lt_tensor *c = lt_apply(ctx, t, e);
   lt_release(ctx, e);
-  if (c == NULL) return LT_ERR;
-  int rc = LT_OK;
-  if (c->type_id != LT_TYPE_DENSE || lt_numel(c) != n) rc = lt_error(ctx, "matmul: bad result");
-  else {
-    lt_tensor *cc = lt_dense_contiguous(ctx, c);
-    if (cc == NULL) rc = LT_ERR;
-    else memcpy(out, lt_dense_data(cc), n * sizeof(double));
-    lt_release(ctx, cc);
-  }
+  lt_tensor *cc = c ? lt_dense_contiguous(ctx, c) : NULL;
   lt_release(ctx, c);
-  return rc;
+  if (cc == NULL) return LT_ERR;
+  memcpy(out, lt_dense_data(cc), n * sizeof(double));
+  lt_release(ctx, cc);
+  return LT_OK;
 }
 
 static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
