@@ -16,12 +16,15 @@ static int l_lowrank(lua_State *L) {
 }
 
 /* The n operands at stack slots first .. first+n-1 as tensors (converted in
- * place, so the garbage collector owns conversions); factors[] gets them. */
-static lt_tensor **operands(lua_State *L, int first, int n, const char *op) {
+ * place, so the garbage collector owns conversions); `what` names them in
+ * errors ("factor", "block"). */
+static lt_tensor **operands(lua_State *L, int first, int n, const char *op, const char *what) {
   lt_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(n > 0 ? n : 1), 0);
   for (int i = 0; i < n; i++) {
-    if (lua_isnil(L, first + i))
-      ltb_error(L, op, "operand %d is nil", i + 1);
+    int ty = lua_type(L, first + i);
+    if (ty != LUA_TNUMBER && ty != LUA_TTABLE && ty != LUA_TUSERDATA)
+      ltb_error(L, op, "%s %d: expected a tensor or a table of numbers, got %s", what, i + 1,
+                luaL_typename(L, first + i));
     t[i] = ltb_operand(L, first + i, op);
   }
   return t;
@@ -31,7 +34,7 @@ static int l_kron(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   int n = lua_gettop(L);
   if (n < 1) return ltb_error(L, "kron", "needs at least one factor");
-  lt_tensor **f = operands(L, 1, n, "kron");
+  lt_tensor **f = operands(L, 1, n, "kron", "factor");
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_kron_new(ctx, f, n));
 }
@@ -46,7 +49,7 @@ static int l_blockdiag(lua_State *L) {
   if (n > 100000) return ltb_error(L, "blockdiag", "too many blocks (%lld)", (long long)n);
   luaL_checkstack(L, (int)n + 4, "blockdiag: too many blocks");
   for (lua_Integer i = 1; i <= n; i++) lua_geti(L, 1, i);
-  lt_tensor **b = operands(L, 2, (int)n, "blockdiag");
+  lt_tensor **b = operands(L, 2, (int)n, "blockdiag", "block");
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_blockdiag_new(ctx, b, (int)n));
 }

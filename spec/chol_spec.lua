@@ -30,6 +30,9 @@ describe("chol structure", function()
 
   it("has L as its Cholesky factor and root, logdet 2 Σ log L_ii", function()
     local A = lt.chol(lt.tensor(L))
+    assert.equal("triangular", lt.type(A:cholesky()))
+    assert.equal("triangular", lt.type(A:root()))
+    assert.equal("inverse", lt.type(A:root_inv())) -- L⁻ᵀ, lazy
     close(A:cholesky(), L, 0, "cholesky")
     close(A:cholesky(true), ref.transpose(L), 0, "upper cholesky")
     close(A:root(), L, 0, "root")
@@ -48,14 +51,14 @@ describe("chol structure", function()
       assert.is_false(ok)
       assert.matches(pattern, err)
     end
-    fails("lazytensor: chol: the factor must be lower triangular %(entry %(1, 2%)", lt.chol,
+    fails("^lazytensor: chol: the factor must be lower triangular %(entry %(1, 2%)", lt.chol,
       lt.tensor{{1, 2}, {0, 1}})
-    fails("lazytensor: chol: expected a square lower%-triangular factor", lt.chol, lt.ones(2, 3))
-    fails("lazytensor: chol: expected a lower%-triangular factor", lt.chol,
+    fails("^lazytensor: chol: expected a square lower%-triangular factor", lt.chol, lt.ones(2, 3))
+    fails("^lazytensor: chol: expected a lower%-triangular factor", lt.chol,
       lt.triangular(lt.tensor(L), "upper"))
-    fails("lazytensor: solve: the matrix is singular", lt.solve,
+    fails("^lazytensor: solve: the matrix is singular", lt.solve,
       lt.chol(lt.tensor{{1, 0}, {1, 0}}), lt.ones(2))
-    fails("lazytensor: cholesky: the matrix is not positive definite", lt.cholesky,
+    fails("^lazytensor: cholesky: the matrix is not positive definite", lt.cholesky,
       lt.chol(lt.tensor{{1, 0}, {1, 0}}))
   end)
 end)

@@ -41,9 +41,11 @@ local singular = "singular by construction (rank 2 < 5); see the structure specs
 
 conformance.check("lowrank U*U' (5x5, k=2)", function() return lt.lowrank(U) end,
   function() return outer(U, U) end,
-  {symmetric = true, skip = {solve = singular, logdet = singular}})
+  {symmetric = true, skip = {solve = singular, logdet = singular, inv_quad = singular,
+    inv_quad_logdet = singular}})
 conformance.check("lowrank U*V' (5x5, k=2)", function() return lt.lowrank(U, V) end,
-  function() return outer(U, V) end, {skip = {solve = singular, logdet = singular}})
+  function() return outer(U, V) end,
+  {skip = {solve = singular, logdet = singular, inv_quad = singular, inv_quad_logdet = singular}})
 conformance.check("lowrank U*V' full rank (4x4, k=4)",
   function() return lt.lowrank(Ufull, Vfull) end,
   function() return outer(Ufull, Vfull) end)
@@ -55,6 +57,9 @@ conformance.check("lowrank_plus_diag U*U' + D (PSD)",
 conformance.check("lowrank_plus_diag D + U*V' (general)",
   function() return lt.diag(d) + lt.lowrank(U, V) end,
   function() return plus_diag(outer(U, V), d) end)
+conformance.check("lowrank_plus_diag with a zero on the diagonal (no Woodbury)",
+  function() return lt.lowrank(U) + lt.diag{1.5, 0, 2.0, 1.1, 0.9} end,
+  function() return plus_diag(outer(U, U), {1.5, 0, 2.0, 1.1, 0.9}) end, {psd = true})
 conformance.check("lowrank_plus_diag with a negative diagonal",
   function() return lt.lowrank(U):add_diag(lt.tensor{1.5, -0.7, 2.0, 1.1, -0.9}) end,
   function() return plus_diag(outer(U, U), {1.5, -0.7, 2.0, 1.1, -0.9}) end, {symmetric = true})
@@ -76,6 +81,18 @@ describe("lowrank structure", function()
     close(A - B, sum, 1e-12, "lowrank - lowrank")
     for i = 1, 5 do for j = 1, 5 do sum[i][j] = sum[i][j] + 2 * other[i][j] end end
     close(A + B, sum, 1e-12, "lowrank + lowrank")
+  end)
+
+  it("stays lowrank when multiplied by a diag on either side", function()
+    local A = lt.lowrank(U, V)
+    local D = lt.diag(d)
+    local Dm = plus_diag(outer(U, U), d)
+    for i = 1, 5 do for j = 1, 5 do Dm[i][j] = i == j and d[i] or 0 end end
+    assert.equal("lowrank", lt.type(A * D))
+    assert.equal("lowrank", lt.type(D * A))
+    close(A * D, ref.mm(outer(U, V), Dm), 1e-13, "A * D")
+    close(D * A, ref.mm(Dm, outer(U, V)), 1e-13, "D * A")
+    assert.equal("lowrank", lt.type(lt.lowrank(Urect, Vrect) * lt.diag{1, 2, 3}))
   end)
 
   it("keeps PSD for U*U' under positive scaling and sums", function()
@@ -114,6 +131,16 @@ describe("lowrank structure", function()
     close(B + C, want, 1e-12, "(D + UU') + (D + VV')")
   end)
 
+  it("has a lazy root only when PSD", function()
+    assert.equal("operator", lt.type((lt.lowrank(U) + lt.diag(d)):root()))
+    local R = (lt.lowrank(U) + lt.diag(d)):root()
+    close(R * R:t(), plus_diag(outer(U, U), d), 1e-12, "R R'")
+    -- not PSD: the generic (dense) root, which raises or factors a dense matrix
+    assert.is_not.equal("operator", lt.type(select(2, pcall(function()
+      return (lt.lowrank(U, V) + lt.diag(d)):root()
+    end))))
+  end)
+
   it("solves with Woodbury and the determinant lemma", function()
     local B = lt.lowrank(U) + lt.diag(d)
     local _, info = B:solve(lt.tensor{1, 2, 3, 4, 5})
@@ -128,7 +155,7 @@ describe("lowrank structure", function()
     assert.has_error(function() lt.lowrank(U):solve(lt.ones(5)) end)
     local ok, err = pcall(lt.solve, lt.lowrank(U), lt.ones(5))
     assert.is_false(ok)
-    assert.matches("lazytensor: solve: the matrix is singular", err)
+    assert.matches("^lazytensor: solve: the matrix is singular", err)
   end)
 
   it("has U as a root of U*U'", function()
@@ -142,14 +169,14 @@ describe("lowrank structure", function()
       assert.is_false(ok)
       assert.matches(pattern, err)
     end
-    fails("lazytensor: lowrank: U and V need the same number of columns", lt.lowrank,
+    fails("^lazytensor: lowrank: U and V need the same number of columns", lt.lowrank,
       lt.ones(5, 2), lt.ones(5, 3))
-    fails("lazytensor: lowrank: U must be a dense vector or matrix", lt.lowrank, lt.diag{1, 2})
-    fails("lazytensor: lowrank: missing", lt.lowrank)
-    fails("lazytensor: add: shapes differ", lt.add, lt.lowrank(U), lt.diag{1, 2})
-    fails("lazytensor: logdet: expected a square matrix", lt.logdet, lt.lowrank(Urect, Vrect))
+    fails("^lazytensor: lowrank: U must be a dense vector or matrix", lt.lowrank, lt.diag{1, 2})
+    fails("^lazytensor: lowrank: missing", lt.lowrank)
+    fails("^lazytensor: add: shapes differ", lt.add, lt.lowrank(U), lt.diag{1, 2})
+    fails("^lazytensor: logdet: expected a square matrix", lt.logdet, lt.lowrank(Urect, Vrect))
     local A = lt.lowrank(U)
-    fails("lazytensor: solve:", lt.solve, A + lt.diag(d), lt.ones(4))
+    fails("^lazytensor: solve:", lt.solve, A + lt.diag(d), lt.ones(4))
     close(A, outer(U, U), 1e-14, "intact after errors")
   end)
 
@@ -195,6 +222,23 @@ describe("lowrank + diag at n = 1e5, k = 20", function()
       worst = math.max(worst, math.abs(s - b[i]))
     end
     assert.is_true(worst < 1e-9, "residual " .. worst)
+    assert.is_true(lt.memory() < 200e6)
+  end)
+
+  it("has a lazy root [sqrt(D) | U] (sampling without n x n)", function()
+    local R = A:root()
+    assert.equal("operator", lt.type(R))
+    assert.same({n, n + k}, R:shape())
+    local g2 = ref.generator(3)
+    local z = ref.random_vector(g2, n + k)
+    local y = (R * lt.tensor(z)):totable()
+    local worst = 0
+    for i = 1, n, 997 do
+      local s = math.sqrt(dv[i]) * z[i]
+      for l = 1, k do s = s + Ub[i][l] * z[n + l] end
+      worst = math.max(worst, math.abs(y[i] - s))
+    end
+    assert.is_true(worst < 1e-12, "R*z deviates by " .. worst)
     assert.is_true(lt.memory() < 200e6)
   end)
 

@@ -3,7 +3,8 @@
  * private contiguous n×n dense copy with zeros above the diagonal).
  * Always symmetric PSD. Products are two triangular multiplies; solves two
  * triangular solves; log det A = 2 Σ log |L_ii|; the Cholesky factor and the
- * root are L itself (columns with a negative diagonal flipped).
+ * root are L itself as a triangular operator (columns with a negative
+ * diagonal flipped); root_inv is the lazy inverse of Lᵀ.
  */
 #include <cblas.h>
 #include <math.h>
@@ -169,18 +170,25 @@ static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, v
   return LT_OK;
 }
 
-/* The Cholesky factor: L with the columns of negative diagonal flipped (a
- * copy, so the operator stays immutable). */
+/* The Cholesky factor as a lower triangular operator: L itself (its
+ * storage shared: the operator is immutable), or a copy with the columns of
+ * negative diagonal flipped so that the diagonal is positive. */
 static lt_tensor *positive_factor(lt_context *ctx, const lt_tensor *self) {
+  size_t n = self->shape[0];
+  const double *l = fdata(self);
+  int flip = 0;
+  for (size_t j = 0; j < n; j++)
+    if (l[j * n + j] < 0) flip = 1;
+  if (!flip) return lt_triangular_new(ctx, factor(self), 0);
   lt_tensor *c = lt_dense_clone(ctx, factor(self));
   if (c == NULL) return NULL;
-  size_t n = self->shape[0];
   double *p = lt_dense_data(c);
   for (size_t j = 0; j < n; j++)
     if (p[j * n + j] < 0)
       for (size_t i = j; i < n; i++) p[i * n + j] = -p[i * n + j];
-  lt_prop_mark(c, LT_PROP_LOWER, LT_YES);
-  return c;
+  lt_tensor *t = lt_triangular_new(ctx, c, 0);
+  lt_release(ctx, c);
+  return t;
 }
 
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -189,9 +197,8 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
     return lt_error(ctx, "cholesky: the matrix is not positive definite (singular factor)");
   lt_tensor *l = positive_factor(ctx, args->a);
   if (l == NULL || !args->flag) return st_done(res, l);
-  lt_tensor *u = st_transposed_copy(ctx, l);
+  lt_tensor *u = lt_transpose(ctx, l);
   lt_release(ctx, l);
-  if (u) lt_prop_mark(u, LT_PROP_UPPER, LT_YES);
   return st_done(res, u);
 }
 
@@ -201,15 +208,18 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   return st_done(res, positive_factor(ctx, args->a));
 }
 
-/* (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ = S Sᵀ with S = L⁻ᵀ. */
+/* (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ = S Sᵀ with S = L⁻ᵀ, kept lazy: its products are
+ * triangular solves, nothing n×n is formed. */
 static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (singular(args->a)) return lt_error(ctx, "root_inv: the matrix is singular");
-  lt_tensor *S = lt_dense_eye(ctx, args->a->shape[0]);
-  if (S == NULL) return LT_ERR;
-  trsm(args->a, 1, S);
+  lt_tensor *l = lt_triangular_new(ctx, factor(args->a), 0);
+  lt_tensor *lt_ = l ? lt_transpose(ctx, l) : NULL;
+  lt_tensor *s = lt_ ? lt_inverse(ctx, lt_) : NULL;
+  lt_release(ctx, l);
+  lt_release(ctx, lt_);
   exact_info(res);
-  return st_done(res, S);
+  return st_done(res, s);
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {

@@ -62,8 +62,8 @@ static lt_tensor *apply_factors(lt_context *ctx, int p, lt_tensor *const *F, con
         for (size_t r = 0; r < in[i]; r++)
           memcpy(q + r * (A * B) + a * B, t + (a * in[i] + r) * B, B * sizeof(double));
     }
-    if (P->ndim != 2 || P->shape[0] != in[i]) {
-      /* a retained T of the wrong 2-d shape: reshape it */
+    if (P->ndim != 2 || P->shape[0] != in[i] || P->shape[1] != A * B) {
+      /* a retained T viewed with another 2-d shape: reshape it */
       lt_tensor *r = lt_dense_reshape(ctx, P, 2, (size_t[]){in[i], A * B});
       lt_release(ctx, P);
       if ((P = r) == NULL) goto fail;
@@ -165,6 +165,7 @@ static void kron_vectors(const double *a, size_t na, const double *b, size_t nb,
 /* Kronecker product of 1-d vectors v[0..p) (any strides) into out. */
 static int kron_of_vectors(lt_context *ctx, lt_tensor *const *v, int p, double *out,
                            size_t total) {
+  if (total == 0) return LT_OK; /* an empty vector: nothing to write */
   size_t bytes = total * sizeof(double);
   double *tmp = lt_malloc(ctx, bytes > 0 ? bytes : 1);
   if (tmp == NULL) return LT_ERR;
@@ -434,6 +435,10 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
   lt_tensor *k = args->a;
   if (!all_square(k)) return LT_NOT_IMPLEMENTED;
   double total = 0;
+  if (k->shape[0] == 0) { /* an empty factor: the empty matrix, det 1 */
+    res->x[0] = 0;
+    return LT_OK;
+  }
   lt_info all = {0};
   for (int i = 0; i < nfactors(k); i++) {
     double li;

@@ -240,6 +240,30 @@ static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, voi
   return st_done(res, t);
 }
 
+/* rows of F scaled by d: diag(d)·F for a contiguous n×k F. */
+static lt_tensor *scale_rows(lt_context *ctx, const lt_tensor *diag, const lt_tensor *f) {
+  lt_tensor *out = lt_dense_clone(ctx, f);
+  if (out == NULL) return NULL;
+  size_t n = f->shape[0], k = f->shape[1];
+  const double *d = lt_dense_data(diag->children[0]);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t l = 0; l < k; l++) o[i * k + l] *= d[i];
+  return out;
+}
+
+/* (U Vᵀ)·D = U (D V)ᵀ; D·(U Vᵀ) = (D U) Vᵀ: still low rank. */
+static int rule_matmul_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  int diag_left = ud != NULL;
+  lt_tensor *lr = diag_left ? args->b : args->a, *d = diag_left ? args->a : args->b;
+  lt_tensor *f = scale_rows(ctx, d, diag_left ? factor_u(lr) : factor_v(lr));
+  if (f == NULL) return LT_ERR;
+  lt_tensor *t = diag_left ? lt_lowrank_from(ctx, f, factor_v(lr))
+                           : lt_lowrank_from(ctx, factor_u(lr), f);
+  lt_release(ctx, f);
+  return st_done(res, t);
+}
+
 /* A root of U·Uᵀ is U itself (n×k). */
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ctx, (void)ud;
@@ -287,10 +311,12 @@ int lt_register_lowrank_rules(lt_context *ctx) {
       {LT_OP_ADD, L, rule_add, NULL, "lowrank + lowrank (concatenated factors)"},
       {LT_OP_SUB, L, rule_add, (void *)1, "lowrank - lowrank (concatenated factors)"},
       {LT_OP_MATMUL, L, rule_matmul, NULL, "lowrank * lowrank (stays lowrank)"},
+      {LT_OP_MATMUL, LT_TYPE_DIAG, rule_matmul_diag, NULL, "lowrank * diag (stays lowrank)"},
   };
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
     if (lt_register_rule(ctx, rules[i].op, L, rules[i].b, rules[i].name, rules[i].fn, rules[i].ud,
                          NULL, 0) != LT_OK)
       return LT_ERR;
-  return LT_OK;
+  return lt_register_rule(ctx, LT_OP_MATMUL, LT_TYPE_DIAG, L, "diag * lowrank (stays lowrank)",
+                          rule_matmul_diag, (void *)1, NULL, 0);
 }

@@ -103,6 +103,10 @@ int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int desc, lt_te
   permutation *p = NULL;
   if (s == NULL) goto fail;
   for (size_t j = 0; j < n; j++) lt_dense_data(s)[j] = k[j].w;
+  if ((Q1 != NULL && cols1 == NULL) || (Q2 != NULL && cols2 == NULL)) {
+    lt_error(ctx, "sort: an eigenvector operator without a place for the result");
+    goto fail;
+  }
   if (Q1 != NULL || Q2 != NULL) {
     p = lt_malloc(ctx, sizeof *p);
     if (p == NULL) goto fail;

@@ -114,6 +114,12 @@ static void run(scene *s) {
     K(lt_scale(ctx, LD, -2));
     K(lt_transpose(ctx, LD));
     K(lt_diagonal(ctx, LD));
+    lt_tensor *R = K(lt_root(ctx, LD, &info));
+    if (R) {
+      lt_tensor *z = K(lt_dense_zeros(ctx, 2, (size_t[]){8, 1}));
+      if (z) K(lt_matmul(ctx, R, z));
+      K(lt_transpose(ctx, R));
+    }
   }
   if (L) {
     lt_tensor *LL = K(lt_add(ctx, L, L));
