@@ -65,7 +65,7 @@ test: deps
 	@sh tools/run-tests.sh $(LUA) $(C_TESTS)
 
 RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
-DEMOS = examples/seed.lua examples/co2.lua
+DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua
 
 demo: deps
 	@$(MAKE) --no-print-directory all
