@@ -847,6 +847,7 @@ static void bench_w5(void)
   timing t = measure(w5_form_op, &c, 1.0, 20);
   jbegin("W5", "form", "dense", (long)n);
   jtiming(&t);
+  jbool("reference_only", 1);
   jend();
 
   t = measure(w5_solve, &c, 3.0, 10);
