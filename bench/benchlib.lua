@@ -216,7 +216,7 @@ end
 -- the first line of an error, without the "file:line:" of this directory
 local function reason_of(err)
   local s = tostring(err):match("^[^\n]*") or "?"
-  s = s:gsub("^[^:]*bench[/\\][%w_]+%.lua:%d+: ", "")
+  s = s:gsub("^[^:]*%.lua:%d+: ", "")
   if #s > 240 then s = s:sub(1, 240) .. "..." end
   return s
 end

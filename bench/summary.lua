@@ -186,6 +186,15 @@ end
 
 local WIDTHS = { 10, 8, 12, 26, 8, 15, 6 }
 
+-- "a; b" without empty parts
+local function join(...)
+  local parts = {}
+  for _, p in ipairs({ ... }) do
+    if p ~= nil and p ~= "" then parts[#parts + 1] = p end
+  end
+  return table.concat(parts, "; ")
+end
+
 local function report(w)
   local lts, bases, order, seen = {}, {}, {}, {}
   for _, r in ipairs(recs) do
@@ -233,17 +242,17 @@ local function report(w)
         local target, within = TARGETS[w](lt, ratio)
         local notes = extras(lt)
         if lt.value and b.value then
-          notes = string.format("value %.10g, rel diff vs %s %.2g; %s", lt.value, b.system,
-            math.abs(lt.value - b.value) / math.max(math.abs(b.value), 1e-300), notes)
+          notes = join(string.format("value %.10g, rel diff vs %s %.2g", lt.value, b.system,
+            math.abs(lt.value - b.value) / math.max(math.abs(b.value), 1e-300)), notes)
         elseif lt.value then
-          notes = string.format("value %.10g; %s", lt.value, notes)
+          notes = join(string.format("value %.10g", lt.value), notes)
         end
         if w == "W4" and lt.op == "matmul" and b.gflops then
-          notes = string.format("%.1f vs %.1f GFLOP/s; %s", lt.gflops or 0, b.gflops, notes)
+          notes = join(string.format("%.1f vs %.1f GFLOP/s", lt.gflops or 0, b.gflops), notes)
         end
         if w == "W7" and b.w3_solve_plus_logdet_s then
-          notes = string.format("ratio vs W3 solve + logdet %.2f; %s",
-            lt.median_s / b.w3_solve_plus_logdet_s, notes)
+          notes = join(string.format("ratio vs W3 solve + logdet %.2f",
+            lt.median_s / b.w3_solve_plus_logdet_s), notes)
         end
         row({ op, n, fmt_time(lt.median_s), bcol, ratio and string.format("%.2f", ratio) or "-",
           target, yesno(within), notes }, WIDTHS)
@@ -275,6 +284,12 @@ local function loglog_slope(system)
   return sxy / sxx, #xs
 end
 
+for _, r in ipairs(recs) do
+  if r.workload == "meta" and r.openblas_config then
+    print(string.format("Baselines: %s (core %s), %s", r.openblas_config, tostring(r.openblas_core),
+      tostring(r.fftw_version)))
+  end
+end
 print("Summary: median seconds per op; ratio = lazytensor / baseline (below 1: lazytensor faster).")
 print("'within' reports this run against the issue's target; nothing is asserted.")
 print()
