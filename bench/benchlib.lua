@@ -4,14 +4,24 @@
 --   so the Lua side and the C baselines work on the same numbers and their
 --   results (log-determinants, log-probabilities) can be compared;
 -- * the workloads' data, built exactly as baseline.c builds them;
--- * timing (os.clock: CPU time of this single-threaded process, 1 µs
---   resolution; short calls are batched) with a warm-up and a median;
+-- * timing with a warm-up and a median: a monotonic wall clock like
+--   baseline.c's (luasystem's system.monotime, Debian lua-system, which
+--   busted needs anyway) when it loads, else os.clock (CPU time, 1 µs
+--   resolution); short calls are batched;
 -- * one JSON line per measurement, and "skipped" lines when the library
 --   lacks what a measurement needs.
 
 local M = {}
 
-local clock = os.clock
+local clock, clock_name = os.clock, "os.clock"
+do
+  local ok, system = pcall(require, "system")
+  if ok and type(system) == "table" and type(system.monotime) == "function" then
+    clock, clock_name = system.monotime, "monotime"
+  end
+end
+M.clock, M.clock_name = clock, clock_name
+
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 
 -- BENCH_QUICK=1 quarters every time budget
@@ -161,7 +171,7 @@ function M.measure(fn, opts)
   local k = #samples
   local median = k % 2 == 1 and samples[(k + 1) // 2]
     or 0.5 * (samples[k // 2] + samples[k // 2 + 1])
-  return { median_s = median, min_s = samples[1], repeats = k, inner = inner }
+  return { median_s = median, min_s = samples[1], repeats = k, inner = inner, clock = clock_name }
 end
 
 ---------------------------------------------------------------------------

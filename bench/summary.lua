@@ -128,6 +128,7 @@ end
 local PLAIN = {
   workload = true, op = true, system = true, n = true, median_s = true, min_s = true,
   repeats = true, inner = true, value = true, skipped = true, k = true, reference_only = true,
+  clock = true, us_per_op = true,
 }
 
 local function extras(rec)

@@ -21,7 +21,7 @@ local NOPS = 100000
 local SAMPLES = 7
 local OPS = { "diag+diag", "diag+dense", "diag*dense" }
 
-local clock = os.clock
+local clock = B.clock
 
 ---------------------------------------------------------------------------
 -- plain tables
@@ -108,6 +108,7 @@ local function record(loop, f, a, b)
     repeats = SAMPLES,
     inner = NOPS,
     us_per_op = med * 1e6,
+    clock = B.clock_name,
     bytes_per_op = bytes_per_op(loop, f, a, b),
   }
 end
