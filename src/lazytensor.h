@@ -366,6 +366,53 @@ int lt_svd(lt_context *ctx, lt_tensor *a, lt_tensor **u, lt_tensor **s, lt_tenso
 lt_tensor *lt_inverse(lt_context *ctx, lt_tensor *a);
 int lt_equal(lt_context *ctx, lt_tensor *a, lt_tensor *b, int *out);
 
+/* ------------------------------------------------------------------ */
+/* Lazy operator constructors (API.md "Lazy operators")                */
+/* ------------------------------------------------------------------ */
+
+lt_tensor *lt_diag_new(lt_context *ctx, lt_tensor *v);            /* v: 1-d dense */
+lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c);  /* c·I */
+lt_tensor *lt_triangular_new(lt_context *ctx, lt_tensor *a, int upper);
+lt_tensor *lt_constant_new(lt_context *ctx, size_t rows, size_t cols, double c); /* c·11ᵀ */
+lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n);
+lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c);
+lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a);
+lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a);
+/* A, marked symmetric positive semi-definite (the caller's promise); a new
+ * reference sharing A's payload for dense A, a marked copy of the node else. */
+lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a);
+lt_tensor *lt_lowrank_new(lt_context *ctx, lt_tensor *u, lt_tensor *v /* NULL: U·Uᵀ */);
+lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n);
+lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n);
+lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r /* NULL: symmetric */);
+typedef enum {
+  LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
+  LT_KERNEL_PERIODIC
+} lt_kernel_kind;
+typedef struct lt_kernel_spec {
+  lt_kernel_kind kind;
+  double lengthscale, variance, period;
+} lt_kernel_spec;
+lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
+                         const lt_kernel_spec *spec);
+lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
+
+/* An operator defined by a callback (the Lua binding's lt.operator). matmul
+ * must return a new dense rows×k tensor for a dense cols×k X, or NULL with
+ * the error set. free_ud (may be NULL) is called when the operator dies. */
+typedef struct lt_operator_def {
+  size_t rows, cols;
+  lt_tensor *(*matmul)(lt_context *ctx, void *ud, lt_tensor *X);
+  lt_tensor *(*t_matmul)(lt_context *ctx, void *ud, lt_tensor *X); /* optional */
+  void *ud;
+  void (*free_ud)(lt_context *ctx, void *ud);
+  int symmetric, psd; /* lt_tristate values */
+  const char *name;   /* shown by tostring; may be NULL */
+} lt_operator_def;
+lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def);
+const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an operator */
+
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);
 lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a);

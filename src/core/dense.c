@@ -185,11 +185,7 @@ int lt_dense_set(lt_context *ctx, lt_tensor *t, int n, const size_t *index, doub
   return LT_OK;
 }
 
-void lt_dense_forget_props(lt_tensor *t) {
-  int square = t->ndim == 2 && t->shape[0] == t->shape[1];
-  for (int p = 0; p < LT_PROP_COUNT; p++) t->props[p] = LT_UNKNOWN;
-  if (t->ndim == 2 && !square) t->props[LT_PROP_SYMMETRIC] = t->props[LT_PROP_PSD] = LT_NO;
-}
+void lt_dense_forget_props(lt_tensor *t) { t->storage->version++; }
 
 /* --------------------------------------------------------------- views */
 
@@ -198,6 +194,7 @@ static lt_tensor *view_of(lt_context *ctx, lt_tensor *t, int ndim, const size_t 
   if (v == NULL) return NULL;
   v->storage = t->storage;
   v->storage->refcount++;
+  v->props_version = t->storage->version;
   v->offset = t->offset;
   if (ndim == 2 && shape[0] != shape[1])
     v->props[LT_PROP_SYMMETRIC] = v->props[LT_PROP_PSD] = LT_NO;
@@ -258,10 +255,10 @@ lt_tensor *lt_dense_transpose(lt_context *ctx, lt_tensor *t) {
   if (v == NULL) return NULL;
   v->strides[0] = t->strides[1];
   v->strides[1] = t->strides[0];
-  v->props[LT_PROP_SYMMETRIC] = t->props[LT_PROP_SYMMETRIC];
-  v->props[LT_PROP_PSD] = t->props[LT_PROP_PSD];
-  v->props[LT_PROP_LOWER] = t->props[LT_PROP_UPPER];
-  v->props[LT_PROP_UPPER] = t->props[LT_PROP_LOWER];
+  v->props[LT_PROP_SYMMETRIC] = lt_prop_get(t, LT_PROP_SYMMETRIC);
+  v->props[LT_PROP_PSD] = lt_prop_get(t, LT_PROP_PSD);
+  v->props[LT_PROP_LOWER] = lt_prop_get(t, LT_PROP_UPPER);
+  v->props[LT_PROP_UPPER] = lt_prop_get(t, LT_PROP_LOWER);
   return v;
 }
 

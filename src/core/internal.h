@@ -11,6 +11,7 @@
 /* Storage of a dense tensor: shared by views, reference counted. */
 typedef struct lt_storage {
   int refcount;
+  unsigned version; /* bumped on every write through the API */
   size_t count; /* doubles */
   double *data;
 } lt_storage;
@@ -21,7 +22,8 @@ struct lt_tensor {
   const lt_type *type;
   int ndim;
   size_t shape[LT_MAX_DIM];
-  unsigned char props[LT_PROP_COUNT]; /* lt_tristate */
+  unsigned char props[LT_PROP_COUNT]; /* lt_tristate; read with lt_prop_get */
+  unsigned props_version;             /* dense: storage version the props hold for */
   /* dense */
   lt_storage *storage;
   size_t offset;                  /* elements */
@@ -83,8 +85,21 @@ lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t 
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
-/* Resets a dense tensor's property flags after its entries changed. */
+/* Records that a dense tensor's entries changed: every view's cached
+ * properties of the shared storage become unknown. */
 void lt_dense_forget_props(lt_tensor *t);
+/* Sets a property on a freshly computed tensor (records the storage version). */
+void lt_prop_mark(lt_tensor *t, lt_prop p, lt_tristate v);
+/* Products through type descriptors (apply.c) ---------------------------- */
+/* A·X for a dense 2-d X; checks the operator's answer. */
+lt_tensor *lt_apply(lt_context *ctx, lt_tensor *A, lt_tensor *X);
+/* Aᵀ·X: t_matmul, or A·X when symmetric, or column blocks of A. */
+lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X);
+/* Calls f with A's columns [start, start+b) as a dense rows×b matrix, for
+ * consecutive blocks: memory O(rows · block). */
+int lt_for_column_blocks(lt_context *ctx, lt_tensor *A,
+                         int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols),
+                         void *ud);
 /* Helpers for rules ------------------------------------------------------- */
 static inline int lt_is_square(const lt_tensor *t) {
   return t->ndim == 2 && t->shape[0] == t->shape[1];

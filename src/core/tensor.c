@@ -71,8 +71,30 @@ size_t lt_numel(const lt_tensor *t) {
 size_t lt_rows(const lt_tensor *t) { return t->ndim >= 1 ? t->shape[0] : 1; }
 size_t lt_cols(const lt_tensor *t) { return t->ndim >= 2 ? t->shape[1] : 1; }
 
-lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) { return (lt_tristate)t->props[p]; }
-void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v) { t->props[p] = (unsigned char)v; }
+/* A dense tensor's cached properties hold only while its storage has not
+ * been written since; shape-derived facts (non-square) always hold. */
+lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) {
+  if (t->storage && t->props_version != t->storage->version) {
+    if (t->ndim == 2 && t->shape[0] != t->shape[1] &&
+        (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
+      return LT_NO;
+    return LT_UNKNOWN;
+  }
+  return (lt_tristate)t->props[p];
+}
+
+void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v) { lt_prop_mark(t, p, v); }
+
+void lt_prop_mark(lt_tensor *t, lt_prop p, lt_tristate v) {
+  if (t->storage && t->props_version != t->storage->version) {
+    /* Stale flags: start again from what the shape says. */
+    for (int q = 0; q < LT_PROP_COUNT; q++) t->props[q] = LT_UNKNOWN;
+    if (t->ndim == 2 && t->shape[0] != t->shape[1])
+      t->props[LT_PROP_SYMMETRIC] = t->props[LT_PROP_PSD] = LT_NO;
+    t->props_version = t->storage->version;
+  }
+  t->props[p] = (unsigned char)v;
+}
 
 lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
                        lt_tensor *const *children, int nchildren, void *payload) {

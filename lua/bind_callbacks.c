@@ -1,0 +1,381 @@
+/*
+ * bind_callbacks.c — Lua functions called from inside the C core: rules
+ * registered with lt.implements and operators defined with lt.operator.
+ *
+ * The core must never be unwound by a Lua error (it would leak), so every
+ * callback runs under lua_pcall. A failing callback's error object is kept
+ * as the state's pending error; the core reports failure, and when control
+ * is back in the binding ltb_raise re-raises that original object.
+ */
+#include <string.h>
+
+#include "binding.h"
+
+#define TENSOR_NAME "lazytensor.tensor"
+
+/* Inside a protected callback there are no closure upvalues: tensors are
+ * recognised through the registry's metatable. */
+static void cb_push_tensor(lua_State *L, lt_tensor *t) {
+  ltb_box *b = ltb_newuserdata(L, sizeof *b);
+  b->t = NULL;
+  luaL_setmetatable(L, TENSOR_NAME);
+  b->t = lt_retain(t);
+}
+
+static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
+  ltb_box *b = luaL_testudata(L, idx, TENSOR_NAME);
+  return b ? b->t : NULL;
+}
+
+/* Runs f(L) (with ud as its light userdata argument) protected, on the
+ * thread currently calling into the library. */
+static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *what) {
+  lua_State *L = S->L;
+  lt_context *ctx = S->ctx;
+  if (!lua_checkstack(L, 8)) return lt_error(ctx, "%s: Lua stack overflow", what);
+  lua_pushcfunction(L, f);
+  lua_pushlightuserdata(L, ud);
+  int rc = lua_pcall(L, 1, 0, 0);
+  S->L = L; /* the callback may have run library calls on other threads */
+  if (rc == LUA_OK) return LT_OK;
+  if (S->pending_error == LUA_NOREF) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
+  else lua_pop(L, 1);
+  return lt_error(ctx, "%s: a Lua callback raised an error", what);
+}
+
+/* --------------------------------------------------------- Lua rules */
+
+typedef struct lua_rule {
+  ltb_state *S;
+  int fn;
+} lua_rule;
+
+typedef struct rule_call {
+  lua_rule *rule;
+  const lt_args *args;
+  lt_result *res;
+  int not_implemented;
+} rule_call;
+
+/* What a rule receives after its operands. */
+static int push_extra_args(lua_State *L, const lt_args *args) {
+  switch (args->op) {
+    case LT_OP_SCALE: lua_pushnumber(L, args->scalar); return 1;
+    case LT_OP_GET:
+      lua_pushinteger(L, (lua_Integer)args->i + 1);
+      lua_pushinteger(L, (lua_Integer)args->j + 1);
+      return 2;
+    case LT_OP_ROW: lua_pushinteger(L, (lua_Integer)args->i + 1); return 1;
+    case LT_OP_CHOLESKY: lua_pushboolean(L, args->flag); return 1;
+    default: return 0;
+  }
+}
+
+static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
+  lt_tensor *t = cb_to_tensor(L, idx);
+  if (t == NULL)
+    luaL_error(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
+               op, luaL_typename(L, idx));
+  return lt_retain(t);
+}
+
+static double result_number(lua_State *L, int idx, const char *op) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
+               op, luaL_typename(L, idx));
+  return lua_tonumber(L, idx);
+}
+
+/* Reads the rule's results (at stack indices base, base+1, ...) into res. */
+static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
+  lt_result *res = c->res;
+  switch (c->args->op) {
+    case LT_OP_TRACE: case LT_OP_GET: case LT_OP_LOGDET: case LT_OP_INV_QUAD: case LT_OP_EQUAL:
+      res->x[0] = result_number(L, base, op);
+      return;
+    case LT_OP_INV_QUAD_LOGDET:
+      res->x[0] = result_number(L, base, op);
+      res->x[1] = result_number(L, base + 1, op);
+      return;
+    case LT_OP_EIGH:
+      res->t[0] = result_tensor(L, base, op);
+      res->t[1] = result_tensor(L, base + 1, op);
+      return;
+    case LT_OP_SVD:
+      res->t[0] = result_tensor(L, base, op);
+      res->t[1] = result_tensor(L, base + 1, op);
+      res->t[2] = result_tensor(L, base + 2, op);
+      return;
+    default:
+      /* Custom operations may answer with a number as well. */
+      if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
+        res->x[0] = lua_tonumber(L, base);
+      else
+        res->t[0] = result_tensor(L, base, op);
+  }
+}
+
+static int protected_rule(lua_State *L) {
+  rule_call *c = lua_touserdata(L, 1);
+  ltb_state *S = c->rule->S;
+  const char *op = lt_op_name(S->ctx, c->args->op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->rule->fn);
+  int base = lua_gettop(L);
+  cb_push_tensor(L, c->args->a);
+  int nargs = 1;
+  if (c->args->b) {
+    cb_push_tensor(L, c->args->b);
+    nargs++;
+  }
+  nargs += push_extra_args(L, c->args);
+  lua_call(L, nargs, 3);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
+  if (lua_rawequal(L, -1, base)) {
+    c->not_implemented = 1;
+    return 0;
+  }
+  lua_pop(L, 1);
+  store_results(L, base, c, op);
+  return 0;
+}
+
+static int lua_rule_fn(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  lua_rule *rule = ud;
+  rule_call call = {rule, args, res, 0};
+  (void)ctx;
+  if (run_protected(rule->S, protected_rule, &call, lt_op_name(ctx, args->op)) != LT_OK) {
+    for (int i = 0; i < 3; i++) {
+      lt_release(ctx, res->t[i]);
+      res->t[i] = NULL;
+    }
+    return LT_ERR;
+  }
+  return call.not_implemented ? LT_NOT_IMPLEMENTED : LT_OK;
+}
+
+static void free_lua_rule(lt_context *ctx, void *ud) {
+  lua_rule *rule = ud;
+  if (!rule->S->closing) luaL_unref(rule->S->L, LUA_REGISTRYINDEX, rule->fn);
+  lt_free(ctx, rule, sizeof *rule);
+}
+
+static int check_type_name(lua_State *L, int idx) {
+  lt_context *ctx = ltb_ctx(L);
+  const char *name = luaL_checkstring(L, idx);
+  int id = lt_type_id(ctx, name);
+  if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
+  return id;
+}
+
+/* lt.implements(op, type_a [, type_b], fn) */
+static int l_implements(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  int top = lua_gettop(L);
+  if (top < 3 || top > 4)
+    return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments", top);
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return ltb_error(L, "implements", "the operation must be a name, got %s", luaL_typename(L, 1));
+  if (!lua_isfunction(L, top))
+    return ltb_error(L, "implements", "the last argument must be a function, got %s",
+                     luaL_typename(L, top));
+  int ta = check_type_name(L, 2);
+  int tb = top == 4 ? check_type_name(L, 3) : LT_TYPE_ANY;
+  int op = lt_op_id(S->ctx, lua_tostring(L, 1), 1);
+  if (op == LT_ERR) return ltb_raise(L);
+  lua_rule *rule = lt_malloc(S->ctx, sizeof *rule);
+  if (rule == NULL) return ltb_raise(L);
+  rule->S = S;
+  lua_pushvalue(L, top);
+  rule->fn = luaL_ref(L, LUA_REGISTRYINDEX); /* may raise: rule must not leak */
+  char name[128];
+  snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
+  if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
+    luaL_unref(L, LUA_REGISTRYINDEX, rule->fn);
+    lt_free(S->ctx, rule, sizeof *rule);
+    return ltb_raise(L);
+  }
+  return 0;
+}
+
+/* lt.call(op, a [, b]): runs any operation, built-in or registered from Lua. */
+static int l_call(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  if (op == LT_ERR) return ltb_raise(L);
+  lt_args args = {.op = op};
+  args.a = ltb_operand(L, 2, lua_tostring(L, 1));
+  if (!lua_isnil(L, 3)) args.b = ltb_operand(L, 3, lua_tostring(L, 1));
+  ltb_box *out = ltb_new_box(L);
+  lt_result res;
+  if (lt_dispatch(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
+  lt_release(S->ctx, res.t[1]);
+  lt_release(S->ctx, res.t[2]);
+  if (res.t[0] == NULL) {
+    lua_pushnumber(L, res.x[0]);
+    return 1;
+  }
+  out->t = res.t[0];
+  return 1;
+}
+
+/* lt.explain(op, a [, b]) */
+static int l_explain(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  if (op == LT_ERR) return ltb_raise(L);
+  lt_tensor *a = ltb_operand(L, 2, "explain");
+  lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
+  char *s = lt_explain(S->ctx, op, a, b);
+  if (s == NULL) return ltb_raise(L);
+  lua_pushstring(L, s);
+  lt_free(S->ctx, s, strlen(s) + 1);
+  return 1;
+}
+
+/* ---------------------------------------------------- Lua operators */
+
+typedef struct lua_operator {
+  ltb_state *S;
+  int matmul, t_matmul;
+  size_t rows, cols;
+} lua_operator;
+
+typedef struct operator_call {
+  lua_operator *op;
+  int fn;
+  lt_tensor *X, *out;
+} operator_call;
+
+static int protected_matmul(lua_State *L) {
+  operator_call *c = lua_touserdata(L, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn);
+  cb_push_tensor(L, c->X);
+  lua_call(L, 1, 1);
+  lt_tensor *t = cb_to_tensor(L, -1);
+  if (t == NULL)
+    luaL_error(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
+               luaL_typename(L, -1));
+  c->out = lt_retain(t);
+  return 0;
+}
+
+static lt_tensor *call_operator(lua_operator *op, int fn, lt_tensor *X) {
+  operator_call call = {op, fn, X, NULL};
+  if (run_protected(op->S, protected_matmul, &call, "operator") != LT_OK) return NULL;
+  return call.out;
+}
+
+static lt_tensor *lua_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  (void)ctx;
+  lua_operator *op = ud;
+  return call_operator(op, op->matmul, X);
+}
+
+static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  (void)ctx;
+  lua_operator *op = ud;
+  return call_operator(op, op->t_matmul, X);
+}
+
+static void free_lua_operator(lt_context *ctx, void *ud) {
+  lua_operator *op = ud;
+  if (!op->S->closing) {
+    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->matmul);
+    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->t_matmul);
+  }
+  lt_free(ctx, op, sizeof *op);
+}
+
+static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
+  lua_getfield(L, idx, name);
+  lt_tristate v = lua_isnil(L, -1) ? LT_UNKNOWN : lua_toboolean(L, -1) ? LT_YES : LT_NO;
+  lua_pop(L, 1);
+  return v;
+}
+
+static int field_function(lua_State *L, int idx, const char *name, int required) {
+  lua_getfield(L, idx, name);
+  if (lua_isnil(L, -1) && !required) {
+    lua_pop(L, 1);
+    return LUA_NOREF;
+  }
+  if (!lua_isfunction(L, -1))
+    ltb_error(L, "operator", "%s must be a function, got %s", name, luaL_typename(L, -1));
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* lt.operator{shape = {m, n}, matmul = f [, t_matmul = g] [, psd =]
+ * [, symmetric =] [, name =]} */
+static int l_operator(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  if (lua_type(L, 1) != LUA_TTABLE)
+    return ltb_error(L, "operator", "expected a table {shape = {m, n}, matmul = f, ...}, got %s",
+                     luaL_typename(L, 1));
+  lua_settop(L, 1);
+  lua_getfield(L, 1, "shape");
+  if (lua_type(L, 2) != LUA_TTABLE || lua_rawlen(L, 2) != 2)
+    return ltb_error(L, "operator", "shape must be a table {rows, cols}");
+  lua_rawgeti(L, 2, 1);
+  lua_rawgeti(L, 2, 2);
+  lt_operator_def def = {0};
+  def.rows = ltb_check_size(L, 3, "operator", "shape[1]");
+  def.cols = ltb_check_size(L, 4, "operator", "shape[2]");
+  def.symmetric = field_tristate(L, 1, "symmetric");
+  def.psd = field_tristate(L, 1, "psd");
+  lua_getfield(L, 1, "name");
+  def.name = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+  lua_getfield(L, 1, "matmul");
+  if (!lua_isfunction(L, -1))
+    return ltb_error(L, "operator", "matmul must be a function, got %s", luaL_typename(L, -1));
+  lua_pop(L, 1);
+  /* Everything that may raise happens before the C allocations below. */
+  ltb_box *box = ltb_new_box(L);
+  lua_operator *op = lt_malloc(S->ctx, sizeof *op);
+  if (op == NULL) return ltb_raise(L);
+  op->S = S;
+  op->matmul = op->t_matmul = LUA_NOREF;
+  op->rows = def.rows;
+  op->cols = def.cols;
+  /* luaL_ref may raise on memory errors; keep op reachable meanwhile by
+   * creating the operator only after both refs exist. */
+  op->matmul = field_function(L, 1, "matmul", 1);
+  op->t_matmul = field_function(L, 1, "t_matmul", 0);
+  def.matmul = lua_matmul;
+  def.t_matmul = op->t_matmul == LUA_NOREF ? NULL : lua_t_matmul;
+  def.ud = op;
+  def.free_ud = free_lua_operator;
+  box->t = lt_operator_new(S->ctx, &def);
+  if (box->t == NULL) {
+    free_lua_operator(S->ctx, op);
+    return ltb_raise(L);
+  }
+  return 1;
+}
+
+static const luaL_Reg functions[] = {{"implements", l_implements},
+                                     {"explain", l_explain},
+                                     {"call", l_call},
+                                     {"operator", l_operator},
+                                     {NULL, NULL}};
+
+static int not_implemented_tostring(lua_State *L) {
+  lua_pushliteral(L, "lazytensor.NotImplemented");
+  return 1;
+}
+
+void ltb_open_callbacks(lua_State *L, int module) {
+  ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
+  ltb_set_functions(L, module, functions);
+  /* lt.NotImplemented: a unique value rules return to hand the call on. */
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, not_implemented_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  S->not_implemented = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_setfield(L, module, "NotImplemented");
+}

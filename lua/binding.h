@@ -1,0 +1,90 @@
+/*
+ * binding.h — shared by the Lua binding's files. The binding checks
+ * arguments, converts values and raises errors; it holds no numerics.
+ *
+ * Every binding function is a C closure with three upvalues: the state
+ * (ltb_state), the tensor metatable and the methods table, so no registry or
+ * string lookup is needed on the hot path.
+ */
+#ifndef LT_BINDING_H
+#define LT_BINDING_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "compat.h"
+#include "lazytensor.h"
+
+#define LTB_UPV_STATE lua_upvalueindex(1)
+#define LTB_UPV_META lua_upvalueindex(2)
+#define LTB_UPV_METHODS lua_upvalueindex(3)
+#define LTB_NUPVALUES 3
+
+/* Per Lua state: the C context, and the thread currently calling into the
+ * library (callbacks run on it). */
+typedef struct ltb_state {
+  lt_context *ctx;
+  lua_State *L;
+  int pending_error; /* registry ref of an error raised by a Lua callback */
+  int closing;       /* the Lua state is being closed */
+  int not_implemented; /* registry ref of lt.NotImplemented */
+  int progress;        /* registry ref of settings.progress, or LUA_NOREF */
+} ltb_state;
+
+/* A tensor userdata owns one reference; t is NULL once freed or closed. */
+typedef struct ltb_box {
+  lt_tensor *t;
+} ltb_box;
+
+ltb_state *ltb_get_state(lua_State *L);
+static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; }
+
+/* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */
+int ltb_raise(lua_State *L);
+/* Raises "lazytensor: <op>: <formatted message>". */
+int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
+
+/* Tensors on the stack. */
+lt_tensor *ltb_check_tensor(lua_State *L, int idx, const char *op);
+lt_tensor *ltb_to_tensor(lua_State *L, int idx); /* NULL when not a live tensor */
+/* Results: push the box first, then compute into it, so that a memory
+ * error raised while pushing can never leak a computed tensor:
+ *   ltb_box *b = ltb_new_box(L); return ltb_fill(L, b, lt_add(ctx, x, y)); */
+ltb_box *ltb_new_box(lua_State *L); /* pushes a box with t = NULL */
+/* Stores t in the box (taking ownership) and returns 1; with t NULL raises
+ * the context's error. */
+int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
+/* Number, table or tensor at idx → tensor; a converted value replaces the
+ * stack slot, so the garbage collector owns it. */
+lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
+/* A dense tensor from a (nested) Lua table of numbers at idx. */
+lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);
+
+/* Arguments. */
+size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what);
+size_t ltb_check_index(lua_State *L, int idx, size_t size, const char *op); /* 1-based → 0-based */
+double ltb_check_number(lua_State *L, int idx, const char *op, const char *what);
+
+/* While luaopen_lazytensor runs, the state, the metatable and the methods
+ * table sit at these stack slots; ltb_set_functions sets funcs into the
+ * table at index `table` with them as the three upvalues. */
+#define LTB_OPEN_STATE 1
+#define LTB_OPEN_META 2
+#define LTB_OPEN_METHODS 3
+void ltb_set_functions(lua_State *L, int table, const luaL_Reg *funcs);
+
+/* The info table of an iterative or exact method. */
+void ltb_push_info(lua_State *L, const lt_info *info);
+
+/* Settings table overrides for one call: apply opts at idx (if a table),
+ * returning the previous settings in *saved. */
+void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op);
+
+/* Pieces of the module, one per file. */
+/* Pieces of the module, one per file: each adds its functions to the
+ * module table and its methods to the methods table. */
+void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
+void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
+void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
+
+#endif

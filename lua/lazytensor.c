@@ -1,0 +1,636 @@
+/*
+ * lazytensor.c — the Lua module: state, tensor userdata, operand
+ * normalisation, errors, metamethods and the arithmetic functions.
+ *
+ * Metamethods and module functions are the same registry calls: `a + b` and
+ * lt.add(a, b) both run ltb_binary, which turns numbers and tables into
+ * tensors through one helper (ltb_operand), as LPeg's getpatt does.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "binding.h"
+
+#define MODULE_NAME "lazytensor"
+#define TENSOR_NAME "lazytensor.tensor"
+
+/* ----------------------------------------------------------------- state */
+
+ltb_state *ltb_get_state(lua_State *L) {
+  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
+  S->L = L;
+  return S;
+}
+
+static int state_gc(lua_State *L) {
+  ltb_state *S = lua_touserdata(L, 1);
+  if (S->ctx) {
+    S->closing = 1;
+    S->L = L;
+    lt_context_free(S->ctx);
+    S->ctx = NULL;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+int ltb_raise(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  if (S->pending_error != LUA_NOREF) {
+    /* A Lua callback failed inside the C core: re-raise its own error. */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->pending_error);
+    luaL_unref(L, LUA_REGISTRYINDEX, S->pending_error);
+    S->pending_error = LUA_NOREF;
+    return lua_error(L);
+  }
+  return luaL_error(L, "lazytensor: %s", lt_last_error(S->ctx));
+}
+
+int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return luaL_error(L, "lazytensor: %s: %s", op, msg);
+}
+
+/* --------------------------------------------------------------- tensors */
+
+ltb_box *ltb_new_box(lua_State *L) {
+  ltb_box *b = ltb_newuserdata(L, sizeof *b);
+  b->t = NULL;
+  lua_pushvalue(L, LTB_UPV_META);
+  lua_setmetatable(L, -2);
+  return b;
+}
+
+int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t) {
+  if (t == NULL) return ltb_raise(L);
+  box->t = t;
+  return 1;
+}
+
+static ltb_box *to_box(lua_State *L, int idx) {
+  ltb_box *b = lua_touserdata(L, idx);
+  if (b == NULL || !lua_getmetatable(L, idx)) return NULL;
+  int same = lua_rawequal(L, -1, LTB_UPV_META);
+  lua_pop(L, 1);
+  return same ? b : NULL;
+}
+
+lt_tensor *ltb_to_tensor(lua_State *L, int idx) {
+  ltb_box *b = to_box(L, idx);
+  return b ? b->t : NULL;
+}
+
+lt_tensor *ltb_check_tensor(lua_State *L, int idx, const char *op) {
+  ltb_box *b = to_box(L, idx);
+  if (b == NULL)
+    ltb_error(L, op, "argument #%d: expected a tensor, got %s", idx, luaL_typename(L, idx));
+  if (b->t == NULL) ltb_error(L, op, "argument #%d: the tensor was freed (closed)", idx);
+  return b->t;
+}
+
+lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER: {
+      ltb_box *b = ltb_new_box(L);
+      b->t = lt_dense_scalar(ltb_ctx(L), lua_tonumber(L, idx));
+      if (b->t == NULL) ltb_raise(L);
+      lua_replace(L, idx);
+      return b->t;
+    }
+    case LUA_TTABLE: {
+      lt_tensor *t = ltb_from_table(L, idx, op);
+      lua_replace(L, idx);
+      return t;
+    }
+    case LUA_TUSERDATA:
+      return ltb_check_tensor(L, idx, op);
+    default:
+      ltb_error(L, op, "argument #%d: expected a tensor, a number or a table, got %s", idx,
+                luaL_typename(L, idx));
+      return NULL;
+  }
+}
+
+/* ------------------------------------------------------------- arguments */
+
+double ltb_check_number(lua_State *L, int idx, const char *op, const char *what) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    ltb_error(L, op, "%s must be a number, got %s", what, luaL_typename(L, idx));
+  return lua_tonumber(L, idx);
+}
+
+size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what) {
+  if (!ltb_isinteger(L, idx))
+    ltb_error(L, op, "%s must be a non-negative integer, got %s", what,
+              lua_type(L, idx) == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx));
+  lua_Number n = lua_tonumber(L, idx);
+  if (n < 0) ltb_error(L, op, "%s must be a non-negative integer, got %s", what, lua_tostring(L, idx));
+  if (n > 9007199254740992.0) ltb_error(L, op, "%s is too large", what);
+  return (size_t)n;
+}
+
+size_t ltb_check_index(lua_State *L, int idx, size_t size, const char *op) {
+  if (!ltb_isinteger(L, idx))
+    ltb_error(L, op, "index must be an integer, got %s",
+              lua_type(L, idx) == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx));
+  lua_Number n = lua_tonumber(L, idx);
+  if (n < 1 || n > (lua_Number)size)
+    ltb_error(L, op, "index %s out of range (1..%zu)", lua_tostring(L, idx), size);
+  return (size_t)n - 1;
+}
+
+void ltb_set_functions(lua_State *L, int table, const luaL_Reg *funcs) {
+  lua_pushvalue(L, table);
+  lua_pushvalue(L, LTB_OPEN_STATE);
+  lua_pushvalue(L, LTB_OPEN_META);
+  lua_pushvalue(L, LTB_OPEN_METHODS);
+  luaL_setfuncs(L, funcs, LTB_NUPVALUES);
+  lua_pop(L, 1);
+}
+
+void ltb_push_info(lua_State *L, const lt_info *info) {
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, info->method ? info->method : "exact");
+  lua_setfield(L, -2, "method");
+  lua_pushinteger(L, info->iterations);
+  lua_setfield(L, -2, "iterations");
+  lua_pushnumber(L, info->method ? info->residual : 0.0);
+  lua_setfield(L, -2, "residual");
+  lua_pushboolean(L, info->method ? info->converged : 1);
+  lua_setfield(L, -2, "converged");
+}
+
+void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op) {
+  ltb_state *S = ltb_get_state(L);
+  *saved = *lt_settings_of(S->ctx);
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER) {
+      if (lt_setting_set(S->ctx, lua_tostring(L, -2), lua_tonumber(L, -1)) != LT_OK) {
+        *lt_settings_of(S->ctx) = *saved;
+        ltb_error(L, op, "%s", lt_last_error(S->ctx));
+      }
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* ------------------------------------------------------------ arithmetic */
+
+typedef lt_tensor *(*binary_fn)(lt_context *, lt_tensor *, lt_tensor *);
+
+static int binary(lua_State *L, const char *op, binary_fn f) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 2);
+  lt_tensor *a = ltb_operand(L, 1, op);
+  lt_tensor *b = ltb_operand(L, 2, op);
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, f(ctx, a, b));
+}
+
+static int l_add(lua_State *L) { return binary(L, "add", lt_add); }
+static int l_sub(lua_State *L) { return binary(L, "sub", lt_sub); }
+static int l_mul(lua_State *L) { return binary(L, "mul", lt_mul); }
+
+/* Matrix product; (k)·(k) gives a number, as API.md says. */
+static int l_matmul(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 2);
+  lt_tensor *a = ltb_operand(L, 1, "matmul");
+  lt_tensor *b = ltb_operand(L, 2, "matmul");
+  ltb_box *box = ltb_new_box(L);
+  ltb_fill(L, box, lt_matmul(ctx, a, b));
+  if (lt_ndim(box->t) == 0) lua_pushnumber(L, lt_dense_data(box->t)[0]);
+  return 1;
+}
+
+static int scale_by(lua_State *L, int tensor_idx, double c, const char *op) {
+  lt_context *ctx = ltb_ctx(L);
+  lt_tensor *a = ltb_operand(L, tensor_idx, op);
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_scale(ctx, a, c));
+}
+
+static int l_scale(lua_State *L) {
+  lua_settop(L, 2);
+  int num = lua_type(L, 1) == LUA_TNUMBER ? 1 : 2;
+  return scale_by(L, 3 - num, ltb_check_number(L, num, "scale", "the factor"), "scale");
+}
+
+/* `*`: a number on either side scales, otherwise the matrix product. */
+static int m_mul(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TNUMBER || lua_type(L, 2) == LUA_TNUMBER) return l_scale(L);
+  return l_matmul(L);
+}
+
+static int l_div(lua_State *L) {
+  lua_settop(L, 2);
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return ltb_error(L, "div", "can only divide by a number (use cdiv for element-wise), got %s",
+                     luaL_typename(L, 2));
+  if (lua_type(L, 1) == LUA_TNUMBER)
+    return ltb_error(L, "div", "cannot divide a number by a tensor");
+  return scale_by(L, 1, 1.0 / lua_tonumber(L, 2), "div");
+}
+
+static int l_neg(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 1);
+  lt_tensor *a = ltb_operand(L, 1, "neg");
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_neg(ctx, a));
+}
+
+static int m_eq(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lt_tensor *a = ltb_to_tensor(L, 1), *b = ltb_to_tensor(L, 2);
+  int same = 0;
+  if (a == NULL || b == NULL) {
+    lua_pushboolean(L, lua_rawequal(L, 1, 2));
+    return 1;
+  }
+  if (lt_equal(ctx, a, b, &same) != LT_OK) return ltb_raise(L);
+  lua_pushboolean(L, same);
+  return 1;
+}
+
+/* ---------------------------------------------------------- metamethods */
+
+static int m_gc(lua_State *L) {
+  ltb_box *b = lua_touserdata(L, 1);
+  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
+  if (b && b->t && S->ctx) {
+    S->L = L;
+    lt_release(S->ctx, b->t);
+  }
+  if (b) b->t = NULL;
+  return 0;
+}
+
+static int l_free(lua_State *L) {
+  ltb_check_tensor(L, 1, "free");
+  return m_gc(L);
+}
+
+static int m_len(lua_State *L) {
+  lt_tensor *t = ltb_check_tensor(L, 1, "len");
+  lua_pushinteger(L, (lua_Integer)lt_size(t, 0));
+  return 1;
+}
+
+static int m_index(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    lua_rawget(L, LTB_UPV_METHODS);
+    return 1;
+  }
+  lt_context *ctx = ltb_ctx(L);
+  lt_tensor *t = ltb_check_tensor(L, 1, "index");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return ltb_error(L, "index", "expected an integer index or a method name, got %s",
+                     luaL_typename(L, 2));
+  if (lt_ndim(t) == 0) return ltb_error(L, "index", "cannot index a 0-d tensor");
+  size_t i = ltb_check_index(L, 2, lt_size(t, 0), "index");
+  if (!lt_is_dense(t)) {
+    ltb_box *box = ltb_new_box(L);
+    return ltb_fill(L, box, lt_row(ctx, t, i));
+  }
+  if (lt_ndim(t) == 1) {
+    lua_pushnumber(L, *lt_dense_ptr(t, &i));
+    return 1;
+  }
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_dense_select(ctx, t, 0, i));
+}
+
+static int m_newindex(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lt_tensor *t = ltb_check_tensor(L, 1, "newindex");
+  if (!lt_is_dense(t))
+    return ltb_error(L, "newindex", "cannot assign into a %s operator (lazy operators are immutable)",
+                     lt_typename(ctx, t));
+  if (lt_ndim(t) == 0) return ltb_error(L, "newindex", "cannot index a 0-d tensor");
+  size_t i = ltb_check_index(L, 2, lt_size(t, 0), "newindex");
+  if (lt_ndim(t) == 1) {
+    double v = ltb_check_number(L, 3, "newindex", "the value");
+    if (lt_dense_set(ctx, t, 1, &i, v) != LT_OK) return ltb_raise(L);
+    return 0;
+  }
+  ltb_box *slice = ltb_new_box(L);
+  ltb_fill(L, slice, lt_dense_select(ctx, t, 0, i));
+  if (lua_type(L, 3) == LUA_TNUMBER) {
+    lt_dense_fill(ctx, slice->t, lua_tonumber(L, 3));
+    return 0;
+  }
+  lt_tensor *src = ltb_operand(L, 3, "newindex");
+  if (!lt_is_dense(src)) return ltb_error(L, "newindex", "the value must be dense");
+  if (lt_numel(src) != lt_numel(slice->t) && lt_ndim(src) != 0)
+    return ltb_error(L, "newindex", "the value has %zu elements, the slice %zu", lt_numel(src),
+                     lt_numel(slice->t));
+  if (lt_dense_copy_into(ctx, slice->t, src) != LT_OK) return ltb_raise(L);
+  return 0;
+}
+
+/* Lazy operators print their structure, and their values when small. */
+static int m_tostring(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  ltb_box *b = to_box(L, 1);
+  if (b == NULL || b->t == NULL) {
+    lua_pushstring(L, "lazytensor.tensor (freed)");
+    return 1;
+  }
+  lt_tensor *t = b->t;
+  if (lt_is_dense(t)) {
+    char *s = lt_dense_format(ctx, t);
+    if (s == NULL) return ltb_raise(L);
+    lua_pushstring(L, s);
+    lt_free(ctx, s, strlen(s) + 1);
+    return 1;
+  }
+  char head[256];
+  static const char *const flag[] = {"?", "yes", "no"};
+  snprintf(head, sizeof head, "[lazytensor.%s of size %zux%zu, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), lt_size(t, 0), lt_size(t, 1),
+           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
+  if (lt_size(t, 0) * lt_size(t, 1) > 400) {
+    lua_pushstring(L, head);
+    return 1;
+  }
+  ltb_box *d = ltb_new_box(L);
+  ltb_fill(L, d, lt_to_dense(ctx, t));
+  char *s = lt_dense_format(ctx, d->t);
+  if (s == NULL) return ltb_raise(L);
+  size_t size = strlen(s) + 1;
+  char *footer = strrchr(s, '[');
+  if (footer) *footer = '\0';
+  lua_pushstring(L, s);
+  lua_pushstring(L, head);
+  lua_concat(L, 2);
+  lt_free(ctx, s, size);
+  return 1;
+}
+
+/* --------------------------------------------------------- introspection */
+
+static int l_type(lua_State *L) {
+  lt_tensor *t = ltb_to_tensor(L, 1);
+  if (t == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, lt_typename(ltb_ctx(L), t));
+  return 1;
+}
+
+static int l_is_tensor(lua_State *L) {
+  lua_pushboolean(L, ltb_to_tensor(L, 1) != NULL);
+  return 1;
+}
+
+static int l_is_lazy(lua_State *L) {
+  lt_tensor *t = ltb_to_tensor(L, 1);
+  lua_pushboolean(L, t != NULL && !lt_is_dense(t));
+  return 1;
+}
+
+static int l_shape(lua_State *L) {
+  lt_tensor *t = ltb_check_tensor(L, 1, "shape");
+  int n = lt_ndim(t);
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) {
+    lua_pushinteger(L, (lua_Integer)lt_size(t, d));
+    lua_rawseti(L, -2, d + 1);
+  }
+  return 1;
+}
+
+static int l_size(lua_State *L) {
+  lt_tensor *t = ltb_check_tensor(L, 1, "size");
+  if (lua_isnoneornil(L, 2)) return l_shape(L);
+  if (!ltb_isinteger(L, 2) || lua_tonumber(L, 2) < 1 || lua_tonumber(L, 2) > lt_ndim(t))
+    return ltb_error(L, "size", "dimension must be an integer in 1..%d", lt_ndim(t));
+  lua_pushinteger(L, (lua_Integer)lt_size(t, (int)lua_tonumber(L, 2) - 1));
+  return 1;
+}
+
+static int l_dim(lua_State *L) {
+  lua_pushinteger(L, lt_ndim(ltb_check_tensor(L, 1, "dim")));
+  return 1;
+}
+
+static int l_numel(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_check_tensor(L, 1, "numel")));
+  return 1;
+}
+
+static int push_tristate(lua_State *L, lt_tristate v) {
+  if (v == LT_UNKNOWN) lua_pushnil(L);
+  else lua_pushboolean(L, v == LT_YES);
+  return 1;
+}
+
+static int l_is_psd(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  return push_tristate(L, lt_is_psd(ctx, ltb_check_tensor(L, 1, "is_psd")));
+}
+
+static int l_is_symmetric(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  return push_tristate(L, lt_is_symmetric(ctx, ltb_check_tensor(L, 1, "is_symmetric")));
+}
+
+/* -------------------------------------------------- settings and memory */
+
+static int settings_index(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  const char *name = luaL_checkstring(L, 2);
+  if (strcmp(name, "progress") == 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
+    return 1;
+  }
+  double v;
+  if (lt_setting_get(S->ctx, name, &v) != LT_OK) return ltb_raise(L);
+  if (v == floor(v) && fabs(v) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)v);
+  else lua_pushnumber(L, v);
+  return 1;
+}
+
+static void progress_trampoline(void *ud, const char *method, int iteration, double value);
+
+static int settings_newindex(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  const char *name = luaL_checkstring(L, 2);
+  if (strcmp(name, "progress") == 0) {
+    if (!lua_isnil(L, 3) && !lua_isfunction(L, 3))
+      return ltb_error(L, "settings", "progress must be a function or nil");
+    luaL_unref(L, LUA_REGISTRYINDEX, S->progress);
+    lua_pushvalue(L, 3);
+    S->progress = lua_isnil(L, 3) ? LUA_NOREF : luaL_ref(L, LUA_REGISTRYINDEX);
+    if (lua_isnil(L, 3)) lua_pop(L, 1);
+    lt_settings_of(S->ctx)->progress = S->progress == LUA_NOREF ? NULL : progress_trampoline;
+    lt_settings_of(S->ctx)->progress_ud = S;
+    return 0;
+  }
+  if (lua_type(L, 3) != LUA_TNUMBER)
+    return ltb_error(L, "settings", "%s must be a number, got %s", name, luaL_typename(L, 3));
+  if (lt_setting_set(S->ctx, name, lua_tonumber(L, 3)) != LT_OK) return ltb_raise(L);
+  return 0;
+}
+
+/* Progress reports from iterative methods; a failing callback is reported
+ * once the computation returns (the C core cannot be unwound). */
+static void progress_trampoline(void *ud, const char *method, int iteration, double value) {
+  ltb_state *S = ud;
+  lua_State *L = S->L;
+  if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, method);
+  lua_setfield(L, -2, "method");
+  lua_pushinteger(L, iteration);
+  lua_setfield(L, -2, "iteration");
+  lua_pushnumber(L, value);
+  lua_setfield(L, -2, "value");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
+  lua_insert(L, -2);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* lt.with_settings(tbl, fn, ...): runs fn with the settings in tbl and
+ * restores the previous ones afterwards, also when fn raises. */
+static int l_with_settings(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lt_settings saved;
+  ltb_apply_settings(L, 1, &saved, "with_settings");
+  int nargs = lua_gettop(L) - 2;
+  lua_pushvalue(L, 2);
+  lua_insert(L, 3);
+  int base = 2;
+  int rc = lua_pcall(L, nargs, LUA_MULTRET, 0);
+  *lt_settings_of(S->ctx) = saved;
+  if (rc != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - base;
+}
+
+static int l_manual_seed(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  if (!ltb_isinteger(L, 1)) return ltb_error(L, "manual_seed", "the seed must be an integer");
+  lt_manual_seed(ctx, (uint64_t)(long long)lua_tonumber(L, 1));
+  return 0;
+}
+
+static int l_memory(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)lt_memory(ltb_ctx(L)));
+  return 1;
+}
+
+/* ------------------------------------------------------------ the module */
+
+static const luaL_Reg module_functions[] = {
+    {"add", l_add},         {"sub", l_sub},
+    {"mul", l_mul},         {"matmul", l_matmul},
+    {"scale", l_scale},     {"div", l_div},
+    {"neg", l_neg},         {"type", l_type},
+    {"is_tensor", l_is_tensor}, {"is_lazy", l_is_lazy},
+    {"is_psd", l_is_psd},   {"is_symmetric", l_is_symmetric},
+    {"with_settings", l_with_settings}, {"manual_seed", l_manual_seed},
+    {"memory", l_memory},   {"free", l_free},
+    {"shape", l_shape},     {"size", l_size},
+    {"dim", l_dim},         {"numel", l_numel},
+    {NULL, NULL}};
+
+static const luaL_Reg common_methods[] = {
+    {"shape", l_shape},   {"size", l_size},     {"dim", l_dim},
+    {"numel", l_numel},   {"free", l_free},     {"is_psd", l_is_psd},
+    {"is_symmetric", l_is_symmetric},           {"add", l_add},
+    {"sub", l_sub},       {"mul", l_mul},       {"matmul", l_matmul},
+    {"scale", l_scale},   {"div", l_div},       {"neg", l_neg},
+    {"type", l_type},     {NULL, NULL}};
+
+static const luaL_Reg metamethods[] = {
+    {"__add", l_add},     {"__sub", l_sub},       {"__mul", m_mul},
+    {"__div", l_div},     {"__unm", l_neg},       {"__index", m_index},
+    {"__newindex", m_newindex}, {"__len", m_len}, {"__tostring", m_tostring},
+    {"__eq", m_eq},       {"__gc", m_gc},         {"__close", m_gc},
+    {NULL, NULL}};
+
+/* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
+static int module_index(lua_State *L) {
+  static const struct {
+    const char *field, *module;
+  } lazy[] = {{"mvn", "lazytensor.mvn"}, {"kl", "lazytensor.mvn"}, {"gp", "lazytensor.gp"}};
+  const char *key = lua_tostring(L, 2);
+  for (size_t i = 0; key && i < sizeof lazy / sizeof lazy[0]; i++) {
+    if (strcmp(key, lazy[i].field) != 0) continue;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, lazy[i].module);
+    lua_call(L, 1, 1);
+    if (strcmp(key, "gp") != 0) lua_getfield(L, -1, key);
+    return 1;
+  }
+  return 0;
+}
+
+static void create_state(lua_State *L) {
+  ltb_state *S = ltb_newuserdata(L, sizeof *S);
+  memset(S, 0, sizeof *S);
+  S->pending_error = S->not_implemented = S->progress = LUA_NOREF;
+  S->L = L;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(L, &ud);
+  S->ctx = lt_context_new(alloc, ud);
+  if (S->ctx == NULL) luaL_error(L, "lazytensor: not enough memory to create a context");
+}
+
+/* The settings table: reads and writes go to the context. */
+static void create_settings(lua_State *L, int module) {
+  static const luaL_Reg meta[] = {
+      {"__index", settings_index}, {"__newindex", settings_newindex}, {NULL, NULL}};
+  lua_newtable(L);
+  lua_newtable(L);
+  ltb_set_functions(L, lua_gettop(L), meta);
+  lua_setmetatable(L, -2);
+  lua_setfield(L, module, "settings");
+}
+
+LUALIB_API int luaopen_lazytensor(lua_State *L) {
+  lua_settop(L, 0);
+  create_state(L);                   /* LTB_OPEN_STATE */
+  luaL_newmetatable(L, TENSOR_NAME); /* LTB_OPEN_META */
+  lua_newtable(L);                   /* LTB_OPEN_METHODS */
+  lua_newtable(L);                   /* the module */
+  int module = lua_gettop(L);
+  ltb_set_functions(L, LTB_OPEN_META, metamethods);
+  lua_pushliteral(L, TENSOR_NAME);
+  lua_setfield(L, LTB_OPEN_META, "__name");
+  ltb_set_functions(L, LTB_OPEN_METHODS, common_methods);
+  ltb_set_functions(L, module, module_functions);
+  ltb_open_dense(L, module);
+  ltb_open_linalg(L, module);
+  ltb_open_callbacks(L, module);
+  create_settings(L, module);
+  lua_pushliteral(L, LT_VERSION);
+  lua_setfield(L, module, "_VERSION");
+  /* Keep the state alive as long as the module table. */
+  lua_pushvalue(L, LTB_OPEN_STATE);
+  lua_setfield(L, module, "_state");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, module_index);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, module);
+  return 1;
+}

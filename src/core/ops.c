@@ -1,0 +1,282 @@
+/*
+ * ops.c — the public operations. Each checks shapes once, then makes one
+ * registry call, so every rule can trust its operands' shapes.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int is_scalar(const lt_tensor *t) { return t->ndim == 0; }
+
+static int shapes_equal(const lt_tensor *a, const lt_tensor *b) {
+  return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(size_t) * (size_t)a->ndim) == 0;
+}
+
+static int shape_error(lt_context *ctx, const char *op, const char *what, const lt_tensor *a,
+                       const lt_tensor *b) {
+  char ba[64], bb[64];
+  return lt_error(ctx, "%s: %s (%s and %s)", op, what, lt_shape_string(a, ba, sizeof ba),
+                  lt_shape_string(b, bb, sizeof bb));
+}
+
+/* Element-wise operands: dense pairs broadcast (checked by the dense rule);
+ * a lazy operand needs an equal shape or a scalar partner. */
+static int check_elementwise(lt_context *ctx, const char *op, const lt_tensor *a,
+                             const lt_tensor *b) {
+  if (a->type_id == LT_TYPE_DENSE && b->type_id == LT_TYPE_DENSE) return LT_OK;
+  if (is_scalar(a) || is_scalar(b) || shapes_equal(a, b)) return LT_OK;
+  return shape_error(ctx, op, "shapes differ", a, b);
+}
+
+static lt_tensor *dispatch_tensor(lt_context *ctx, lt_args *args, lt_info *info) {
+  lt_result res;
+  if (lt_dispatch(ctx, args, &res) != LT_OK) return NULL;
+  if (info) *info = res.info;
+  for (int i = 1; i < 3; i++) lt_release(ctx, res.t[i]);
+  if (res.t[0] == NULL) lt_error(ctx, "%s: a rule returned no result", lt_op_name(ctx, args->op));
+  return res.t[0];
+}
+
+static int dispatch_numbers(lt_context *ctx, lt_args *args, double *x0, double *x1,
+                            lt_info *info) {
+  lt_result res;
+  if (lt_dispatch(ctx, args, &res) != LT_OK) return LT_ERR;
+  for (int i = 0; i < 3; i++) lt_release(ctx, res.t[i]);
+  if (x0) *x0 = res.x[0];
+  if (x1) *x1 = res.x[1];
+  if (info) *info = res.info;
+  return LT_OK;
+}
+
+lt_tensor *lt_add(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
+  if (check_elementwise(ctx, "add", a, b) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_ADD, .a = a, .b = b};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_sub(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
+  if (check_elementwise(ctx, "sub", a, b) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_SUB, .a = a, .b = b};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_mul(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
+  if (check_elementwise(ctx, "mul", a, b) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_MUL, .a = a, .b = b};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_matmul(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
+  if (a->ndim < 1 || a->ndim > 2 || b->ndim < 1 || b->ndim > 2) {
+    shape_error(ctx, "matmul", "expected vectors or matrices", a, b);
+    return NULL;
+  }
+  if (a->shape[a->ndim - 1] != b->shape[0]) {
+    shape_error(ctx, "matmul", "inner dimensions differ", a, b);
+    return NULL;
+  }
+  lt_args args = {.op = LT_OP_MATMUL, .a = a, .b = b};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_scale(lt_context *ctx, lt_tensor *a, double c) {
+  lt_args args = {.op = LT_OP_SCALE, .a = a, .scalar = c};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_neg(lt_context *ctx, lt_tensor *a) {
+  lt_args args = {.op = LT_OP_NEG, .a = a};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_transpose(lt_context *ctx, lt_tensor *a) {
+  if (a->ndim != 2) {
+    lt_error(ctx, "t: transpose needs a 2-d tensor, got %d-d", a->ndim);
+    return NULL;
+  }
+  lt_args args = {.op = LT_OP_TRANSPOSE, .a = a};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_to_dense(lt_context *ctx, lt_tensor *a) {
+  lt_args args = {.op = LT_OP_DENSE, .a = a};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_diagonal(lt_context *ctx, lt_tensor *a) {
+  if (lt_require_matrix(ctx, "diagonal", a) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_DIAGONAL, .a = a};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+int lt_trace(lt_context *ctx, lt_tensor *a, double *out) {
+  if (lt_require_square(ctx, "trace", a) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_TRACE, .a = a};
+  return dispatch_numbers(ctx, &args, out, NULL, NULL);
+}
+
+int lt_get(lt_context *ctx, lt_tensor *a, size_t i, size_t j, double *out) {
+  if (lt_require_matrix(ctx, "get", a) != LT_OK) return LT_ERR;
+  if (i >= a->shape[0] || j >= a->shape[1])
+    return lt_error(ctx, "get: index (%zu, %zu) out of range for a %zux%zu matrix", i + 1, j + 1,
+                    a->shape[0], a->shape[1]);
+  lt_args args = {.op = LT_OP_GET, .a = a, .i = i, .j = j};
+  return dispatch_numbers(ctx, &args, out, NULL, NULL);
+}
+
+lt_tensor *lt_row(lt_context *ctx, lt_tensor *a, size_t i) {
+  if (lt_require_matrix(ctx, "row", a) != LT_OK) return NULL;
+  if (i >= a->shape[0]) {
+    lt_error(ctx, "row: index %zu out of range (%zu rows)", i + 1, a->shape[0]);
+    return NULL;
+  }
+  lt_args args = {.op = LT_OP_ROW, .a = a, .i = i};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d) {
+  if (lt_require_square(ctx, "add_diag", a) != LT_OK) return NULL;
+  if (d->type_id != LT_TYPE_DENSE || d->ndim > 1 || (d->ndim == 1 && d->shape[0] != a->shape[0])) {
+    shape_error(ctx, "add_diag", "expected a number or a vector of the matrix's size", a, d);
+    return NULL;
+  }
+  lt_args args = {.op = LT_OP_ADD_DIAG, .a = a, .b = d};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+/* b: a vector of n or an n×k matrix, for an n×n operator a. */
+static int check_rhs(lt_context *ctx, const char *op, const lt_tensor *a, const lt_tensor *b) {
+  if (lt_require_square(ctx, op, a) != LT_OK) return LT_ERR;
+  if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0])
+    return shape_error(ctx, op, "right-hand side does not conform", a, b);
+  return LT_OK;
+}
+
+lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info) {
+  if (check_rhs(ctx, "solve", a, b) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_SOLVE, .a = a, .b = b};
+  return dispatch_tensor(ctx, &args, info);
+}
+
+int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info) {
+  if (check_rhs(ctx, "inv_quad", a, b) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_INV_QUAD, .a = a, .b = b};
+  return dispatch_numbers(ctx, &args, out, NULL, info);
+}
+
+int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info) {
+  if (lt_require_square(ctx, "logdet", a) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_LOGDET, .a = a};
+  return dispatch_numbers(ctx, &args, out, NULL, info);
+}
+
+int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
+                       double *logdet, lt_info *info) {
+  if (check_rhs(ctx, "inv_quad_logdet", a, b) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_INV_QUAD_LOGDET, .a = a, .b = b};
+  return dispatch_numbers(ctx, &args, inv_quad, logdet, info);
+}
+
+lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
+  if (lt_require_square(ctx, "cholesky", a) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_CHOLESKY, .a = a, .flag = upper};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info) {
+  if (lt_require_square(ctx, "root", a) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_ROOT, .a = a};
+  return dispatch_tensor(ctx, &args, info);
+}
+
+lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info) {
+  if (lt_require_square(ctx, "root_inv", a) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_ROOT_INV, .a = a};
+  return dispatch_tensor(ctx, &args, info);
+}
+
+int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info) {
+  if (lt_require_square(ctx, "eigh", a) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_EIGH, .a = a};
+  lt_result res;
+  if (lt_dispatch(ctx, &args, &res) != LT_OK) return LT_ERR;
+  lt_release(ctx, res.t[2]);
+  *w = res.t[0];
+  *q = res.t[1];
+  if (info) *info = res.info;
+  return LT_OK;
+}
+
+int lt_svd(lt_context *ctx, lt_tensor *a, lt_tensor **u, lt_tensor **s, lt_tensor **v) {
+  if (lt_require_matrix(ctx, "svd", a) != LT_OK) return LT_ERR;
+  lt_args args = {.op = LT_OP_SVD, .a = a};
+  lt_result res;
+  if (lt_dispatch(ctx, &args, &res) != LT_OK) return LT_ERR;
+  *u = res.t[0];
+  *s = res.t[1];
+  *v = res.t[2];
+  return LT_OK;
+}
+
+lt_tensor *lt_inverse(lt_context *ctx, lt_tensor *a) {
+  if (lt_require_square(ctx, "inverse", a) != LT_OK) return NULL;
+  lt_args args = {.op = LT_OP_INVERSE, .a = a};
+  return dispatch_tensor(ctx, &args, NULL);
+}
+
+int lt_equal(lt_context *ctx, lt_tensor *a, lt_tensor *b, int *out) {
+  if (!shapes_equal(a, b)) {
+    *out = 0;
+    return LT_OK;
+  }
+  lt_args args = {.op = LT_OP_EQUAL, .a = a, .b = b};
+  double x;
+  if (dispatch_numbers(ctx, &args, &x, NULL, NULL) != LT_OK) return LT_ERR;
+  *out = x != 0;
+  return LT_OK;
+}
+
+/* ---------------------------------------------------------- properties */
+
+static lt_tristate dense_symmetric(lt_tensor *a) {
+  size_t n = a->shape[0];
+  const double *p = lt_dense_data(a);
+  ptrdiff_t s0 = a->strides[0], s1 = a->strides[1];
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < i; j++)
+      if (p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] != p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1])
+        return LT_NO;
+  return LT_YES;
+}
+
+lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a) {
+  (void)ctx;
+  if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
+  lt_tristate s = lt_prop_get(a, LT_PROP_SYMMETRIC);
+  if (s == LT_UNKNOWN && a->type_id == LT_TYPE_DENSE) {
+    s = dense_symmetric(a);
+    lt_prop_mark(a, LT_PROP_SYMMETRIC, s);
+  }
+  return s;
+}
+
+lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
+  if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
+  lt_tristate p = lt_prop_get(a, LT_PROP_PSD);
+  if (p == LT_UNKNOWN && lt_is_symmetric(ctx, a) == LT_NO) return LT_NO;
+  return p;
+}
+
+/* lt.psd: the caller's promise. A dense matrix gets a view carrying the
+ * flag (the flag lapses if the storage is written); a lazy operator is
+ * immutable, so it is marked itself. */
+lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
+  if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
+  lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
+                                             : lt_retain(a);
+  if (t == NULL) return NULL;
+  lt_prop_mark(t, LT_PROP_SYMMETRIC, LT_YES);
+  lt_prop_mark(t, LT_PROP_PSD, LT_YES);
+  return t;
+}

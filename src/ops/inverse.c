@@ -1,0 +1,73 @@
+/*
+ * ops/inverse.c — A⁻¹ kept lazy: its product is a solve with A.
+ */
+#include "../core/internal.h"
+#include "ops.h"
+
+static lt_tensor *inverse_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return lt_solve(ctx, self->children[0], X, NULL);
+}
+
+static lt_tensor *inverse_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  lt_tensor *a = self->children[0];
+  if (lt_is_symmetric(ctx, a) == LT_YES) return lt_solve(ctx, a, X, NULL);
+  lt_tensor *at = lt_transpose(ctx, a);
+  if (at == NULL) return NULL;
+  lt_tensor *out = lt_solve(ctx, at, X, NULL);
+  lt_release(ctx, at);
+  return out;
+}
+
+const lt_type lt_inverse_type = {
+    .name = "inverse",
+    .matmul = inverse_matmul,
+    .t_matmul = inverse_t_matmul,
+};
+
+lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a) {
+  if (lt_require_square(ctx, "inverse", a) != LT_OK) return NULL;
+  if (a->type_id == LT_TYPE_INVERSE) return lt_retain(a->children[0]);
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_INVERSE, a->shape[0], a->shape[1], &a, 1, NULL);
+  if (t == NULL) return NULL;
+  /* The inverse of a symmetric (PD) matrix is symmetric (PD); a singular A
+   * has no inverse, which the first solve reports. */
+  t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
+  t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
+  t->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
+  t->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
+  return t;
+}
+
+/* (A⁻¹)⁻¹ B = A·B. */
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  res->t[0] = lt_matmul(ctx, args->a->children[0], args->b);
+  res->info.method = "product";
+  return res->t[0] ? LT_OK : LT_ERR;
+}
+
+/* log det A⁻¹ = −log det A. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (lt_logdet(ctx, args->a->children[0], &res->x[0], &res->info) != LT_OK) return LT_ERR;
+  res->x[0] = -res->x[0];
+  return LT_OK;
+}
+
+static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ctx, (void)ud;
+  res->t[0] = lt_retain(args->a->children[0]);
+  return LT_OK;
+}
+
+int lt_register_inverse_rules(lt_context *ctx) {
+  const int I = LT_TYPE_INVERSE, ANY = LT_TYPE_ANY;
+  if (lt_register_rule(ctx, LT_OP_SOLVE, I, ANY, "inverse solve (a product)", rule_solve, NULL,
+                       NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_LOGDET, I, ANY, "inverse logdet (minus the child's)",
+                       rule_logdet, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_INVERSE, I, ANY, "inverse of inverse", rule_inverse, NULL, NULL,
+                       0) != LT_OK)
+    return LT_ERR;
+  return LT_OK;
+}

@@ -1,0 +1,81 @@
+/*
+ * ops/operator.c — an operator defined by a callback product (the Lua
+ * binding's lt.operator, or an embedder's C function). The core knows
+ * nothing of Lua: it calls the function pointers it was given.
+ */
+#include <string.h>
+
+#include "../core/internal.h"
+#include "ops.h"
+
+typedef struct operator_payload {
+  lt_operator_def def;
+  char *name;
+} operator_payload;
+
+static lt_tensor *operator_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  operator_payload *p = self->payload;
+  return p->def.matmul(ctx, p->def.ud, X);
+}
+
+static lt_tensor *operator_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  operator_payload *p = self->payload;
+  return p->def.t_matmul(ctx, p->def.ud, X);
+}
+
+static void operator_destroy(lt_context *ctx, lt_tensor *self) {
+  operator_payload *p = self->payload;
+  if (p->def.free_ud) p->def.free_ud(ctx, p->def.ud);
+  if (p->name) lt_free(ctx, p->name, strlen(p->name) + 1);
+  lt_free(ctx, p, sizeof *p);
+}
+
+const lt_type lt_operator_type = {
+    .name = "operator",
+    .matmul = operator_matmul,
+    .t_matmul = operator_t_matmul,
+    .destroy = operator_destroy,
+};
+
+/* With a t_matmul the operator gets a descriptor that uses it; without,
+ * the core's generic transposed product (column blocks, or the product
+ * itself when symmetric) applies. */
+static const lt_type lt_operator_type_no_t = {
+    .name = "operator",
+    .matmul = operator_matmul,
+    .destroy = operator_destroy,
+};
+
+lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def) {
+  if (def->matmul == NULL) {
+    lt_error(ctx, "operator: a matmul function is required");
+    return NULL;
+  }
+  operator_payload *p = lt_malloc(ctx, sizeof *p);
+  if (p == NULL) return NULL;
+  p->def = *def;
+  p->name = NULL;
+  if (def->name && (p->name = lt_strdup(ctx, def->name)) == NULL) {
+    lt_free(ctx, p, sizeof *p);
+    return NULL;
+  }
+  p->def.name = p->name;
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_OPERATOR, def->rows, def->cols, NULL, 0, p);
+  if (t == NULL) {
+    if (p->name) lt_free(ctx, p->name, strlen(p->name) + 1);
+    lt_free(ctx, p, sizeof *p);
+    return NULL; /* the caller still owns def->ud */
+  }
+  if (def->t_matmul == NULL) t->type = &lt_operator_type_no_t;
+  if (def->rows == def->cols) {
+    t->props[LT_PROP_SYMMETRIC] = (unsigned char)def->symmetric;
+    t->props[LT_PROP_PSD] = (unsigned char)def->psd;
+    if (def->psd == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
+  }
+  return t;
+}
+
+const char *lt_operator_name(const lt_tensor *t) {
+  if (t->type_id != LT_TYPE_OPERATOR) return NULL;
+  return ((const operator_payload *)t->payload)->name;
+}

@@ -1,0 +1,35 @@
+/*
+ * ops.h — what each built-in type's file gives the core: its descriptor and
+ * a function registering its rules. builtin.c calls them in order; a later
+ * registration for the same key is tried first, so the generic fallbacks
+ * come first and the specific rules after them.
+ */
+#ifndef LT_OPS_H
+#define LT_OPS_H
+
+#include "../lazytensor.h"
+
+extern const lt_type lt_dense_type;
+extern const lt_type lt_constant_type;
+extern const lt_type lt_sum_type;
+extern const lt_type lt_product_type;
+extern const lt_type lt_scaled_type;
+extern const lt_type lt_transpose_type;
+extern const lt_type lt_inverse_type;
+
+extern const lt_type lt_diag_type;
+extern const lt_type lt_identity_type;
+extern const lt_type lt_operator_type;
+
+int lt_register_generic_rules(lt_context *ctx);
+int lt_register_dense_rules(lt_context *ctx);
+int lt_register_sum_rules(lt_context *ctx);
+int lt_register_scaled_rules(lt_context *ctx);
+int lt_register_product_rules(lt_context *ctx);
+int lt_register_transpose_rules(lt_context *ctx);
+int lt_register_constant_rules(lt_context *ctx);
+int lt_register_inverse_rules(lt_context *ctx);
+int lt_register_diag_rules(lt_context *ctx);
+int lt_register_identity_rules(lt_context *ctx);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * ops/transpose.c — Aᵀ kept lazy. Its product is A's transposed product;
+ * the transpose of a transpose is the original.
+ */
+#include "../core/internal.h"
+#include "ops.h"
+
+static lt_tensor *transpose_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return lt_apply_t(ctx, self->children[0], X);
+}
+
+static lt_tensor *transpose_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return lt_apply(ctx, self->children[0], X);
+}
+
+static int transpose_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  return lt_get(ctx, self->children[0], j, i, out);
+}
+
+const lt_type lt_transpose_type = {
+    .name = "transpose",
+    .matmul = transpose_matmul,
+    .t_matmul = transpose_t_matmul,
+    .entry = transpose_entry,
+};
+
+lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a) {
+  if (lt_require_matrix(ctx, "t", a) != LT_OK) return NULL;
+  if (a->type_id == LT_TYPE_TRANSPOSE) return lt_retain(a->children[0]);
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TRANSPOSE, a->shape[1], a->shape[0], &a, 1, NULL);
+  if (t == NULL) return NULL;
+  t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
+  t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
+  t->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_UPPER);
+  t->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_LOWER);
+  return t;
+}
+
+static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  res->t[0] = lt_diagonal(ctx, args->a->children[0]);
+  return res->t[0] ? LT_OK : LT_ERR;
+}
+
+static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return lt_trace(ctx, args->a->children[0], &res->x[0]);
+}
+
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return lt_logdet(ctx, args->a->children[0], &res->x[0], &res->info);
+}
+
+int lt_register_transpose_rules(lt_context *ctx) {
+  const int T = LT_TYPE_TRANSPOSE, ANY = LT_TYPE_ANY;
+  if (lt_register_rule(ctx, LT_OP_DIAGONAL, T, ANY, "transpose diagonal (the child's)",
+                       rule_diagonal, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "transpose trace (the child's)", rule_trace,
+                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_LOGDET, T, ANY, "transpose logdet (the child's)", rule_logdet,
+                       NULL, NULL, 0) != LT_OK)
+    return LT_ERR;
+  return LT_OK;
+}
