@@ -145,7 +145,8 @@ end
 ---------------------------------------------------------------------------
 -- timing
 
--- fn is called once untimed (unless opts.warmup == false, for calls of
+-- A full collection runs before the warm-up and before every sample,
+-- outside the timed region. fn is called once untimed (unless opts.warmup == false, for calls of
 -- seconds), then sampled between opts.min (3) and opts.max (100) times, as
 -- many as fit in opts.budget seconds. Calls under 5 ms are batched so that a
 -- sample lasts about 5 ms.
@@ -154,6 +155,7 @@ function M.measure(fn, opts)
   local budget = (opts.budget or 1.0) * M.budget_scale
   local max_rep, min_rep = opts.max or 100, opts.min or 3
   local samples = {}
+  collectgarbage("collect")
   local t0 = clock()
   fn()
   local first = clock() - t0
@@ -163,6 +165,9 @@ function M.measure(fn, opts)
   local reps = floor(budget / max(first * inner, 1e-9))
   reps = max(min_rep, min(max_rep, reps)) - #samples
   for _ = 1, reps do
+    -- the library's memory may be invisible to the collector: free the
+    -- previous results between samples, outside the timed region
+    collectgarbage("collect")
     t0 = clock()
     for _ = 1, inner do fn() end
     samples[#samples + 1] = (clock() - t0) / inner
@@ -265,7 +270,12 @@ end
 function M.missing(lt, names)
   local miss = {}
   for _, name in ipairs(names) do
-    if lt[name] == nil then miss[#miss + 1] = "lt." .. name end
+    local ok, v = pcall(function() return lt[name] end)
+    if not ok then
+      miss[#miss + 1] = "lt." .. name .. " (" .. reason_of(v) .. ")"
+    elseif v == nil then
+      miss[#miss + 1] = "lt." .. name
+    end
   end
   if #miss == 0 then return nil end
   return "missing " .. table.concat(miss, ", ")

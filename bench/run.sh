@@ -37,6 +37,12 @@ $CC -std=c11 -O2 -Wall -Wextra -Werror -o bench/baseline bench/baseline.c $FLAGS
 RC=$(mktemp) || exit 1
 trap 'rm -f "$RC"' EXIT
 
+# the host's load: other processes on the machine skew every figure
+loadavg() {
+  printf '{"workload":"meta","op":"load_%s","system":"host","n":0,"loadavg":"%s","nproc":%s}\n' \
+    "$1" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" "$(nproc 2>/dev/null || echo 0)" | tee -a "$OUT"
+}
+
 # run WORKLOAD SYSTEM COMMAND...: stream its lines to stdout and $OUT; if it
 # fails or times out, say so in a JSON line
 run() {
@@ -52,6 +58,7 @@ run() {
   fi
 }
 
+loadavg start
 C_ARGS=""
 for w in $WORKLOADS; do
   case $w in
@@ -76,5 +83,6 @@ for w in $WORKLOADS; do
   run "$w" lazytensor "$LUA" "bench/$s.lua"
 done
 
+loadavg end
 echo
 "$LUA" bench/summary.lua "$OUT"

@@ -291,6 +291,11 @@ for _, r in ipairs(recs) do
       tostring(r.fftw_version)))
   end
 end
+for _, r in ipairs(recs) do
+  if r.workload == "meta" and r.loadavg then
+    print(string.format("Host load (%s): %s on %s CPUs", r.op, r.loadavg, tostring(r.nproc)))
+  end
+end
 print("Summary: median seconds per op; ratio = lazytensor / baseline (below 1: lazytensor faster).")
 print("'within' reports this run against the issue's target; nothing is asserted.")
 print()

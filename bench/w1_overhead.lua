@@ -1,6 +1,6 @@
 -- W1: per-operation overhead on tiny operands, from Lua.
 --
--- Three operations, 10^5 of each per sample, seven samples, median per op:
+-- Three operations, 10^5 of each per sample, eleven samples, median per op:
 --   diag+diag    diag(3) + diag(3)
 --   diag+dense   diag(3) + dense 3x3
 --   diag*dense   diag(3) * dense 3x1
@@ -9,8 +9,8 @@
 -- once with lazytensor. A sample starts from a full collection and ends with
 -- one, so the allocation and the collection of every result are paid for
 -- inside it. bytes_per_op is the growth of collectgarbage("count") over 1000
--- ops with the collector stopped (the binding allocates through lua_Alloc, so
--- the library's memory shows there too).
+-- ops with the collector stopped; lt_bytes_per_op is the growth of
+-- lt.memory() over the same (the library's own allocations).
 
 local dir = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir .. "/?.lua;" .. package.path
@@ -18,7 +18,7 @@ local B = require "benchlib"
 
 local W = "W1"
 local NOPS = 100000
-local SAMPLES = 7
+local SAMPLES = 11
 local OPS = { "diag+diag", "diag+dense", "diag*dense" }
 
 local clock = B.clock
@@ -163,6 +163,17 @@ local function run_lt(op, loop, make)
     local rec = record(loop, nil, a, b)
     local r = loop(nil, a, b, 1)
     rec.result_type = lt.type(r)
+    -- the library's own bytes per op (lt.memory), results left uncollected
+    if B.missing(lt, { "memory" }) == nil then
+      collectgarbage("collect")
+      collectgarbage("stop")
+      local m0 = lt.memory()
+      loop(nil, a, b, 1000)
+      local m1 = lt.memory()
+      collectgarbage("restart")
+      collectgarbage("collect")
+      rec.lt_bytes_per_op = (m1 - m0) / 1000
+    end
     rec.max_abs_err = max_err(values_of(op, r), WANT[op])
     return rec
   end)

@@ -43,6 +43,7 @@ local ok, err = pcall(function()
   end
   error(table.concat(errs, "; "))
 end)
+data.U, data.d, data.b = nil, nil, nil -- the collector's work: the library's garbage only
 if not ok then
   B.skip_all(W, OPS, n, err)
   return

@@ -31,6 +31,7 @@ local ok, err = pcall(function()
   X, b = lt.tensor(data.X), lt.tensor(data.b)
   lt.settings.cg_tolerance = 1e-6
 end)
+data.X, data.b = nil, nil
 if not ok then
   B.skip_all(W, OPS, n, err)
   return

@@ -26,6 +26,7 @@ end
 
 B.run(W, "log_prob", n, function()
   local U, d, x = lt.tensor(data.U), lt.tensor(data.d), lt.tensor(data.b)
+  data.U, data.d, data.b = nil, nil, nil -- the collector's work: the library's garbage only
   local mean = lt.zeros(n)
   local v
   local rec = B.measure(function()
