@@ -185,7 +185,7 @@ local function row(cols, widths)
   rows_out = rows_out + 1
 end
 
-local WIDTHS = { 10, 8, 12, 26, 8, 15, 6 }
+local WIDTHS = { 10, 7, 11, 24, 6, 6, 15, 6 }
 
 -- "a; b" without empty parts
 local function join(...)
@@ -215,11 +215,12 @@ local function report(w)
   end
   if #lts == 0 and next(bases) == nil then return end
   print(TITLES[w] or w)
-  row({ "op", "n", "lazytensor", "baseline", "ratio", "target", "within", "accuracy / notes" }, WIDTHS)
+  row({ "op", "n", "lazytensor", "baseline", "ratio", "(min)", "target", "within",
+    "accuracy / notes" }, WIDTHS)
   local by_key = {}
   for _, r in ipairs(lts) do
     if r.op == "*" then
-      row({ "*", "-", "skipped", "", "", "", "", r.skipped }, WIDTHS)
+      row({ "*", "-", "skipped", "", "", "", "", "", r.skipped }, WIDTHS)
     else
       by_key[tostring(r.op) .. "@" .. tostring(r.n)] = r
     end
@@ -233,13 +234,14 @@ local function report(w)
       local bcol = b.system and (fmt_time(b.median_s) .. " " .. b.system
         .. (b.estimated and " (est.)" or "")) or "-"
       if not lt and b.reference_only then
-        row({ op, n, "n/a", bcol, "", "", "", "reference: part of the baseline's time" }, WIDTHS)
+        row({ op, n, "n/a", bcol, "", "", "", "", "reference: part of the baseline's time" }, WIDTHS)
       elseif not lt then
-        row({ op, n, "missing", bcol, "", "", "", extras(b) }, WIDTHS)
+        row({ op, n, "missing", bcol, "", "", "", "", extras(b) }, WIDTHS)
       elseif lt.skipped then
-        row({ op, n, "skipped", bcol, "", "", "", lt.skipped }, WIDTHS)
+        row({ op, n, "skipped", bcol, "", "", "", "", lt.skipped }, WIDTHS)
       else
         local ratio = b.median_s and lt.median_s / b.median_s or nil
+        local ratio_min = b.min_s and lt.min_s and lt.min_s / b.min_s or nil
         local target, within = TARGETS[w](lt, ratio)
         local notes = extras(lt)
         if lt.value and b.value then
@@ -256,7 +258,8 @@ local function report(w)
             lt.median_s / b.w3_solve_plus_logdet_s), notes)
         end
         row({ op, n, fmt_time(lt.median_s), bcol, ratio and string.format("%.2f", ratio) or "-",
-          target, yesno(within), notes }, WIDTHS)
+          ratio_min and string.format("%.2f", ratio_min) or "-", target, yesno(within), notes },
+          WIDTHS)
       end
     end
   end
@@ -296,7 +299,8 @@ for _, r in ipairs(recs) do
     print(string.format("Host load (%s): %s on %s CPUs", r.op, r.loadavg, tostring(r.nproc)))
   end
 end
-print("Summary: median seconds per op; ratio = lazytensor / baseline (below 1: lazytensor faster).")
+print("Summary: median seconds per op; ratio = lazytensor / baseline median (below 1: lazytensor")
+print("faster); (min) = the same for the fastest samples, less sensitive to a busy host.")
 print("'within' reports this run against the issue's target; nothing is asserted.")
 print()
 for i = 1, 7 do report("W" .. i) end
