@@ -1,7 +1,7 @@
 #!/bin/sh
-# bench/run.sh [W1 ... W7]: build the C baselines, run them and the Lua
-# scripts single-threaded, print every JSON line (also kept in
-# bench/last_run.jsonl), then the summary of ratios. Run from anywhere; it
+# bench/run.sh [W1 ... W7]: build the C baselines, run each workload's
+# baseline and then its Lua script, single-threaded, print every JSON line
+# (also kept in bench/last_run.jsonl), then the summary of ratios. Run from anywhere; it
 # works in the repository root, where `make` leaves lazytensor.so.
 #
 #   BENCH_QUICK=1      quarter time budgets (rougher figures, ~2x faster)
@@ -22,6 +22,13 @@ TIMEOUT=${BENCH_TIMEOUT:-200}
 OUT=${BENCH_OUT:-bench/last_run.jsonl}
 WORKLOADS=${*:-W1 W2 W3 W4 W5 W6 W7}
 
+for w in $WORKLOADS; do
+  case $w in
+    W[1-7]) ;;
+    *) echo "bench/run.sh: unknown workload $w (W1 ... W7)" >&2; exit 1 ;;
+  esac
+done
+
 PKGS="lapacke openblas fftw3"
 # shellcheck disable=SC2086
 if ! FLAGS=$(pkg-config --cflags --libs $PKGS); then
@@ -40,7 +47,7 @@ trap 'rm -f "$RC"' EXIT
 # the host's load: other processes on the machine skew every figure
 loadavg() {
   printf '{"workload":"meta","op":"load_%s","system":"host","n":0,"loadavg":"%s","nproc":%s}\n' \
-    "$1" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" "$(nproc 2>/dev/null || echo 0)" | tee -a "$OUT"
+    "$1" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" "$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 0)" | tee -a "$OUT"
 }
 
 # run WORKLOAD SYSTEM COMMAND...: stream its lines to stdout and $OUT; if it
@@ -59,17 +66,8 @@ run() {
 }
 
 loadavg start
-C_ARGS=""
-for w in $WORKLOADS; do
-  case $w in
-    W1) ;;
-    W[2-7]) C_ARGS="$C_ARGS $w" ;;
-    *) echo "bench/run.sh: unknown workload $w (W1 ... W7)" >&2; exit 1 ;;
-  esac
-done
-# shellcheck disable=SC2086
-[ -n "$C_ARGS" ] && run baseline openblas ./bench/baseline $C_ARGS
-
+# each workload's baseline runs right before its lazytensor side, so the two
+# see the same load on a shared machine
 for w in $WORKLOADS; do
   case $w in
     W1) s=w1_overhead ;;
@@ -80,6 +78,8 @@ for w in $WORKLOADS; do
     W6) s=w6_toeplitz ;;
     W7) s=w7_mvn ;;
   esac
+  # W1's baseline (plain Lua tables) is inside its script
+  [ "$w" != W1 ] && run "$w" openblas ./bench/baseline "$w"
   run "$w" lazytensor "$LUA" "bench/$s.lua"
 done
 

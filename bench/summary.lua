@@ -201,7 +201,9 @@ local function report(w)
   for _, r in ipairs(recs) do
     if r.workload == w then
       local key = tostring(r.op) .. "@" .. tostring(r.n)
-      if r.system == "lazytensor" then
+      if r.op == "*" then
+        lts[#lts + 1] = r
+      elseif r.system == "lazytensor" then
         lts[#lts + 1] = r
       else
         bases[key] = bases[key] or {}
@@ -220,7 +222,8 @@ local function report(w)
   local by_key = {}
   for _, r in ipairs(lts) do
     if r.op == "*" then
-      row({ "*", "-", "skipped", "", "", "", "", "", r.skipped }, WIDTHS)
+      row({ "*", "-", r.system == "lazytensor" and "failed" or "", r.system ~= "lazytensor"
+        and "failed" or "", "", "", "", "", r.skipped }, WIDTHS)
     else
       by_key[tostring(r.op) .. "@" .. tostring(r.n)] = r
     end
@@ -292,6 +295,7 @@ for _, r in ipairs(recs) do
   if r.workload == "meta" and r.openblas_config then
     print(string.format("Baselines: %s (core %s), %s", r.openblas_config, tostring(r.openblas_core),
       tostring(r.fftw_version)))
+    break
   end
 end
 for _, r in ipairs(recs) do
