@@ -238,7 +238,9 @@ end
 M.reason_of = reason_of
 
 function M.skip(workload, op, n, reason)
-  M.emit({ workload = workload, op = op, system = "lazytensor", n = n, skipped = reason_of(reason) })
+  M.emit({
+    workload = workload, op = op, system = "lazytensor", n = n, skipped = reason_of(reason),
+  })
 end
 
 -- Runs fn, which measures and returns a record; emits it, or a "skipped"

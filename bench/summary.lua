@@ -12,7 +12,9 @@ local function parse_error(s, pos, what)
   error(string.format("summary: bad JSON at column %d (%s): %s", pos, what, s), 0)
 end
 
-local ESCAPES = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+local ESCAPES = {
+  ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t",
+}
 
 local function parse_string(s, pos)
   -- s:sub(pos, pos) is the opening quote
@@ -237,7 +239,8 @@ local function report(w)
       local bcol = b.system and (fmt_time(b.median_s) .. " " .. b.system
         .. (b.estimated and " (est.)" or "")) or "-"
       if not lt and b.reference_only then
-        row({ op, n, "n/a", bcol, "", "", "", "", "reference: part of the baseline's time" }, WIDTHS)
+        row({ op, n, "n/a", bcol, "", "", "", "", "reference: part of the baseline's time" },
+          WIDTHS)
       elseif not lt then
         row({ op, n, "missing", bcol, "", "", "", "", extras(b) }, WIDTHS)
       elseif lt.skipped then
