@@ -5,6 +5,8 @@
 # works in the repository root, where `make` leaves lazytensor.so.
 #
 #   BENCH_QUICK=1      quarter time budgets (rougher figures, ~2x faster)
+#   BENCH_ROUNDS=n     run everything n times (default 1); the summary keeps
+#                      the best median of each measurement (for busy hosts)
 #   BENCH_TIMEOUT=s    per program (default 200)
 #   BENCH_OUT=file     where the JSON lines go (default bench/last_run.jsonl)
 #   CC, LUA            compiler (cc) and interpreter (lua5.4)
@@ -65,22 +67,27 @@ run() {
   fi
 }
 
+ROUNDS=${BENCH_ROUNDS:-1}
 loadavg start
 # each workload's baseline runs right before its lazytensor side, so the two
 # see the same load on a shared machine
-for w in $WORKLOADS; do
-  case $w in
-    W1) s=w1_overhead ;;
-    W2) s=w2_kron ;;
-    W3) s=w3_lowrank ;;
-    W4) s=w4_dense ;;
-    W5) s=w5_iterative ;;
-    W6) s=w6_toeplitz ;;
-    W7) s=w7_mvn ;;
-  esac
-  # W1's baseline (plain Lua tables) is inside its script
-  [ "$w" != W1 ] && run "$w" openblas ./bench/baseline "$w"
-  run "$w" lazytensor "$LUA" "bench/$s.lua"
+round=0
+while [ "$round" -lt "$ROUNDS" ]; do
+  round=$((round + 1))
+  for w in $WORKLOADS; do
+    case $w in
+      W1) s=w1_overhead ;;
+      W2) s=w2_kron ;;
+      W3) s=w3_lowrank ;;
+      W4) s=w4_dense ;;
+      W5) s=w5_iterative ;;
+      W6) s=w6_toeplitz ;;
+      W7) s=w7_mvn ;;
+    esac
+    # W1's baseline (plain Lua tables) is inside its script
+    [ "$w" != W1 ] && run "$w" openblas ./bench/baseline "$w"
+    run "$w" lazytensor "$LUA" "bench/$s.lua"
+  done
 done
 
 loadavg end

@@ -1,8 +1,9 @@
--- bench/summary.lua [FILE]: reads the benchmark's JSON lines (FILE or stdin)
+-- bench/summary.lua [--markdown] [FILE]: reads the benchmark's JSON lines (FILE or stdin)
 -- and prints, per workload and op, lazytensor's median time against the
 -- in-run baseline's, their ratio, the issue's target for it and whether this
 -- run is within it (a report, not a check: nothing here fails), and the
--- accuracy fields. Lines that are not JSON objects are ignored.
+-- accuracy fields. Lines that are not JSON objects are ignored. With
+-- --markdown the tables are Markdown (for bench/RESULTS.md).
 
 ---------------------------------------------------------------------------
 -- a parser for flat JSON objects: string keys; string, number, true,
@@ -91,9 +92,14 @@ end
 -- reading
 
 local recs = {}
+local MARKDOWN = false
 do
+  local path
+  for _, a in ipairs(arg) do
+    if a == "--markdown" then MARKDOWN = true else path = a end
+  end
   local f = io.stdin
-  if arg[1] then f = assert(io.open(arg[1], "r")) end
+  if path then f = assert(io.open(path, "r")) end
   for line in f:lines() do
     local ok, obj = pcall(parse_line, line)
     if not ok then
@@ -103,6 +109,37 @@ do
     end
   end
   if f ~= io.stdin then f:close() end
+end
+
+-- several rounds (BENCH_ROUNDS) measure the same thing more than once: keep,
+-- per workload, op, system and n, the record with the lowest median (a
+-- measurement beats a skip)
+do
+  local best, kept = {}, {}
+  for _, r in ipairs(recs) do
+    local key = table.concat({ tostring(r.workload), tostring(r.op), tostring(r.system),
+      tostring(r.n) }, "|")
+    local b = best[key]
+    if r.workload == "meta" or r.op == "*" then
+      kept[#kept + 1] = r
+    elseif b == nil then
+      best[key] = r
+      kept[#kept + 1] = r
+      r._rounds = 1
+    else
+      b._rounds = b._rounds + 1
+      local better = (b.skipped and not r.skipped)
+        or (r.median_s and b.median_s and r.median_s < b.median_s)
+      if better then
+        -- replace b's contents in place, keeping its position
+        local rounds = b._rounds
+        for k in pairs(b) do b[k] = nil end
+        for k, v in pairs(r) do b[k] = v end
+        b._rounds = rounds
+      end
+    end
+  end
+  recs = kept
 end
 
 ---------------------------------------------------------------------------
@@ -130,7 +167,7 @@ end
 local PLAIN = {
   workload = true, op = true, system = true, n = true, median_s = true, min_s = true,
   repeats = true, inner = true, value = true, skipped = true, k = true, reference_only = true,
-  clock = true, us_per_op = true,
+  clock = true, us_per_op = true, _rounds = true,
 }
 
 local function extras(rec)
@@ -182,8 +219,14 @@ end
 local rows_out = 0
 local function row(cols, widths)
   local parts = {}
-  for i, c in ipairs(cols) do parts[i] = pad(c, widths[i] or 0) end
-  print("  " .. table.concat(parts, "  "))
+  if MARKDOWN then
+    for i, c in ipairs(cols) do parts[i] = tostring(c):gsub("|", "/") end
+    print("| " .. table.concat(parts, " | ") .. " |")
+    if rows_out == 0 then print("|" .. string.rep("---|", #cols)) end
+  else
+    for i, c in ipairs(cols) do parts[i] = pad(c, widths[i] or 0) end
+    print("  " .. table.concat(parts, "  "))
+  end
   rows_out = rows_out + 1
 end
 
@@ -218,7 +261,9 @@ local function report(w)
     end
   end
   if #lts == 0 and next(bases) == nil then return end
-  print(TITLES[w] or w)
+  print((MARKDOWN and "#### " or "") .. (TITLES[w] or w))
+  if MARKDOWN then print() end
+  rows_out = 0
   row({ "op", "n", "lazytensor", "baseline", "ratio", "(min)", "target", "within",
     "accuracy / notes" }, WIDTHS)
   local by_key = {}
