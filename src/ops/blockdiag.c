@@ -204,19 +204,6 @@ static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n) {
   return t;
 }
 
-static lt_tensor *private_block(lt_context *ctx, lt_tensor *f) {
-  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
-  lt_tensor *c = lt_dense_clone(ctx, f);
-  if (c == NULL) return NULL;
-  if (lt_is_square(f)) {
-    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
-    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
-  }
-  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
-  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
-  return c;
-}
-
 lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n) {
   if (n < 1) {
     lt_error(ctx, "blockdiag: needs at least one block");
@@ -242,7 +229,7 @@ lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n) {
   for (int i = 0; i < n && ok; i++) {
     if (blocks[i]->type_id == LT_TYPE_BLOCKDIAG) {
       for (int j = 0; j < blocks[i]->nchildren; j++) b[k++] = lt_retain(blocks[i]->children[j]);
-    } else if ((b[k] = private_block(ctx, blocks[i])) != NULL) {
+    } else if ((b[k] = st_private_operand(ctx, blocks[i])) != NULL) {
       k++;
     } else {
       ok = 0;

@@ -235,21 +235,6 @@ static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
   return t;
 }
 
-/* A private version of a factor: dense ones are copied (keeping what is
- * known of their properties), lazy ones are immutable and retained. */
-static lt_tensor *private_factor(lt_context *ctx, lt_tensor *f) {
-  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
-  lt_tensor *c = lt_dense_clone(ctx, f);
-  if (c == NULL) return NULL;
-  if (lt_is_square(f)) {
-    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
-    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
-  }
-  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
-  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
-  return c;
-}
-
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   if (n < 1) {
     lt_error(ctx, "kron: needs at least one factor");
@@ -274,7 +259,7 @@ lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   for (int i = 0; i < n && ok; i++) {
     if (factors[i]->type_id == LT_TYPE_KRON) {
       for (int j = 0; j < factors[i]->nchildren; j++) f[k++] = lt_retain(factors[i]->children[j]);
-    } else if ((f[k] = private_factor(ctx, factors[i])) != NULL) {
+    } else if ((f[k] = st_private_operand(ctx, factors[i])) != NULL) {
       k++;
     } else {
       ok = 0;
