@@ -575,13 +575,7 @@ out:
 
 int lt_register_blockdiag_rules(lt_context *ctx) {
   const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
       {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},
       {LT_OP_ADD, B, B, rule_pairwise, (void *)(intptr_t)LT_OP_ADD, 0,
@@ -608,9 +602,5 @@ int lt_register_blockdiag_rules(lt_context *ctx) {
       {LT_OP_EIGH, B, ANY, rule_eigh, NULL, 0, "blockdiag eigh (blockwise, sorted)"},
       {LT_OP_SVD, B, ANY, rule_svd, NULL, 0, "blockdiag svd (blockwise, sorted)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

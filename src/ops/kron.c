@@ -817,13 +817,7 @@ static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, 
 
 int lt_register_kron_rules(lt_context *ctx) {
   const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
       {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
       {LT_OP_MATMUL, K, K, rule_matmul, NULL, 0, "kron * kron (factor-wise products)"},
@@ -866,9 +860,5 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_ADD_DIAG, KI, ANY, rule_kpi_shift, NULL, 0,
        "kron_plus_identity add_diag constant (shift adds)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }
