@@ -171,7 +171,9 @@ void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *o
   ltb_state *S = ltb_get_state(L);
   *saved = *lt_settings_of(S->ctx);
   if (lua_isnoneornil(L, idx)) return;
-  luaL_checktype(L, idx, LUA_TTABLE);
+  if (lua_type(L, idx) != LUA_TTABLE)
+    ltb_error(L, op, "argument #%d: expected a table of settings, got %s", idx,
+              luaL_typename(L, idx));
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
     if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER) {
