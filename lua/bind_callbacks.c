@@ -183,11 +183,17 @@ static int l_implements(lua_State *L) {
   int tb = top == 4 ? check_type_name(L, 3) : LT_TYPE_ANY;
   int op = lt_op_id(S->ctx, lua_tostring(L, 1), 1);
   if (op == LT_ERR) return ltb_raise(L);
-  lua_rule *rule = lt_malloc(S->ctx, sizeof *rule);
-  if (rule == NULL) return ltb_raise(L);
-  rule->S = S;
+  /* luaL_ref may raise a memory error: take the reference before the C
+   * allocation, so that nothing can leak. */
   lua_pushvalue(L, top);
-  rule->fn = luaL_ref(L, LUA_REGISTRYINDEX); /* may raise: rule must not leak */
+  int fn = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rule *rule = lt_malloc(S->ctx, sizeof *rule);
+  if (rule == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, fn);
+    return ltb_raise(L);
+  }
+  rule->S = S;
+  rule->fn = fn;
   char name[128];
   snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
   if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
@@ -228,11 +234,7 @@ static int l_explain(lua_State *L) {
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
-  char *s = lt_explain(S->ctx, op, a, b);
-  if (s == NULL) return ltb_raise(L);
-  lua_pushstring(L, s);
-  lt_free(S->ctx, s, strlen(s) + 1);
-  return 1;
+  return ltb_push_cstring(L, lt_explain(S->ctx, op, a, b));
 }
 
 /* ---------------------------------------------------- Lua operators */
@@ -331,18 +333,26 @@ static int l_operator(lua_State *L) {
   if (!lua_isfunction(L, -1))
     return ltb_error(L, "operator", "matmul must be a function, got %s", luaL_typename(L, -1));
   lua_pop(L, 1);
-  /* Everything that may raise happens before the C allocations below. */
+  lua_getfield(L, 1, "t_matmul");
+  if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+    return ltb_error(L, "operator", "t_matmul must be a function, got %s", luaL_typename(L, -1));
+  lua_pop(L, 1);
+  /* Everything that may raise (the box, the references) happens before the
+   * C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
+  int matmul = field_function(L, 1, "matmul", 1);
+  int t_matmul = field_function(L, 1, "t_matmul", 0);
   lua_operator *op = lt_malloc(S->ctx, sizeof *op);
-  if (op == NULL) return ltb_raise(L);
+  if (op == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, matmul);
+    luaL_unref(L, LUA_REGISTRYINDEX, t_matmul);
+    return ltb_raise(L);
+  }
   op->S = S;
-  op->matmul = op->t_matmul = LUA_NOREF;
+  op->matmul = matmul;
+  op->t_matmul = t_matmul;
   op->rows = def.rows;
   op->cols = def.cols;
-  /* luaL_ref may raise on memory errors; keep op reachable meanwhile by
-   * creating the operator only after both refs exist. */
-  op->matmul = field_function(L, 1, "matmul", 1);
-  op->t_matmul = field_function(L, 1, "t_matmul", 0);
   def.matmul = lua_matmul;
   def.t_matmul = op->t_matmul == LUA_NOREF ? NULL : lua_t_matmul;
   def.ud = op;

@@ -44,6 +44,12 @@ int ltb_raise(lua_State *L);
 /* Raises "lazytensor: <op>: <formatted message>". */
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
 
+/* Pushes a string allocated by the core and frees it, even when pushing
+ * fails (never leaks); s NULL raises the context's error. _sized: s was
+ * allocated with size bytes (for strings cut short in place). */
+int ltb_push_cstring(lua_State *L, char *s);
+int ltb_push_cstring_sized(lua_State *L, char *s, size_t size);
+
 /* Tensors on the stack. */
 lt_tensor *ltb_check_tensor(lua_State *L, int idx, const char *op);
 lt_tensor *ltb_to_tensor(lua_State *L, int idx); /* NULL when not a live tensor */

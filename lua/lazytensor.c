@@ -58,6 +58,29 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
   return luaL_error(L, "lazytensor: %s: %s", op, msg);
 }
 
+/* Pushes a string the core allocated (size bytes) and frees it, also when
+ * pushing raises a memory error: the push runs protected. With s NULL raises
+ * the context's error. */
+static int push_string_protected(lua_State *L) {
+  lua_pushstring(L, lua_touserdata(L, 1));
+  return 1;
+}
+
+int ltb_push_cstring_sized(lua_State *L, char *s, size_t size) {
+  lt_context *ctx = ltb_ctx(L);
+  if (s == NULL) return ltb_raise(L);
+  lua_pushcfunction(L, push_string_protected);
+  lua_pushlightuserdata(L, s);
+  int rc = lua_pcall(L, 1, 1, 0);
+  lt_free(ctx, s, size);
+  if (rc != LUA_OK) return lua_error(L);
+  return 1;
+}
+
+int ltb_push_cstring(lua_State *L, char *s) {
+  return ltb_push_cstring_sized(L, s, s ? strlen(s) + 1 : 0);
+}
+
 /* --------------------------------------------------------------- tensors */
 
 ltb_box *ltb_new_box(lua_State *L) {
@@ -352,32 +375,27 @@ static int m_tostring(lua_State *L) {
   }
   lt_tensor *t = b->t;
   if (lt_is_dense(t)) {
-    char *s = lt_dense_format(ctx, t);
-    if (s == NULL) return ltb_raise(L);
-    lua_pushstring(L, s);
-    lt_free(ctx, s, strlen(s) + 1);
-    return 1;
+    return ltb_push_cstring(L, lt_dense_format(ctx, t));
   }
   char head[256];
   static const char *const flag[] = {"?", "yes", "no"};
   snprintf(head, sizeof head, "[lazytensor.%s of size %zux%zu, symmetric: %s, psd: %s]",
            lt_typename(ctx, t), lt_size(t, 0), lt_size(t, 1),
            flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
-  if (lt_size(t, 0) * lt_size(t, 1) > 400) {
+  size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
+  if (rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
     return 1;
   }
   ltb_box *d = ltb_new_box(L);
   ltb_fill(L, d, lt_to_dense(ctx, t));
   char *s = lt_dense_format(ctx, d->t);
-  if (s == NULL) return ltb_raise(L);
-  size_t size = strlen(s) + 1;
-  char *footer = strrchr(s, '[');
+  size_t size = s ? strlen(s) + 1 : 0;
+  char *footer = s ? strrchr(s, '[') : NULL;
   if (footer) *footer = '\0';
-  lua_pushstring(L, s);
+  ltb_push_cstring_sized(L, s, size);
   lua_pushstring(L, head);
   lua_concat(L, 2);
-  lt_free(ctx, s, size);
   return 1;
 }
 
