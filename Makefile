@@ -76,3 +76,35 @@ lint:
 
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
+
+# ---------------------------------------------------------------- reliability
+# Test hosts (tests/host/*.c) embed Lua and link the module statically; they
+# run in `make test` with the C tests. check-asan / check-valgrind /
+# check-tsan run the suite under sanitizers and memcheck (see
+# tools/reliability.sh); fuzz / fuzz-c run the long differential fuzzer and
+# the libFuzzer harness.
+LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
+HOST_TESTS := $(BUILD)/tests/host/allocfail $(BUILD)/tests/host/threads
+C_TESTS += $(HOST_TESTS)
+
+$(BUILD)/tests/host/%: tests/host/%.c $(BIND_OBJ) liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
+	  $(LUA_LIBS) $(DEP_LIBS) -lpthread
+
+.PHONY: check-asan check-valgrind check-tsan fuzz fuzz-c
+check-asan: deps
+	@sh tools/reliability.sh asan $(LUA)
+check-valgrind: deps
+	@sh tools/deps.sh valgrind
+	@$(MAKE) --no-print-directory all
+	@sh tools/reliability.sh valgrind $(LUA)
+check-tsan: deps
+	@sh tools/reliability.sh tsan $(LUA)
+fuzz: deps
+	@$(MAKE) --no-print-directory all
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-50000} LUA_CPATH='./?.so;;' \
+	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
+fuzz-c: deps
+	@sh tools/deps.sh clang libclang-rt-14-dev
+	@sh tools/reliability.sh fuzz-c $(LUA)
