@@ -38,8 +38,7 @@ static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *wh
   int rc = lua_pcall(L, 1, 0, 0);
   S->L = L; /* the callback may have run library calls on other threads */
   if (rc == LUA_OK) return LT_OK;
-  if (S->pending_error == LUA_NOREF) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
-  else lua_pop(L, 1);
+  ltb_keep_error(L, S); /* never raises: we are inside the C core */
   return lt_error(ctx, "%s: a Lua callback raised an error", what);
 }
 

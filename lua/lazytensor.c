@@ -37,12 +37,23 @@ static int state_gc(lua_State *L) {
 
 /* ---------------------------------------------------------------- errors */
 
+void ltb_keep_error(lua_State *L, ltb_state *S) {
+  if (S->pending_error == LUA_NOREF) {
+    /* The slot exists since the module was opened: no allocation. */
+    lua_rawseti(L, LUA_REGISTRYINDEX, S->error_slot);
+    S->pending_error = S->error_slot;
+  } else {
+    lua_pop(L, 1);
+  }
+}
+
 int ltb_raise(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   if (S->pending_error != LUA_NOREF) {
     /* A Lua callback failed inside the C core: re-raise its own error. */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, S->pending_error);
-    luaL_unref(L, LUA_REGISTRYINDEX, S->pending_error);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->error_slot);
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, LUA_REGISTRYINDEX, S->error_slot);
     S->pending_error = LUA_NOREF;
     return lua_error(L);
   }
@@ -508,20 +519,39 @@ static int settings_newindex(lua_State *L) {
 
 /* Progress reports from iterative methods; a failing callback is reported
  * once the computation returns (the C core cannot be unwound). */
+typedef struct progress_report {
+  ltb_state *S;
+  const char *method;
+  int iteration;
+  double value;
+} progress_report;
+
+/* Everything that may raise (building the table, the call) runs here,
+ * under lua_pcall: the C core is below us on the C stack. */
+static int protected_progress(lua_State *L) {
+  progress_report *r = lua_touserdata(L, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->progress);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, r->method);
+  lua_setfield(L, -2, "method");
+  lua_pushinteger(L, r->iteration);
+  lua_setfield(L, -2, "iteration");
+  lua_pushnumber(L, r->value);
+  lua_setfield(L, -2, "value");
+  lua_call(L, 1, 0);
+  return 0;
+}
+
 static void progress_trampoline(void *ud, const char *method, int iteration, double value) {
   ltb_state *S = ud;
   lua_State *L = S->L;
   if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
-  lua_createtable(L, 0, 3);
-  lua_pushstring(L, method);
-  lua_setfield(L, -2, "method");
-  lua_pushinteger(L, iteration);
-  lua_setfield(L, -2, "iteration");
-  lua_pushnumber(L, value);
-  lua_setfield(L, -2, "value");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
-  lua_insert(L, -2);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (!lua_checkstack(L, 4)) return;
+  progress_report r = {S, method, iteration, value};
+  lua_pushcfunction(L, protected_progress);
+  lua_pushlightuserdata(L, &r);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) ltb_keep_error(L, S);
+  S->L = L;
 }
 
 /* lt.with_settings(tbl, fn, ...): runs fn with the settings in tbl and
@@ -604,7 +634,7 @@ static int module_index(lua_State *L) {
 static void create_state(lua_State *L) {
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
-  S->pending_error = S->not_implemented = S->progress = LUA_NOREF;
+  S->pending_error = S->not_implemented = S->progress = S->error_slot = LUA_NOREF;
   S->L = L;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
@@ -614,6 +644,8 @@ static void create_state(lua_State *L) {
   lua_Alloc alloc = lua_getallocf(L, &ud);
   S->ctx = lt_context_new(alloc, ud);
   if (S->ctx == NULL) luaL_error(L, "lazytensor: not enough memory to create a context");
+  lua_pushboolean(L, 0);
+  S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
 /* The settings table: reads and writes go to the context. */
