@@ -92,6 +92,26 @@ $(BUILD)/tests/host/%: tests/host/%.c $(BIND_OBJ) liblazytensor.a
 	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
 	  $(LUA_LIBS) $(DEP_LIBS) -lpthread
 
+# Sanitizer and fuzzing builds: `make BUILD=build/<kind> OPT=... <targets>`
+# puts everything under that directory, never touching the normal objects,
+# lazytensor.so or liblazytensor.a.
+$(BUILD)/lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+$(BUILD)/liblazytensor.a: $(CORE_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+$(BUILD)/ctest/%: tests/c/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/liblazytensor.a $(LDFLAGS_ALL) $(DEP_LIBS)
+$(BUILD)/host/%: tests/host/%.c $(BIND_OBJ) $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS) -lpthread
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc -fsanitize=fuzzer $< -o $@ $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(DEP_LIBS)
+
 .PHONY: check-asan check-valgrind check-tsan fuzz fuzz-c
 check-asan: deps
 	@sh tools/reliability.sh asan $(LUA)
