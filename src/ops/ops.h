@@ -31,5 +31,8 @@ int lt_register_constant_rules(lt_context *ctx);
 int lt_register_inverse_rules(lt_context *ctx);
 int lt_register_diag_rules(lt_context *ctx);
 int lt_register_identity_rules(lt_context *ctx);
+/* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
+ * registered after the generic ones, so they are tried first. */
+int lt_register_iterative_rules(lt_context *ctx);
 
 #endif
