@@ -161,6 +161,11 @@ double ltb_check_number(lua_State *L, int idx, const char *op, const char *what)
 }
 
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_Number x = lua_tonumber(L, idx); /* 2^60 is a float: whole, but beyond 2^53 */
+    if (x > 9007199254740992.0 && x < HUGE_VAL && x == floor(x))
+      ltb_error(L, op, "%s is too large (%s)", what, lua_tostring(L, idx));
+  }
   if (!ltb_isinteger(L, idx))
     ltb_error(L, op, "%s must be a non-negative integer, got %s", what,
               lua_type(L, idx) == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx));
