@@ -30,6 +30,22 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
 
 /* Runs f(L) (with ud as its light userdata argument) protected, on the
  * thread currently calling into the library. */
+/* Lua's own words when a callback tries to yield (callbacks run under
+ * lua_pcall inside the C core, which cannot be suspended). */
+static int is_yield_error(lua_State *L, int idx) {
+  const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
+  return msg && (strstr(msg, "attempt to yield across a C-call boundary") ||
+                 strstr(msg, "attempt to yield from outside a coroutine"));
+}
+
+static int yield_message(lua_State *L) {
+  lua_pushfstring(L,
+                  "lazytensor: %s: a Lua callback cannot yield (coroutine.yield inside an "
+                  "lt.operator or lt.implements function): %s",
+                  (const char *)lua_touserdata(L, 1), lua_tostring(L, 2));
+  return 1;
+}
+
 static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *what) {
   lua_State *L = S->L;
   lt_context *ctx = S->ctx;
@@ -39,6 +55,15 @@ static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *wh
   int rc = lua_pcall(L, 1, 0, 0);
   S->L = L; /* the callback may have run library calls on other threads */
   if (rc == LUA_OK) return LT_OK;
+  if (is_yield_error(L, -1)) {
+    /* Say what happened; built under lua_pcall, as it allocates (on a memory
+     * error the memory error is kept instead). */
+    lua_pushcfunction(L, yield_message);
+    lua_pushlightuserdata(L, (void *)what);
+    lua_pushvalue(L, -3);
+    lua_pcall(L, 2, 1, 0);
+    lua_remove(L, -2);
+  }
   ltb_keep_error(L, S); /* never raises: we are inside the C core */
   return lt_error(ctx, "%s: a Lua callback raised an error", what);
 }
