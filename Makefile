@@ -123,7 +123,7 @@ check-tsan: deps
 	@sh tools/reliability.sh tsan $(LUA)
 fuzz: deps
 	@$(MAKE) --no-print-directory all
-	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-50000} LUA_CPATH='./?.so;;' \
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LUA_CPATH='./?.so;;' \
 	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
 fuzz-c: deps
 	@sh tools/deps.sh clang libclang-rt-14-dev
