@@ -14,7 +14,8 @@ PKGS = lua5.4 liblua5.4-dev liblapacke-dev libopenblas-dev libfftw3-dev lua-bust
 
 LUA_CFLAGS ?= $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
 DEP_CFLAGS := $(shell pkg-config --cflags lapacke openblas fftw3 2>/dev/null)
-DEP_LIBS := $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lm
+# libfftw3_threads: fftw_make_planner_thread_safe (see src/ops/toeplitz.c).
+DEP_LIBS := -lfftw3_threads $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lpthread -lm
 
 OPT ?= -O2 -g
 WARN = -Wall -Wextra -Werror
@@ -63,9 +64,12 @@ test: deps
 	@$(MAKE) --no-print-directory all $(C_TESTS)
 	@sh tools/run-tests.sh $(LUA) $(C_TESTS)
 
+RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
+DEMOS = examples/seed.lua examples/co2.lua
+
 demo: deps
 	@$(MAKE) --no-print-directory all
-	LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA) examples/seed.lua
+	@for d in $(DEMOS); do echo "==> $$d"; $(RUN_LUA) $$d || exit 1; echo; done
 
 bench: deps
 	@$(MAKE) --no-print-directory all

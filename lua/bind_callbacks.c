@@ -309,7 +309,7 @@ static int l_call(lua_State *L) {
   if (!lua_isnil(L, 3)) args.b = ltb_operand(L, 3, lua_tostring(L, 1));
   ltb_box *out = ltb_new_box(L);
   lt_result res;
-  if (lt_dispatch(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
+  if (lt_call(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
   lt_release(S->ctx, res.t[1]);
   lt_release(S->ctx, res.t[2]);
   if (res.t[0] == NULL) {

@@ -332,6 +332,11 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
 
 /* Runs the registry for args->op. On LT_OK res holds the results. */
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res);
+/* Runs args->op with the same checks (operand count, shapes) and result
+ * validation as the named function (lt_add, lt_solve, ...); operations added
+ * at run time go straight to lt_dispatch. For bindings that call operations
+ * by name. */
+int lt_call(lt_context *ctx, const lt_args *args, lt_result *res);
 /* Human-readable resolution path (allocated through ctx; lt_free with
  * strlen + 1), or NULL on error. */
 char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b);

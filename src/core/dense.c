@@ -7,16 +7,18 @@
 
 #include "internal.h"
 
+/* One allocation holds the header and the numbers (the header's size is a
+ * multiple of 8, so the doubles after it are aligned): small tensors cost a
+ * single call to the allocator. */
+_Static_assert(sizeof(lt_storage) % sizeof(double) == 0, "storage header must keep doubles aligned");
+
 static lt_storage *storage_new(lt_context *ctx, size_t count) {
-  lt_storage *s = lt_malloc(ctx, sizeof *s);
+  lt_storage *s = lt_malloc(ctx, sizeof *s + count * sizeof(double));
   if (s == NULL) return NULL;
   s->refcount = 1;
+  s->version = 0;
   s->count = count;
-  s->data = lt_malloc(ctx, count * sizeof(double));
-  if (s->data == NULL) {
-    lt_free(ctx, s, sizeof *s);
-    return NULL;
-  }
+  s->data = (double *)(s + 1);
   return s;
 }
 
@@ -312,7 +314,8 @@ lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {
     memcpy(c->storage->data, lt_dense_data(t), lt_numel(t) * sizeof(double));
   else
     copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
-  memcpy(c->props, t->props, sizeof c->props);
+  /* Only properties still valid for t's storage carry over. */
+  for (int p = 0; p < LT_PROP_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
   return c;
 }
 

@@ -512,23 +512,42 @@ done:
 
 /* ----------------------------------------------------------- registration */
 
+static const struct {
+  int op;
+  const char *name;
+  lt_rule_fn fn;
+} RULES[] = {
+    {LT_OP_SOLVE, "iterative_solve", rule_solve},
+    {LT_OP_INV_QUAD, "iterative_inv_quad", rule_inv_quad},
+    {LT_OP_LOGDET, "iterative_logdet", rule_logdet},
+    {LT_OP_INV_QUAD_LOGDET, "iterative_inv_quad_logdet", rule_inv_quad_logdet},
+    {LT_OP_ROOT, "iterative_root", rule_root},
+    {LT_OP_ROOT_INV, "iterative_root_inv", rule_root_inv},
+    {LT_OP_EIGH, "iterative_eigh", rule_eigh},
+};
+
 int lt_register_iterative_rules(lt_context *ctx) {
-  static const struct {
-    int op;
-    const char *name;
-    lt_rule_fn fn;
-  } RULES[] = {
-      {LT_OP_SOLVE, "iterative_solve", rule_solve},
-      {LT_OP_INV_QUAD, "iterative_inv_quad", rule_inv_quad},
-      {LT_OP_LOGDET, "iterative_logdet", rule_logdet},
-      {LT_OP_INV_QUAD_LOGDET, "iterative_inv_quad_logdet", rule_inv_quad_logdet},
-      {LT_OP_ROOT, "iterative_root", rule_root},
-      {LT_OP_ROOT_INV, "iterative_root_inv", rule_root_inv},
-      {LT_OP_EIGH, "iterative_eigh", rule_eigh},
-  };
   for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++)
     if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, RULES[i].fn,
                          NULL, NULL, 0) != LT_OK)
       return LT_ERR;
+  return LT_OK;
+}
+
+/* Dense matrices above max_cholesky_size take the iterative path for the
+ * operations the settings govern (solve, inv_quad, logdet and their pair),
+ * as every other operator does; cholesky, root, eigh and svd stay exact.
+ * Registered after the dense LAPACK rules, so these are tried first and hand
+ * the call back to them below the size limit. */
+int lt_register_iterative_dense_rules(lt_context *ctx) {
+  for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++) {
+    int op = RULES[i].op;
+    if (op != LT_OP_SOLVE && op != LT_OP_INV_QUAD && op != LT_OP_LOGDET &&
+        op != LT_OP_INV_QUAD_LOGDET)
+      continue;
+    if (lt_register_rule(ctx, op, LT_TYPE_DENSE, LT_TYPE_ANY, RULES[i].name, RULES[i].fn, NULL,
+                         NULL, 0) != LT_OK)
+      return LT_ERR;
+  }
   return LT_OK;
 }
