@@ -112,73 +112,6 @@ static double result_number(lua_State *L, int idx, const char *op) {
   return lua_tonumber(L, idx);
 }
 
-/* The shape a built-in operation's result must have, where it follows from
- * the operands alone; returns the number of dimensions, or -1 when there is
- * nothing to check (custom ops, dense broadcasting, ...). */
-static int copy_shape(const lt_tensor *t, size_t *shape) {
-  int n = lt_ndim(t);
-  for (int d = 0; d < n; d++) shape[d] = lt_size(t, d);
-  return n;
-}
-
-static int expected_shape(const lt_args *args, size_t *shape) {
-  const lt_tensor *a = args->a, *b = args->b;
-  int na = lt_ndim(a);
-  switch (args->op) {
-    case LT_OP_ADD: case LT_OP_SUB: case LT_OP_MUL:
-      if (b == NULL || (lt_is_dense(a) && lt_is_dense(b))) return -1;
-      if (na == 0) return copy_shape(b, shape); /* the non-scalar operand's shape */
-      if (lt_ndim(b) != 0 && lt_ndim(b) != na) return -1;
-      return copy_shape(a, shape);
-    case LT_OP_SCALE: case LT_OP_NEG: case LT_OP_DENSE: case LT_OP_CHOLESKY:
-      return copy_shape(a, shape);
-    case LT_OP_TRANSPOSE: case LT_OP_INVERSE:
-      if (na != 2) return -1;
-      shape[0] = lt_size(a, 1);
-      shape[1] = lt_size(a, 0);
-      return 2;
-    case LT_OP_MATMUL: {
-      if (b == NULL || na < 1 || na > 2 || lt_ndim(b) < 1 || lt_ndim(b) > 2) return -1;
-      int n = 0;
-      if (na == 2) shape[n++] = lt_size(a, 0);
-      if (lt_ndim(b) == 2) shape[n++] = lt_size(b, 1);
-      return n;
-    }
-    case LT_OP_SOLVE:
-      return b == NULL ? -1 : copy_shape(b, shape);
-    case LT_OP_ROW:
-      if (na != 2) return -1;
-      shape[0] = lt_size(a, 1);
-      return 1;
-    default:
-      return -1;
-  }
-}
-
-static void shape_text(const size_t *shape, int n, char *buf, size_t size) {
-  size_t len = 0;
-  buf[0] = '\0';
-  if (n == 0) snprintf(buf, size, "scalar");
-  for (int d = 0; d < n && len < size; d++)
-    len += (size_t)snprintf(buf + len, size - len, d ? "x%zu" : "%zu", shape[d]);
-}
-
-/* A Lua rule's tensor result must have the operation's shape: a wrong one
- * would spread silently through everything computed from it. */
-static void check_result_shape(lua_State *L, const lt_args *args, const lt_tensor *t,
-                               const char *op) {
-  size_t want[LT_MAX_DIM], got[LT_MAX_DIM];
-  int n = expected_shape(args, want);
-  if (n < 0) return;
-  int m = lt_ndim(t);
-  for (int d = 0; d < m; d++) got[d] = lt_size(t, d);
-  if (m == n && (n == 0 || memcmp(want, got, sizeof(size_t) * (size_t)n) == 0)) return;
-  char w[96], g[96];
-  shape_text(want, n, w, sizeof w);
-  shape_text(got, m, g, sizeof g);
-  luaL_error(L, "lazytensor: %s: a Lua rule returned a result of shape %s, expected %s", op, g, w);
-}
-
 /* Reads the rule's results (at stack indices base, base+1, ...) into res. */
 static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
   lt_result *res = c->res;
@@ -203,10 +136,8 @@ static void store_results(lua_State *L, int base, rule_call *c, const char *op) 
       /* Custom operations may answer with a number as well. */
       if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
         res->x[0] = lua_tonumber(L, base);
-      else {
+      else
         res->t[0] = result_tensor(L, base, op);
-        check_result_shape(L, c->args, res->t[0], op);
-      }
   }
 }
 
