@@ -13,7 +13,8 @@
 --   d:entropy(), d:mean(), d:variance(), d:covariance()
 --   mvn.kl(p, q)     -- KL(p || q), a number
 --
--- `mvn.install(lt)` sets `lt.mvn` and `lt.kl` to these, as API.md names them.
+-- The binding exposes these as `lt.mvn` (= mvn.mvn, an alias of mvn.new) and
+-- `lt.kl`, loading this file on first use; `mvn.install(lt)` sets them too.
 
 local mvn = {}
 
@@ -106,6 +107,7 @@ function MVN:rsample(n)
 end
 
 MVN.sample = MVN.rsample
+mvn.mvn = mvn.new
 
 --- Differential entropy: (k (1 + log 2 pi) + log det cov) / 2.
 function MVN:entropy()
