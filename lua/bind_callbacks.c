@@ -34,8 +34,9 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
  * lua_pcall inside the C core, which cannot be suspended). */
 static int is_yield_error(lua_State *L, int idx) {
   const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
-  return msg && (strstr(msg, "attempt to yield across a C-call boundary") ||
-                 strstr(msg, "attempt to yield from outside a coroutine"));
+  /* "... across a C-call boundary" (5.2+), "... across metamethod/C-call
+   * boundary" (5.1), "... from outside a coroutine" (main thread) */
+  return msg && strncmp(msg, "attempt to yield ", 17) == 0;
 }
 
 static int yield_message(lua_State *L) {
@@ -181,8 +182,10 @@ static int lua_rule_fn(lt_context *ctx, const lt_args *args, lt_result *res, voi
 
 static void free_lua_rule(lt_context *ctx, void *ud) {
   lua_rule *rule = ud;
-  if (!rule->S->closing) luaL_unref(rule->S->L, LUA_REGISTRYINDEX, rule->fn);
+  ltb_state *S = rule->S;
+  int fn = rule->fn;
   lt_free(ctx, rule, sizeof *rule);
+  if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
 static int check_type_name(lua_State *L, int idx) {
@@ -222,8 +225,8 @@ static int l_implements(lua_State *L) {
   char name[128];
   snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
   if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
-    luaL_unref(L, LUA_REGISTRYINDEX, rule->fn);
-    lt_free(S->ctx, rule, sizeof *rule);
+    lt_free(S->ctx, rule, sizeof *rule); /* C memory first: nothing below leaks it */
+    luaL_unref(L, LUA_REGISTRYINDEX, fn);
     return ltb_raise(L);
   }
   return 0;
@@ -307,13 +310,17 @@ static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   return call_operator(op, op->t_matmul, X);
 }
 
+/* Runs inside the C core (when the operator dies): luaL_unref does not
+ * allocate here, as the module made the registry's free list at open. */
 static void free_lua_operator(lt_context *ctx, void *ud) {
   lua_operator *op = ud;
-  if (!op->S->closing) {
-    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->matmul);
-    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->t_matmul);
-  }
+  ltb_state *S = op->S;
+  int matmul = op->matmul, t_matmul = op->t_matmul;
   lt_free(ctx, op, sizeof *op);
+  if (!S->closing) {
+    luaL_unref(S->L, LUA_REGISTRYINDEX, matmul);
+    luaL_unref(S->L, LUA_REGISTRYINDEX, t_matmul);
+  }
 }
 
 static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {

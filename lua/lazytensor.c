@@ -651,6 +651,11 @@ static void create_state(lua_State *L) {
   if (S->ctx == NULL) luaL_error(L, "lazytensor: not enough memory to create a context");
   lua_pushboolean(L, 0);
   S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
+  /* luaL_unref runs where it must not raise (inside the C core, when an
+   * lt.operator dies). It can only allocate when it creates the registry's
+   * free-list entry (Lua 5.1-5.3 keep it at t[0]): create it now, once. */
+  lua_pushboolean(L, 0);
+  luaL_unref(L, LUA_REGISTRYINDEX, luaL_ref(L, LUA_REGISTRYINDEX));
 }
 
 /* The settings table: reads and writes go to the context. */

@@ -1,8 +1,8 @@
 /*
  * threads.c — two (or more) Lua states used from two threads at once.
  *
- * Each thread creates its own lua_State, loads the module with
- * luaL_requiref(luaopen_lazytensor) (linked in), runs a workload that
+ * Each thread creates its own lua_State, loads the module by calling
+ * luaopen_lazytensor (linked in) as require would, runs a workload that
  * exercises dense arithmetic, structured rules, Lua callbacks (lt.operator,
  * lt.implements), errors and the garbage collector, and checks its results.
  * States share nothing, so this must be clean under ThreadSanitizer
@@ -18,6 +18,23 @@
 #include <lualib.h>
 
 int luaopen_lazytensor(lua_State *L);
+
+#ifndef LUA_OK
+#define LUA_OK 0 /* Lua 5.1, LuaJIT */
+#endif
+
+/* require "lazytensor" from the linked-in module, on every Lua version
+ * (luaL_requiref is 5.2+): package.loaded.lazytensor = luaopen_lazytensor(). */
+static void open_module(lua_State *L) {
+  lua_pushcfunction(L, luaopen_lazytensor);
+  lua_pushstring(L, "lazytensor");
+  lua_call(L, 1, 1);
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "lazytensor");
+  lua_pop(L, 3);
+}
 
 #define NTHREADS 4
 
@@ -67,8 +84,7 @@ typedef struct job {
 static int run(lua_State *L) {
   job *j = lua_touserdata(L, 1);
   luaL_openlibs(L);
-  luaL_requiref(L, "lazytensor", luaopen_lazytensor, 0);
-  lua_pop(L, 1);
+  open_module(L);
   if (luaL_loadstring(L, workload) != LUA_OK) return lua_error(L);
   lua_pushinteger(L, j->seed);
   lua_pushinteger(L, j->rounds);

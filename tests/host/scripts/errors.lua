@@ -27,9 +27,18 @@ expect_error(function() return lt.eye(2):logdet(lt.ones(2)) end)
 expect_error(function() return lt.eye(2) + "x" end)
 expect_error(function() return lt.eye(2):narrow(1, 2, 5) end)
 expect_error(function() return lt.eye(2):reshape(3) end)
-expect_error(function()
+-- `local x <close>` is 5.4 syntax: compiled from a string, so that the
+-- script still loads on older Lua versions.
+local use_after_close = _VERSION >= "Lua 5.4" and load([[
+  local lt = ...
   local t = lt.eye(2)
   do local c <close> = t end
+  return t + 1
+]])
+if use_after_close then expect_error(use_after_close, lt) end
+expect_error(function()
+  local t = lt.eye(2)
+  t:free()
   return t + 1
 end)
 close((lt.eye(2) * 3):sum(), 6)
