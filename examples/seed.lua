@@ -31,7 +31,7 @@ print((lt.explain("add", d, d):gsub("\n$", "")))
 
 section("A user rule overriding the built-in diag + diag")
 local calls = 0
-lt.implements("add", "diag", "diag", function(a, b)
+lt.implements("add", "diag", "diag", function(a, _)
   calls = calls + 1
   print(("  [user rule] diag + diag on %dx%d operands"):format(a:size(1), a:size(2)))
   -- hand the actual work back to the rule registered before this one

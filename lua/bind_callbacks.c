@@ -100,7 +100,7 @@ static int push_extra_args(lua_State *L, const lt_args *args) {
 static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
   lt_tensor *t = cb_to_tensor(L, idx);
   if (t == NULL)
-    luaL_error(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
+    ltb_throw(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
                op, luaL_typename(L, idx));
   return lt_retain(t);
 }
@@ -108,7 +108,7 @@ static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
 static double result_number(lua_State *L, int idx, const char *op) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
   if (lua_type(L, idx) != LUA_TNUMBER)
-    luaL_error(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
+    ltb_throw(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
                op, luaL_typename(L, idx));
   return lua_tonumber(L, idx);
 }
@@ -286,7 +286,7 @@ static int protected_matmul(lua_State *L) {
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
-    luaL_error(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
+    ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
                luaL_typename(L, -1));
   c->out = lt_retain(t);
   return 0;
@@ -411,7 +411,13 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
-  /* lt.NotImplemented: a unique value rules return to hand the call on. */
+  /* lt.NotImplemented: a unique value rules return to hand the call on;
+   * the same value when the module is opened again in this Lua state. */
+  if (S->not_implemented != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
+    lua_setfield(L, module, "NotImplemented");
+    return;
+  }
   lua_newtable(L);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, not_implemented_tostring);

@@ -45,6 +45,8 @@ static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; 
 void ltb_keep_error(lua_State *L, ltb_state *S);
 /* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */
 int ltb_raise(lua_State *L);
+/* Raises the formatted message as is (no position prefix). */
+int ltb_throw(lua_State *L, const char *fmt, ...);
 /* Raises "lazytensor: <op>: <formatted message>". */
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
 
@@ -97,5 +99,6 @@ void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
 void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
 void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
 void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: toeplitz, kernel */
+void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
 
 #endif

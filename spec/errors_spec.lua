@@ -19,7 +19,8 @@ end
 
 describe("errors", function()
   it("shape mismatches", function()
-    raises("add: shapes differ (2x2 and 3x3)", function() return lt.diag{1, 2} + lt.diag{1, 2, 3} end)
+    raises("add: shapes differ (2x2 and 3x3)",
+      function() return lt.diag{1, 2} + lt.diag{1, 2, 3} end)
     raises("matmul: inner dimensions differ (1x2 and 1x2)",
       function() return lt.tensor{{1, 2}} * lt.tensor{{1, 2}} end)
     raises("matmul: inner dimensions differ (2x2 and 3)",
@@ -50,8 +51,10 @@ describe("errors", function()
   end)
 
   it("bad sizes", function()
-    raises("zeros: a size must be a non-negative integer, got -1", function() return lt.zeros(-1) end)
-    raises("zeros: a size must be a non-negative integer, got 1.5", function() return lt.zeros(1.5) end)
+    raises("zeros: a size must be a non-negative integer, got -1",
+      function() return lt.zeros(-1) end)
+    raises("zeros: a size must be a non-negative integer, got 1.5",
+      function() return lt.zeros(1.5) end)
   end)
 
   it("bad indices", function()
@@ -60,7 +63,8 @@ describe("errors", function()
     raises("index: index 3 out of range (1..2)", function() return v[3] end)
     raises("index: index must be an integer, got 1.5", function() return v[1.5] end)
     raises("get: index 3 out of range (1..2)", function() return lt.diag{1, 2}:get(3, 1) end)
-    raises("get: index must be an integer, got 1.5", function() return lt.diag{1, 2}:get(1.5, 1) end)
+    raises("get: index must be an integer, got 1.5",
+      function() return lt.diag{1, 2}:get(1.5, 1) end)
     raises("get: 1 indices for a 2-d tensor", function() return lt.eye(2):get(1) end)
     raises("index: index 0 out of range", function() return lt.diag{1, 2}[0] end)
     raises("newindex: cannot assign into a diag operator",
@@ -70,14 +74,16 @@ describe("errors", function()
   it("not positive definite, singular, NaN", function()
     raises("cholesky: matrix is not positive definite",
       function() return lt.tensor{{1, 2}, {2, 1}}:cholesky() end)
-    raises("cholesky: matrix is not positive definite", function() return lt.diag{1, -1}:cholesky() end)
+    raises("cholesky: matrix is not positive definite",
+      function() return lt.diag{1, -1}:cholesky() end)
     raises("cholesky: matrix has NaN or infinite entries",
       function() return lt.tensor{{1, 0 / 0}, {0 / 0, 1}}:cholesky() end)
     raises("solve: matrix has NaN or infinite entries",
       function() return lt.tensor{{1, 0}, {0, math.huge}}:solve(lt.tensor{1, 1}) end)
     raises("eigh: matrix has NaN or infinite entries",
       function() return lt.tensor{{0 / 0, 0}, {0, 1}}:eigh() end)
-    raises("solve: matrix is singular", function() return lt.tensor{{1, 1}, {1, 1}}:solve(lt.tensor{1, 2}) end)
+    raises("solve: matrix is singular",
+      function() return lt.tensor{{1, 1}, {1, 1}}:solve(lt.tensor{1, 2}) end)
     raises("solve: matrix is singular", function() return lt.diag{0, 1}:solve(lt.tensor{1, 2}) end)
   end)
 
@@ -102,6 +108,7 @@ describe("errors", function()
     local before = lt.memory()
     do
       local big <close> = lt.zeros(500, 500)
+      assert.equal(250000, big:numel())
       assert.is_true(lt.memory() - before >= 500 * 500 * 8)
     end
     assert.is_true(lt.memory() - before < 500 * 500 * 8)
@@ -121,6 +128,7 @@ describe("errors", function()
   end)
 
   it("unknown operations", function()
-    raises("unknown operation 'frobnicate'", function() return lt.explain("frobnicate", lt.eye(2)) end)
+    raises("unknown operation 'frobnicate'",
+      function() return lt.explain("frobnicate", lt.eye(2)) end)
   end)
 end)

@@ -67,6 +67,26 @@ describe("dense linear algebra", function()
       assert.matches("lazytensor: cholesky: matrix is not positive definite", err, 1, true)
     end)
 
+    it("accepts X·Xᵀ, symmetric up to the rounding of blocked BLAS products", function()
+      lt.manual_seed(3)
+      local m = 300
+      local X = lt.randn(m, 37)
+      local K = X * X:t() + lt.eye(m)
+      assert.is_true(K:is_symmetric())
+      local L = K:cholesky()
+      local row = L[m]:totable()
+      -- the last diagonal entry of K from the factor: Σ_k L[m][k]²
+      local s = 0
+      for k = 1, m do s = s + row[k] * row[k] end
+      ref.near(K:get(m, m), s, 1e-9)
+      -- an asymmetry above rounding is refused
+      local A = lt.tensor{{1, 1e-9}, {0, 1}}
+      assert.is_false(A:is_symmetric())
+      assert.matches("cholesky: matrix is not symmetric", message(function()
+        return A:cholesky()
+      end), 1, true)
+    end)
+
     it("refuses a non-symmetric matrix instead of symmetrising it", function()
       local err = message(function() return lt.tensor{{4, 1}, {0, 4}}:cholesky() end)
       assert.matches("lazytensor: cholesky: matrix is not symmetric", err, 1, true)

@@ -155,7 +155,7 @@ describe("registry", function()
     assert.same({"operator", 2, 1}, seen)
     assert.equal(1, op:get(1, 1))
     local scale_seen
-    lt.implements("scale", "identity", function(a, c)
+    lt.implements("scale", "identity", function(_, c)
       scale_seen = c
       return lt.NotImplemented
     end)

@@ -123,6 +123,8 @@ enum {
   LT_TYPE_KERNEL,
   LT_TYPE_CHOL,
   LT_TYPE_OPERATOR,
+  LT_TYPE_LOWRANK_DIAG,       /* "lowrank_plus_diag": D + U·Vᵀ (Woodbury) */
+  LT_TYPE_KRON_PLUS_IDENTITY, /* "kron_plus_identity": kron + σ·I */
   LT_TYPE_BUILTIN_COUNT
 };
 

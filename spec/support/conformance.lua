@@ -47,7 +47,9 @@ for _, c in ipairs(CHECKS) do KNOWN[c] = true end
 local function to_rows(x)
   if type(x) == "table" then return x end
   if lt.is_tensor(x) then
-    if lt.is_lazy(x) then error("conformance: the reference must be dense data, not an operator") end
+    if lt.is_lazy(x) then
+      error("conformance: the reference must be dense data, not an operator")
+    end
     return x:totable()
   end
   error("conformance: the reference must be a table of rows or a dense tensor")

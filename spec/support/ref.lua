@@ -139,7 +139,7 @@ end
 function ref.near(expected, actual, tol)
   tol = tol or 1e-10
   local d = ref.maxdiff(expected, actual)
-  if not (d <= tol) then
+  if d ~= d or d > tol then
     error(("values differ by %g (tolerance %g)"):format(d, tol), 2)
   end
   return true

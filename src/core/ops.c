@@ -349,14 +349,25 @@ int lt_call(lt_context *ctx, const lt_args *args, lt_result *res) {
 
 /* ---------------------------------------------------------- properties */
 
+/* Symmetric up to rounding: |a_ij − a_ji| ≤ 1e-12 · max|a|. Products such
+ * as X·Xᵀ from blocked BLAS kernels differ from exact symmetry in the last
+ * bits, and must not be refused by cholesky or eigh; anything larger is a
+ * non-symmetric matrix (NaN entries included). */
+#define LT_SYMMETRY_TOLERANCE 1e-12
+
 static lt_tristate dense_symmetric(lt_tensor *a) {
   size_t n = a->shape[0];
   const double *p = lt_dense_data(a);
   ptrdiff_t s0 = a->strides[0], s1 = a->strides[1];
+  double big = 0;
   for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < i; j++)
-      if (p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] != p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1])
-        return LT_NO;
+    for (size_t j = 0; j < n; j++) big = fmax(big, fabs(p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1]));
+  double tol = isfinite(big) ? LT_SYMMETRY_TOLERANCE * big : 0.0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < i; j++) {
+      double x = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1], y = p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1];
+      if (x != y && !(fabs(x - y) <= tol)) return LT_NO;
+    }
   return LT_YES;
 }
 

@@ -26,7 +26,7 @@ local Model = {}
 Model.__index = Model
 
 local function fail(fmt, ...)
-  error("lazytensor: gp: " .. string.format(fmt, ...), 3)
+  error("lazytensor: gp: " .. string.format(fmt, ...), 0)
 end
 
 --- Points as an array of coordinate arrays, from a tensor (n or n×d) or a

@@ -13,7 +13,7 @@ local Kernel = {}
 Kernel.__index = Kernel
 
 local function fail(fmt, ...)
-  error("lazytensor: gp: " .. string.format(fmt, ...), 3)
+  error("lazytensor: gp: " .. string.format(fmt, ...), 0)
 end
 
 local function check_positive(name, v)

@@ -155,7 +155,9 @@ local function is_separable(kernel, axes, c)
     local p = {}
     for k = 1, d do
       local a = axes[k]
-      p[k] = a[1 + (t * (2 * k + 1)) % #a]
+      -- varies on every axis whatever its length (2k+1 alone can be a
+      -- multiple of #a and pin an axis, hiding non-separable kernels)
+      p[k] = a[1 + (t * 7919 + t * t * 31 + k * 104729) % #a]
     end
     return p
   end
@@ -320,7 +322,7 @@ function structure.build(kernel, points, opts)
     end
     if want == "toeplitz" then
       error("lazytensor: gp: toeplitz structure needs regularly spaced 1-d inputs and a "
-            .. "stationary kernel", 2)
+            .. "stationary kernel", 0)
     end
   end
   if want == "auto" or want == "kron" then
@@ -328,7 +330,7 @@ function structure.build(kernel, points, opts)
     local cov = axes and build_kron(kernel, points, axes, index, ngrid, want_grads)
     if cov then return cov end
     if want == "kron" then
-      error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 2)
+      error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 0)
     end
   end
   return build_dense(kernel, points, want_grads)
