@@ -127,7 +127,7 @@ check-tsan: deps
 	@sh tools/reliability.sh tsan $(LUA)
 fuzz: deps
 	@$(MAKE) --no-print-directory all
-	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LUA_CPATH='./?.so;;' \
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} LUA_CPATH='./?.so;;' \
 	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
 fuzz-c: deps
 	@sh tools/deps.sh clang libclang-rt-14-dev

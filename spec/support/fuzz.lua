@@ -422,6 +422,30 @@ local function check_matrix(node, r, tol)
       return ("A[%d][%d] = %.17g, expected %.17g"):format(i, jj, row[jj], A[i][jj])
     end
   end
+  -- the diagonal, and the trace of square ones
+  local dg = op:diagonal()
+  local k = math.min(A.m, A.n)
+  if dg:numel() ~= k then return ("diagonal() has %d entries, expected %d"):format(dg:numel(), k) end
+  local tr = 0
+  for d = 1, k do
+    tr = tr + A[d][d]
+    if not near(dg[d], A[d][d], scale, tol) then
+      return ("diagonal()[%d] = %.17g, expected %.17g"):format(d, dg[d], A[d][d])
+    end
+  end
+  if A.m == A.n then
+    local t = op:trace()
+    if not near(t, tr, scale * A.n, tol) then return ("trace() = %.17g, expected %.17g"):format(t, tr) end
+  end
+  -- Aᵀ·x through the transpose
+  local z = rand_vec(r, A.m)
+  local w = op:t() * lt.tensor(z)
+  local wr = ref.matvec(ref.t(A), z)
+  for jj = 1, A.n do
+    if not near(w[jj], wr[jj], scale * 2 * A.m, tol) then
+      return ("(Aᵀ*z)[%d] = %.17g, expected %.17g (z = %s)"):format(jj, w[jj], wr[jj], vec_text(z))
+    end
+  end
   return nil
 end
 
@@ -447,6 +471,26 @@ local function check_spd(r, n, depth, kinds, tol)
   if not ok2 then return s, "logdet: " .. tostring(ld), true end
   if not near(ld, ldr, math.max(1, math.abs(ldr)), 1e3 * tol) then
     return s, ("logdet = %.17g, expected %.17g"):format(ld, ldr)
+  end
+  -- bᵀS⁻¹b, and a Cholesky factor: L·Lᵀ = S
+  local qr = 0
+  for i = 1, n do qr = qr + rhs[i] * xr[i] end
+  local q = S:inv_quad(lt.tensor(rhs))
+  if not near(q, qr, math.max(1, math.abs(qr)), 1e3 * tol) then
+    return s, ("inv_quad = %.17g, expected %.17g (b = %s)"):format(q, qr, vec_text(rhs))
+  end
+  local L = ref.from_tensor(S:cholesky():dense())
+  local LLt = ref.matmul(L, ref.t(L))
+  local sc = scale_of(Sr)
+  for i = 1, n do
+    for j = 1, n do
+      if not near(LLt[i][j], Sr[i][j], sc, 1e3 * tol) then
+        return s, ("cholesky: (L·Lᵀ)[%d][%d] = %.17g, expected %.17g"):format(i, j, LLt[i][j], Sr[i][j])
+      end
+      if j > i and L[i][j] ~= 0 then
+        return s, ("cholesky: L[%d][%d] = %.17g above the diagonal"):format(i, j, L[i][j])
+      end
+    end
   end
   return s, nil
 end
