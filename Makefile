@@ -6,13 +6,24 @@
 #                   and the busted suite; ends with "N passed, M failed"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
+#   make install    headers, libraries, lazytensor.pc, the Lua module and
+#                   Lua files under $(DESTDIR)$(PREFIX) (see "Installation")
+#   make doc        the API reference (doc/api/) with ldoc
+#   make lint       luacheck on all Lua, clang-format --dry-run on all C
 #
-# LUA selects the interpreter and headers (lua5.4 by default).
+# LUA selects the interpreter and headers (lua5.4 by default; also lua5.1,
+# lua5.2, lua5.3, luajit). Objects go to build/$(LUA); the module for the
+# selected LUA is copied to the repository root.
 
 LUA ?= lua5.4
-PKGS = lua5.4 liblua5.4-dev liblapacke-dev libopenblas-dev libfftw3-dev lua-busted luarocks lua-check pkg-config
+# Debian packages of the selected interpreter and its headers.
+LUA_PKGS_lua5.1 = lua5.1 liblua5.1-0-dev
+LUA_PKGS_luajit = luajit libluajit-5.1-dev
+LUA_PKGS = $(or $(LUA_PKGS_$(LUA)),$(LUA) lib$(LUA)-dev)
+PKGS = $(LUA_PKGS) liblapacke-dev libopenblas-dev libfftw3-dev lua-busted luarocks lua-check pkg-config
 
 LUA_CFLAGS ?= $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
+LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
 DEP_CFLAGS := $(shell pkg-config --cflags lapacke openblas fftw3 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lm
 
@@ -22,13 +33,17 @@ CFLAGS_ALL = -std=c11 $(WARN) $(OPT) -fPIC -D_POSIX_C_SOURCE=200809L $(DEP_CFLAG
 LDFLAGS_ALL = $(LDFLAGS)
 
 BUILD = build/$(LUA)
+# Version of the C library: LT_VERSION in src/lazytensor.h; the ABI number
+# (the soname's) changes only when the C API breaks.
+LT_VERSION := $(shell sed -n 's/^\#define LT_VERSION "\(.*\)"/\1/p' src/lazytensor.h)
+LT_ABI = 0
 CORE_SRC := $(wildcard src/core/*.c src/ops/*.c src/linalg/*.c)
 BIND_SRC := $(wildcard lua/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 BIND_OBJ := $(BIND_SRC:%.c=$(BUILD)/%.o)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
-.PHONY: all deps test test-c test-lua demo bench clean lint
+.PHONY: all deps test test-c test-lua demo bench clean lint install doc FORCE
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
@@ -44,12 +59,20 @@ liblazytensor.a: $(CORE_OBJ)
 	rm -f $@
 	$(AR) rcs $@ $^
 
+# The shared core carries a soname: liblazytensor.so.$(LT_ABI).
 liblazytensor.so: $(CORE_OBJ)
+	$(CC) -shared -Wl,-soname,liblazytensor.so.$(LT_ABI) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+
+# The Lua module links the core statically: one file to install. It is
+# built per LUA and copied to the root whenever it differs, so switching
+# LUA never leaves a module built for another interpreter there.
+$(BUILD)/lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
 
-# The Lua module links the core statically: one file to install.
-lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+lazytensor.so: $(BUILD)/lazytensor.so FORCE
+	@cmp -s $< $@ || cp $< $@
+
+FORCE:
 
 $(BUILD)/tests/%: tests/c/%.c liblazytensor.a
 	@mkdir -p $(dir $@)

@@ -525,7 +525,7 @@ static int l_with_settings(lua_State *L) {
 static int l_manual_seed(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   if (!ltb_isinteger(L, 1)) return ltb_error(L, "manual_seed", "the seed must be an integer");
-  lt_manual_seed(ctx, (uint64_t)(long long)lua_tonumber(L, 1));
+  lt_manual_seed(ctx, (uint64_t)ltb_tointeger64(L, 1));
   return 0;
 }
 
