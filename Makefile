@@ -82,9 +82,10 @@ $(BUILD)/tests/%: tests/c/%.c liblazytensor.a
 deps:
 	@sh tools/deps.sh $(PKGS)
 
+# TEST_PROGRAMS: more programs that print "N passed, M failed" (blocks below).
 test: deps
-	@$(MAKE) --no-print-directory all $(C_TESTS)
-	@sh tools/run-tests.sh $(LUA) $(C_TESTS)
+	@$(MAKE) --no-print-directory all $(C_TESTS) $(TEST_PROGRAMS)
+	@LUA=$(LUA) sh tools/run-tests.sh $(LUA) $(C_TESTS) $(TEST_PROGRAMS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -99,3 +100,14 @@ lint:
 
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
+
+# --- Embedding (ecosystem) -------------------------------------------------
+# examples/embed/host.c: a program hosting Lua with the module linked in.
+# It links the binding's objects, the core and the selected LUA's library.
+EMBED_HOST = $(BUILD)/examples/embed-host
+TEST_PROGRAMS += $(EMBED_HOST)
+
+$(EMBED_HOST): examples/embed/host.c $(BIND_OBJ) liblazytensor.a src/lazytensor_lua.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
+	  $(LUA_LIBS) $(DEP_LIBS)

@@ -37,6 +37,9 @@ typedef struct ltb_box {
 } ltb_box;
 
 ltb_state *ltb_get_state(lua_State *L);
+/* The state of the module opened in L (from the registry, for code that is
+ * not one of the binding's closures), or NULL when it is not open. */
+ltb_state *ltb_find_state(lua_State *L);
 static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; }
 
 /* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */

@@ -607,7 +607,29 @@ static void create_settings(lua_State *L, int module) {
   lua_setfield(L, module, "settings");
 }
 
+/* The module table of this Lua state, in the registry under this address:
+ * opening the module again returns it (one context per Lua state), and
+ * hosts reach the context through it (ltb_lua_context). */
+static const char module_key = 'M';
+
+ltb_state *ltb_find_state(lua_State *L) {
+  ltb_state *S = NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) {
+    lua_pushliteral(L, "_state");
+    lua_rawget(L, -2);
+    S = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (S != NULL && S->ctx == NULL) return NULL; /* the state is closing */
+  if (S != NULL) S->L = L;
+  return S;
+}
+
 LUALIB_API int luaopen_lazytensor(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) return 1;
   lua_settop(L, 0);
   create_state(L);                   /* LTB_OPEN_STATE */
   luaL_newmetatable(L, TENSOR_NAME); /* LTB_OPEN_META */
@@ -632,5 +654,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_pushcfunction(L, module_index);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
+  lua_pushvalue(L, module);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
   return 1;
 }
