@@ -111,3 +111,28 @@ $(EMBED_HOST): examples/embed/host.c $(BIND_OBJ) liblazytensor.a src/lazytensor_
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
 	  $(LUA_LIBS) $(DEP_LIBS)
+
+# --- luarocks (ecosystem) --------------------------------------------------
+# Targets for rockspec/lazytensor-scm-1.rockspec (build type "make"):
+# luarocks passes LUA_INCDIR, CFLAGS and the external dependencies' dirs;
+# objects go to build/rock-<headers' dir>. `rock` also copies the module to
+# the root (for `luarocks test` from the checkout) unless LT_ROCK_NO_COPY is
+# set. `make test` installs the rock into a temporary tree and loads it from
+# there with only that tree's paths (tools/rock-smoke.sh).
+ROCK_BUILD = build/rock-$(notdir $(LUA_INCDIR))
+ROCK_DEP_CFLAGS = $(DEP_CFLAGS) $(addprefix -I,$(LAPACKE_INCDIR) $(FFTW_INCDIR))
+ROCK_DEP_LIBS = $(addprefix -L,$(OPENBLAS_LIBDIR) $(LAPACKE_LIBDIR) $(FFTW_LIBDIR)) $(DEP_LIBS)
+
+.PHONY: rock rock-install
+rock:
+	@test -n "$(LUA_INCDIR)" || { echo "rock: run by luarocks (LUA_INCDIR is not set)"; exit 1; }
+	@$(MAKE) --no-print-directory BUILD=$(ROCK_BUILD) LUA_CFLAGS=-I$(LUA_INCDIR) \
+	  DEP_CFLAGS="$(ROCK_DEP_CFLAGS)" DEP_LIBS="$(ROCK_DEP_LIBS)" $(ROCK_BUILD)/lazytensor.so
+	@test -n "$(LT_ROCK_NO_COPY)" || cp $(ROCK_BUILD)/lazytensor.so lazytensor.so
+
+rock-install:
+	install -d $(INST_LIBDIR) $(INST_LUADIR)/lazytensor
+	install -m 755 $(ROCK_BUILD)/lazytensor.so $(INST_LIBDIR)/lazytensor.so
+	for f in lua/lazytensor/*.lua; do [ ! -f "$$f" ] || install -m 644 "$$f" $(INST_LUADIR)/lazytensor/; done
+
+TEST_PROGRAMS += tools/rock-smoke.sh
