@@ -136,3 +136,44 @@ rock-install:
 	for f in lua/lazytensor/*.lua; do [ ! -f "$$f" ] || install -m 644 "$$f" $(INST_LUADIR)/lazytensor/; done
 
 TEST_PROGRAMS += tools/rock-smoke.sh
+
+# --- Installation (ecosystem) ----------------------------------------------
+#   make install [PREFIX=/usr/local] [DESTDIR=] [LUA=lua5.4]
+# installs lazytensor.h and lazytensor_lua.h, liblazytensor.so.$(LT_VERSION)
+# (soname liblazytensor.so.$(LT_ABI)) and liblazytensor.a, the binding for
+# hosts of $(LUA) as liblazytensor-$(LUA).a, pkg-config files lazytensor.pc
+# and lazytensor-$(LUA).pc, the Lua module in $(LUA_CMOD_DIR) and the Lua
+# files in $(LUA_LMOD_DIR)/lazytensor (Lua's default paths when PREFIX is
+# /usr/local).
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+LUA_V = $(if $(filter luajit%,$(LUA)),5.1,$(patsubst lua%,%,$(LUA)))
+LUA_CMOD_DIR ?= $(LIBDIR)/lua/$(LUA_V)
+LUA_LMOD_DIR ?= $(PREFIX)/share/lua/$(LUA_V)
+BIND_LIB = $(BUILD)/liblazytensor-$(LUA).a
+# In the .pc files, directories under PREFIX are written relative to ${prefix}.
+PC_DIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+SUBST_PC = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(call PC_DIR,$(LIBDIR))|' \
+  -e 's|@INCLUDEDIR@|$(call PC_DIR,$(INCLUDEDIR))|' \
+  -e 's|@VERSION@|$(LT_VERSION)|g; s|@LUA@|$(LUA)|g; s|@DEP_LIBS@|$(strip $(DEP_LIBS))|'
+
+$(BIND_LIB): $(BIND_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+install: all $(BIND_LIB)
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(LUA_CMOD_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/lazytensor
+	install -m 644 src/lazytensor.h src/lazytensor_lua.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 liblazytensor.so $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_VERSION)
+	ln -sf liblazytensor.so.$(LT_VERSION) $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_ABI)
+	ln -sf liblazytensor.so.$(LT_ABI) $(DESTDIR)$(LIBDIR)/liblazytensor.so
+	install -m 644 liblazytensor.a $(BIND_LIB) $(DESTDIR)$(LIBDIR)/
+	$(SUBST_PC) lazytensor.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor.pc
+	$(SUBST_PC) lazytensor-lua.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor-$(LUA).pc
+	install -m 755 lazytensor.so $(DESTDIR)$(LUA_CMOD_DIR)/lazytensor.so
+	for f in lua/lazytensor/*.lua; do [ ! -f "$$f" ] || install -m 644 "$$f" $(DESTDIR)$(LUA_LMOD_DIR)/lazytensor/; done
+
+TEST_PROGRAMS += tools/install-check.sh
