@@ -43,7 +43,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 BIND_OBJ := $(BIND_SRC:%.c=$(BUILD)/%.o)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
-.PHONY: all deps test test-c test-lua demo bench clean lint install doc FORCE
+.PHONY: all deps test test-c test-lua demo bench clean lint format install doc FORCE
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
@@ -95,8 +95,21 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@sh bench/run.sh
 
+# --- Lint (ecosystem) -------------------------------------------------------
+# luacheck on all Lua (.luacheckrc), clang-format (.clang-format) on all C;
+# `make format` rewrites the C files in place.
+LINT_PKGS = lua-check clang-format
+LINT_C = $(shell find src lua examples tests bench -name '*.[ch]' 2>/dev/null | sort)
+
 lint:
-	luacheck lua spec examples bench
+	@sh tools/deps.sh $(LINT_PKGS)
+	luacheck -q .
+	clang-format --dry-run -Werror $(LINT_C)
+	@echo "lint: clean"
+
+format:
+	@sh tools/deps.sh clang-format
+	clang-format -i $(LINT_C)
 
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
