@@ -25,7 +25,8 @@ PKGS = $(LUA_PKGS) liblapacke-dev libopenblas-dev libfftw3-dev lua-busted luaroc
 LUA_CFLAGS ?= $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
 LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
 DEP_CFLAGS := $(shell pkg-config --cflags lapacke openblas fftw3 2>/dev/null)
-DEP_LIBS := $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lm
+# libfftw3_threads: fftw_make_planner_thread_safe (see src/ops/toeplitz.c).
+DEP_LIBS := -lfftw3_threads $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lpthread -lm
 
 OPT ?= -O2 -g
 WARN = -Wall -Wextra -Werror

@@ -189,6 +189,23 @@ static int l_identity(lua_State *L) {
   return ltb_fill(L, box, lt_identity_new(ctx, n, c));
 }
 
+/* lt.triangular(A [, "lower"|"upper"]): lower by default. */
+static int l_triangular(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 2);
+  lt_tensor *a = ltb_operand(L, 1, "triangular");
+  int upper = 0;
+  if (!lua_isnil(L, 2)) {
+    const char *which = lua_tostring(L, 2);
+    if (lua_type(L, 2) != LUA_TSTRING || (strcmp(which, "lower") && strcmp(which, "upper")))
+      return ltb_error(L, "triangular", "expected \"lower\" or \"upper\", got %s",
+                       lua_type(L, 2) == LUA_TSTRING ? which : luaL_typename(L, 2));
+    upper = strcmp(which, "upper") == 0;
+  }
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_triangular_new(ctx, a, upper));
+}
+
 static int l_psd(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lua_settop(L, 1);
@@ -206,7 +223,8 @@ static const luaL_Reg functions[] = {
     {"eigh", l_eigh},         {"svd", l_svd},           {NULL, NULL}};
 
 static const luaL_Reg constructors[] = {
-    {"diag", l_diag}, {"identity", l_identity}, {"psd", l_psd}, {NULL, NULL}};
+    {"diag", l_diag}, {"identity", l_identity}, {"psd", l_psd},
+    {"triangular", l_triangular}, {NULL, NULL}};
 
 void ltb_open_linalg(lua_State *L, int module) {
   ltb_set_functions(L, module, functions);

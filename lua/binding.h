@@ -89,5 +89,6 @@ void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *o
 void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
 void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
 void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
+void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: toeplitz, kernel */
 
 #endif

@@ -644,6 +644,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_dense(L, module);
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
+  ltb_open_kernel(L, module);
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);
   lua_setfield(L, module, "_VERSION");

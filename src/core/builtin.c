@@ -16,6 +16,8 @@ static int register_types(lt_context *ctx) {
       {LT_TYPE_SCALED, &lt_scaled_type},       {LT_TYPE_TRANSPOSE, &lt_transpose_type},
       {LT_TYPE_INVERSE, &lt_inverse_type},     {LT_TYPE_DIAG, &lt_diag_type},
       {LT_TYPE_IDENTITY, &lt_identity_type},   {LT_TYPE_OPERATOR, &lt_operator_type},
+      {LT_TYPE_TRIANGULAR, &lt_triangular_type},
+      {LT_TYPE_TOEPLITZ, &lt_toeplitz_type},   {LT_TYPE_KERNEL, &lt_kernel_type},
   };
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     if (lt_register_builtin_type(ctx, types[i].id, types[i].type) != LT_OK) return LT_ERR;
@@ -26,7 +28,10 @@ int lt_register_builtins(lt_context *ctx) {
   int (*const steps[])(lt_context *) = {
       register_types,
       lt_register_generic_rules,
+      lt_register_iterative_rules,
       lt_register_dense_rules,
+      lt_register_dense_linalg_rules,
+      lt_register_iterative_dense_rules,
       lt_register_sum_rules,
       lt_register_scaled_rules,
       lt_register_product_rules,
@@ -35,6 +40,9 @@ int lt_register_builtins(lt_context *ctx) {
       lt_register_inverse_rules,
       lt_register_diag_rules,
       lt_register_identity_rules,
+      lt_register_triangular_rules,
+      lt_register_toeplitz_rules,
+      lt_register_kernel_rules,
   };
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
     if (steps[i](ctx) != LT_OK) return LT_ERR;

@@ -303,7 +303,8 @@ lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {
     memcpy(c->storage->data, lt_dense_data(t), lt_numel(t) * sizeof(double));
   else
     copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
-  memcpy(c->props, t->props, sizeof c->props);
+  /* Only properties still valid for t's storage carry over. */
+  for (int p = 0; p < LT_PROP_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
   return c;
 }
 

@@ -20,9 +20,13 @@ extern const lt_type lt_inverse_type;
 extern const lt_type lt_diag_type;
 extern const lt_type lt_identity_type;
 extern const lt_type lt_operator_type;
+extern const lt_type lt_triangular_type;
+extern const lt_type lt_toeplitz_type;
+extern const lt_type lt_kernel_type;
 
 int lt_register_generic_rules(lt_context *ctx);
 int lt_register_dense_rules(lt_context *ctx);
+int lt_register_dense_linalg_rules(lt_context *ctx);
 int lt_register_sum_rules(lt_context *ctx);
 int lt_register_scaled_rules(lt_context *ctx);
 int lt_register_product_rules(lt_context *ctx);
@@ -31,5 +35,12 @@ int lt_register_constant_rules(lt_context *ctx);
 int lt_register_inverse_rules(lt_context *ctx);
 int lt_register_diag_rules(lt_context *ctx);
 int lt_register_identity_rules(lt_context *ctx);
+int lt_register_triangular_rules(lt_context *ctx);
+int lt_register_toeplitz_rules(lt_context *ctx);
+int lt_register_kernel_rules(lt_context *ctx);
+/* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
+ * registered after the generic ones, so they are tried first. */
+int lt_register_iterative_rules(lt_context *ctx);
+int lt_register_iterative_dense_rules(lt_context *ctx);
 
 #endif

@@ -1,0 +1,84 @@
+/*
+ * bind_kernel.c — constructors of the operators defined by a few vectors:
+ * lt.toeplitz(c [, r]) and lt.kernel(x1 [, x2], spec).
+ */
+#include <string.h>
+
+#include "binding.h"
+
+/* lt.toeplitz(c [, r]): c, r 1-d tensors or Lua tables. */
+static int l_toeplitz(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  int top = lua_gettop(L);
+  if (top < 1 || top > 2 || lua_isnil(L, 1))
+    return ltb_error(L, "toeplitz", "expected (c [, r]), got %d arguments", top);
+  lt_tensor *c = ltb_operand(L, 1, "toeplitz");
+  lt_tensor *r = top == 2 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "toeplitz") : NULL;
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_toeplitz_new(ctx, c, r));
+}
+
+static const struct {
+  const char *name;
+  lt_kernel_kind kind;
+} kinds[] = {{"rbf", LT_KERNEL_RBF},
+             {"matern12", LT_KERNEL_MATERN12},
+             {"matern32", LT_KERNEL_MATERN32},
+             {"matern52", LT_KERNEL_MATERN52},
+             {"periodic", LT_KERNEL_PERIODIC}};
+
+/* spec.name as a number; absent: def (or an error when required). */
+static double spec_number(lua_State *L, int idx, const char *name, int required, double def) {
+  lua_getfield(L, idx, name);
+  double v = def;
+  if (lua_isnil(L, -1)) {
+    if (required) ltb_error(L, "kernel", "spec.%s is required", name);
+  } else if (lua_type(L, -1) != LUA_TNUMBER) {
+    ltb_error(L, "kernel", "spec.%s must be a number, got %s", name, luaL_typename(L, -1));
+  } else {
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
+  if (lua_type(L, idx) != LUA_TTABLE)
+    ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
+              luaL_typename(L, idx));
+  lua_getfield(L, idx, "kind");
+  if (lua_type(L, -1) != LUA_TSTRING)
+    ltb_error(L, "kernel", "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
+                           "periodic), got %s", luaL_typename(L, -1));
+  const char *kind = lua_tostring(L, -1);
+  size_t i = 0, n = sizeof kinds / sizeof kinds[0];
+  while (i < n && strcmp(kinds[i].name, kind) != 0) i++;
+  if (i == n)
+    ltb_error(L, "kernel", "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
+                           "periodic)", kind);
+  lua_pop(L, 1);
+  memset(spec, 0, sizeof *spec);
+  spec->kind = kinds[i].kind;
+  spec->lengthscale = spec_number(L, idx, "lengthscale", 1, 0.0);
+  spec->variance = spec_number(L, idx, "variance", 0, 1.0);
+  spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
+}
+
+/* lt.kernel(x1 [, x2], spec) */
+static int l_kernel(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  int top = lua_gettop(L);
+  if (top < 2 || top > 3)
+    return ltb_error(L, "kernel", "expected (x1 [, x2], spec), got %d arguments", top);
+  lt_kernel_spec spec;
+  check_spec(L, top, &spec);
+  lt_tensor *x1 = ltb_operand(L, 1, "kernel");
+  lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_kernel_new(ctx, x1, x2, &spec));
+}
+
+static const luaL_Reg constructors[] = {
+    {"toeplitz", l_toeplitz}, {"kernel", l_kernel}, {NULL, NULL}};
+
+void ltb_open_kernel(lua_State *L, int module) { ltb_set_functions(L, module, constructors); }

@@ -1,0 +1,143 @@
+--- Multivariate normal distributions over any covariance operator.
+--
+-- Written once against the function API (`cov:inv_quad_logdet`, `cov:solve`,
+-- `cov:root`, `cov:logdet`, `cov:diagonal`, `lt.randn`, products and sums),
+-- so a structured covariance (diagonal, Kronecker, low-rank plus diagonal,
+-- kernel, ...) is used through its own fast rules; this file never asks what
+-- type it has.
+--
+--   local mvn = require "lazytensor.mvn"
+--   local d = mvn.new(mean, cov)   -- mean: 1-d tensor (or Lua array) of k; cov: k x k
+--   d:log_prob(x)    -- a number for x of k; a 1-d tensor of n for an n x k x
+--   d:rsample([n])   -- a sample of shape {k}, or n samples as an n x k tensor
+--   d:entropy(), d:mean(), d:variance(), d:covariance()
+--   mvn.kl(p, q)     -- KL(p || q), a number
+--
+-- `mvn.install(lt)` sets `lt.mvn` and `lt.kl` to these, as API.md names them.
+
+local mvn = {}
+
+local LOG_2PI = math.log(2 * math.pi)
+
+-- The library is looked up on first use, so that the C module may itself
+-- require this file while it loads without a circular require.
+local lt_module
+local function lib()
+  lt_module = lt_module or require "lazytensor"
+  return lt_module
+end
+
+-- A plain Lua array (not a tensor) becomes a 1-d tensor.
+local function as_tensor(x)
+  if type(x) == "table" and getmetatable(x) == nil then return lib().tensor(x) end
+  return x
+end
+
+local MVN = {}
+MVN.__index = MVN
+MVN.__name = "lazytensor.mvn"
+
+--- A multivariate normal with the given mean (1-d tensor or Lua array of k
+-- numbers) and covariance (any k x k positive definite operator).
+function mvn.new(mean, cov)
+  mean = as_tensor(mean)
+  local k = mean:numel()
+  if cov:dim() ~= 2 or cov:size(1) ~= k or cov:size(2) ~= k then
+    error(string.format("lazytensor: mvn: mean has %d entries but cov is %s", k,
+      table.concat(cov:shape(), "x")), 2)
+  end
+  return setmetatable({ _mean = mean, _cov = cov, k = k }, MVN)
+end
+
+-- log det of the covariance, computed once.
+function MVN:logdet()
+  if not self._logdet then self._logdet = self._cov:logdet() end
+  return self._logdet
+end
+
+-- A root R of the covariance (cov = R R^T), computed once.
+function MVN:root()
+  if not self._root then self._root = self._cov:root() end
+  return self._root
+end
+
+-- n copies of the mean as the rows of an n x k matrix: ones(n, 1) * mean^T.
+function MVN:mean_rows(n)
+  return lib().ones(n, 1) * self._mean:reshape(1, self.k)
+end
+
+--- log density at x: a number for x of k entries, a 1-d tensor of n numbers
+-- for an n x k tensor of points (one per row).
+function MVN:log_prob(x)
+  x = as_tensor(x)
+  if x:dim() == 1 then
+    if x:numel() ~= self.k then
+      error(string.format("lazytensor: mvn:log_prob: x has %d entries, expected %d",
+        x:numel(), self.k), 2)
+    end
+    local quad, logdet = self._cov:inv_quad_logdet(x - self._mean)
+    return -0.5 * (quad + logdet + self.k * LOG_2PI)
+  end
+  if x:dim() ~= 2 or x:size(2) ~= self.k then
+    error(string.format("lazytensor: mvn:log_prob: x must have %d entries or be n x %d",
+      self.k, self.k), 2)
+  end
+  -- One solve for all points: the quadratic form of column i of D^T is the
+  -- column sum of D^T .* cov^-1 D^T.
+  local dt = (x - self:mean_rows(x:size(1))):t()
+  local solved = self._cov:solve(dt)
+  local quads = lib().mul(dt, solved):sum(1)
+  return quads * -0.5 + (-0.5 * (self:logdet() + self.k * LOG_2PI))
+end
+
+--- A reparameterised sample mean + R z with z standard normal: shape {k},
+-- or {n, k} for n samples (one per row).
+function MVN:rsample(n)
+  local lt = lib()
+  local root = self:root()
+  local r = root:size(2)
+  if n == nil then
+    return self._mean + root * lt.randn(r)
+  end
+  if math.type(n) ~= "integer" or n < 1 then
+    error("lazytensor: mvn:rsample: n must be a positive integer", 2)
+  end
+  return self:mean_rows(n) + lt.randn(n, r) * root:t()
+end
+
+MVN.sample = MVN.rsample
+
+--- Differential entropy: (k (1 + log 2 pi) + log det cov) / 2.
+function MVN:entropy()
+  return 0.5 * (self.k * (1 + LOG_2PI) + self:logdet())
+end
+
+function MVN:mean() return self._mean end
+function MVN:covariance() return self._cov end
+function MVN:variance() return self._cov:diagonal() end
+
+--- KL(p || q) = (tr(Sq^-1 Sp) + (mq - mp)^T Sq^-1 (mq - mp) - k
+--               + log det Sq - log det Sp) / 2.
+-- The trace is tr(R^T Sq^-1 R) for a root R of Sp: an inverse quadratic form
+-- summed over the columns of R, so Sq^-1 Sp is never formed.
+function mvn.kl(p, q)
+  if getmetatable(p) ~= MVN or getmetatable(q) ~= MVN then
+    error("lazytensor: kl: both arguments must be mvn distributions", 2)
+  end
+  if p.k ~= q.k then
+    error(string.format("lazytensor: kl: dimensions differ (%d and %d)", p.k, q.k), 2)
+  end
+  local quad, logdet_q = q._cov:inv_quad_logdet(q._mean - p._mean)
+  local trace = q._cov:inv_quad(p:root():dense())
+  return 0.5 * (trace + quad - p.k + logdet_q - p:logdet())
+end
+
+--- Set lt.mvn and lt.kl on the library table.
+function mvn.install(lt)
+  lt.mvn = mvn.new
+  lt.kl = mvn.kl
+  return lt
+end
+
+mvn.MVN = MVN
+return mvn

@@ -1,0 +1,192 @@
+-- lt.kernel: conformance for every kind, with and without x2, against
+-- references computed by Lua loops over API.md's formulas; structure kept by
+-- the rules; an n = 20000 product without materialising; bad input.
+local lt = require "lazytensor"
+local conformance = require "support.conformance"
+
+-- API.md's formulas, written out independently of the C code.
+local formulas = {
+  rbf = function(r, s) return s.variance * math.exp(-r * r / (2 * s.lengthscale ^ 2)) end,
+  matern12 = function(r, s) return s.variance * math.exp(-r / s.lengthscale) end,
+  matern32 = function(r, s)
+    local l = s.lengthscale
+    return s.variance * (1 + math.sqrt(3) * r / l) * math.exp(-math.sqrt(3) * r / l)
+  end,
+  matern52 = function(r, s)
+    local l = s.lengthscale
+    return s.variance * (1 + math.sqrt(5) * r / l + 5 * r * r / (3 * l * l))
+      * math.exp(-math.sqrt(5) * r / l)
+  end,
+}
+
+local function points_of(x)
+  local P = {}
+  for i, p in ipairs(x) do P[i] = type(p) == "table" and p or {p} end
+  return P
+end
+
+local function k(s, x, y)
+  local variance = s.variance or 1
+  local spec = {lengthscale = s.lengthscale, variance = variance}
+  if s.kind == "periodic" then
+    local acc = 0
+    for d = 1, #x do acc = acc + math.sin(math.pi * math.abs(x[d] - y[d]) / s.period) ^ 2 end
+    return variance * math.exp(-2 * acc / s.lengthscale ^ 2)
+  end
+  local r2 = 0
+  for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
+  return formulas[s.kind](math.sqrt(r2), spec)
+end
+
+local function reference(x1, x2, s)
+  local A, B = points_of(x1), points_of(x2 or x1)
+  local R = {}
+  for i = 1, #A do
+    R[i] = {}
+    for j = 1, #B do R[i][j] = k(s, A[i], B[j]) end
+  end
+  return R
+end
+
+-- (conformance.check must be called from the spec file's main chunk: it
+-- finds busted's describe/it through its caller's _ENV.)
+local function case(x1, x2, s, opts)
+  local function make()
+    if x2 then return lt.kernel(lt.tensor(x1), lt.tensor(x2), s) end
+    return lt.kernel(lt.tensor(x1), s)
+  end
+  return make, function() return reference(x1, x2, s) end, opts
+end
+
+local X1 = {{0, 0}, {1.1, 0.3}, {-0.4, 1.2}, {2.0, -1.0}, {0.7, 2.1}, {-1.5, -0.6}}
+local X2 = {{0.2, -0.1}, {1.9, 0.8}, {-1.0, 0.4}, {0.5, 1.5}}
+local T1 = {0.1, 0.9, 1.7, 2.3, 3.1}
+local specs = {
+  {kind = "rbf", lengthscale = 0.8},
+  {kind = "matern12", lengthscale = 1.3, variance = 2},
+  {kind = "matern32", lengthscale = 0.9, variance = 0.5},
+  {kind = "matern52", lengthscale = 1.1, variance = 1.5},
+  {kind = "periodic", lengthscale = 0.9, variance = 1.2, period = 2.5},
+}
+for _, s in ipairs(specs) do
+  local name = "kernel " .. s.kind
+  conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, {psd = true}))
+  conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
+  conformance.check(name .. " K(x2, x1) 4x6, d = 2", case(X2, X1, s))
+  conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
+end
+
+describe("kernel", function()
+  local rbf = {kind = "rbf", lengthscale = 0.8}
+
+  it("is PSD and symmetric without x2, unknown with it", function()
+    local K = lt.kernel(lt.tensor(X1), rbf)
+    assert.equal("kernel", lt.type(K))
+    assert.is_true(K:is_psd())
+    assert.is_true(K:is_symmetric())
+    local K2 = lt.kernel(lt.tensor(X1), lt.tensor(X1), rbf)
+    assert.is_nil(K2:is_psd())
+    assert.is_false(lt.kernel(lt.tensor(X1), lt.tensor(X2), rbf):is_symmetric())
+  end)
+
+  it("takes Lua tables and 1-d tensors as points; variance defaults to 1", function()
+    local K = lt.kernel({0, 1, 3}, {kind = "matern12", lengthscale = 2})
+    assert.same({3, 3}, K:shape())
+    assert.is_true(math.abs(K:get(1, 3) - math.exp(-1.5)) < 1e-15)
+    assert.same({1, 1, 1}, K:diagonal():totable())
+    assert.equal(3, K:trace())
+  end)
+
+  it("copies its points: later writes do not change it", function()
+    local x = lt.tensor{0, 1}
+    local K = lt.kernel(x, rbf)
+    local before = K:get(1, 2)
+    x[2] = 5
+    assert.equal(before, K:get(1, 2))
+  end)
+
+  it("keeps the structure: transpose swaps x1 and x2, positive scaling scales the variance", function()
+    local K = lt.kernel(lt.tensor(X1), lt.tensor(X2), rbf)
+    local Kt = K:t()
+    assert.equal("kernel", lt.type(Kt))
+    assert.same({4, 6}, Kt:shape())
+    local R = reference(X2, X1, rbf)
+    local S = 3 * K
+    assert.equal("kernel", lt.type(S))
+    for i = 1, 4 do
+      for j = 1, 6 do
+        assert.is_true(math.abs(Kt:get(i, j) - R[i][j]) < 1e-15)
+        assert.is_true(math.abs(S:get(j, i) - 3 * R[i][j]) < 1e-15)
+      end
+    end
+    local P = lt.kernel(lt.tensor(X1), rbf)
+    assert.equal(P, P:t())
+    assert.is_true((2 * P):is_psd())
+    assert.is_not.equal(true, (-2 * P):is_psd())
+    assert.is_false((-2 * P):is_psd() == true)
+    -- the diagonal of K(x1, x2) is k(x1_i, x2_i), not the variance
+    local d = K:diagonal():totable()
+    for i = 1, 4 do assert.is_true(math.abs(d[i] - R[i][i]) < 1e-15) end
+  end)
+
+  it("multiplies n = 20000 points without forming the 20000x20000 matrix", function()
+    local n = 20000
+    local x, v = {}, {}
+    local seed = 11
+    for i = 1, n do
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      x[i] = {seed / 2147483648 * 10, (i % 97) / 97}
+      v[i] = (i % 7) - 3
+    end
+    local s = {kind = "matern32", lengthscale = 0.3, variance = 1.7}
+    collectgarbage()
+    local before = lt.memory()
+    local K = lt.kernel(lt.tensor(x), s)
+    local y = K * lt.tensor(v)
+    -- The peak during the product is checked by tests/c/test_kernel_toeplitz.c
+    -- (a counting allocator); here: what the library holds afterwards.
+    local held = lt.memory() - before
+    assert.is_true(held < 50 * 2 ^ 20, "lt.memory() grew by " .. held)
+    assert.same({n}, y:shape())
+    for _, i in ipairs{1, 2, 4321, n} do
+      local want = 0
+      for j = 1, n do want = want + k(s, x[i], x[j]) * v[j] end
+      assert.is_true(math.abs(y[i] - want) <= 1e-10 * math.max(1, math.abs(want)),
+        string.format("y[%d] = %.17g, direct sum %.17g", i, y[i], want))
+    end
+  end)
+
+  describe("bad input", function()
+    local function fails(pattern, ...)
+      local before = lt.memory()
+      local ok, err = pcall(lt.kernel, ...)
+      assert.is_false(ok)
+      assert.matches("lazytensor: kernel: " .. pattern, tostring(err))
+      collectgarbage()
+      collectgarbage()
+      assert.is_true(lt.memory() <= before, "memory after the error: " .. lt.memory() .. " > " .. before)
+    end
+
+    it("raises clear errors and leaves the state intact", function()
+      local x = lt.tensor(X1)
+      fails("unknown kind 'cosine'", x, {kind = "cosine", lengthscale = 1})
+      fails("spec.kind must be a string", x, {lengthscale = 1})
+      fails("spec.lengthscale is required", x, {kind = "rbf"})
+      fails("spec.lengthscale must be a number, got string", x, {kind = "rbf", lengthscale = "1"})
+      fails("lengthscale must be a positive number, got 0", x, {kind = "rbf", lengthscale = 0})
+      fails("lengthscale must be a positive number, got %-1", x, {kind = "matern12", lengthscale = -1})
+      fails("variance must be a positive number, got %-2", x, {kind = "rbf", lengthscale = 1, variance = -2})
+      fails("spec.period is required", x, {kind = "periodic", lengthscale = 1})
+      fails("period must be a positive number, got 0", x, {kind = "periodic", lengthscale = 1, period = 0})
+      fails("x1 has 2 features per point but x2 has 3", x, lt.zeros(2, 3), rbf)
+      fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
+      fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)
+      fails("expected a spec table", x, x)
+      fails("expected %(x1 %[, x2%], spec%)", x)
+      -- still usable
+      local K = lt.kernel(x, rbf)
+      local R = reference(X1, nil, rbf)
+      assert.is_true(math.abs(K:get(2, 3) - R[2][3]) < 1e-15)
+    end)
+  end)
+end)

@@ -1,0 +1,329 @@
+/*
+ * dense_lapack.c — LAPACKE/cblas wrappers for the dense exact paths.
+ *
+ * A row-major buffer handed to LAPACK in column-major order is the transpose
+ * of the matrix: for symmetric matrices nothing changes (only the triangle
+ * names swap), for general ones we factor Aᵀ and solve with trans = 'T'.
+ * The *_work entry points are used with workspace queries, so LAPACKE never
+ * allocates behind the context's allocator.
+ */
+#include <cblas.h>
+#include <lapacke.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "../core/internal.h"
+#include "dense_lapack.h"
+
+int lt_lapack_check_dim(lt_context *ctx, const char *op, size_t n) {
+  if (n > (size_t)INT_MAX)
+    return lt_error(ctx, "%s: dimension %zu too large for LAPACK (at most %d)", op, n, INT_MAX);
+  return LT_OK;
+}
+
+int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a) {
+  size_t rows = lt_rows(a), cols = lt_cols(a);
+  const double *p = lt_dense_data(a);
+  const ptrdiff_t *st = lt_dense_strides(a);
+  ptrdiff_t s0 = a->ndim >= 1 ? st[0] : 0, s1 = a->ndim >= 2 ? st[1] : 0;
+  for (size_t i = 0; i < rows; i++)
+    for (size_t j = 0; j < cols; j++)
+      if (!isfinite(p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1]))
+        return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+  return LT_OK;
+}
+
+/* A private copy whose entries we are about to change: the properties
+ * copied from the source no longer hold. */
+static lt_tensor *scratch_copy(lt_context *ctx, const lt_tensor *a) {
+  lt_tensor *c = lt_dense_clone(ctx, a);
+  if (c) memset(c->props, LT_UNKNOWN, sizeof c->props);
+  return c;
+}
+
+static int check_square(lt_context *ctx, const char *op, const lt_tensor *a) {
+  if (lt_require_square(ctx, op, a) != LT_OK) return LT_ERR;
+  return lt_lapack_check_dim(ctx, op, a->shape[0]);
+}
+
+/* Keeps one triangle of a contiguous row-major n×n buffer, zeroing the other. */
+static void zero_triangle(double *p, size_t n, int keep_upper) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++)
+      if (keep_upper ? j < i : j > i) p[i * n + j] = 0.0;
+}
+
+/* ------------------------------------------------------------- Cholesky */
+
+/* One attempt on a fresh copy with `add` on the diagonal; NULL with no
+ * error set when the matrix is not positive definite (*failed = 1). */
+static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, int upper, double add,
+                                int *failed) {
+  *failed = 0;
+  lt_tensor *c = scratch_copy(ctx, a);
+  if (c == NULL) return NULL;
+  size_t n = c->shape[0];
+  double *p = lt_dense_data(c);
+  for (size_t i = 0; i < n; i++) p[i * n + i] += add;
+  if (n == 0) return c;
+  /* Column-major 'U' on a row-major buffer is the row-major lower factor. */
+  lapack_int info =
+      LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, upper ? 'L' : 'U', (lapack_int)n, p, (lapack_int)n);
+  if (info != 0) {
+    lt_release(ctx, c);
+    *failed = 1;
+    return NULL;
+  }
+  zero_triangle(p, n, upper);
+  c->props[upper ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
+  return c;
+}
+
+lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                              double jitter, int max_tries, double *jitter_used) {
+  if (check_square(ctx, op, a) != LT_OK || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+    return NULL;
+  size_t n = a->shape[0];
+  double scale = 0;
+  for (size_t i = 0; i < n; i++) scale += fabs(*lt_dense_ptr(a, (size_t[]){i, i}));
+  scale = n ? scale / (double)n : 0;
+  if (scale == 0) scale = 1;
+  double add = 0;
+  for (int t = 0; t <= max_tries; t++) {
+    if (t > 0) add = t == 1 ? jitter * scale : add * 10;
+    int failed;
+    lt_tensor *c = cholesky_once(ctx, a, upper, add, &failed);
+    if (c != NULL) {
+      if (jitter_used) *jitter_used = add;
+      return c;
+    }
+    if (!failed) return NULL; /* out of memory */
+    if (!(jitter > 0)) break;
+  }
+  lt_error(ctx, "%s: matrix is not positive definite", op);
+  return NULL;
+}
+
+void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {
+  if (n == 0 || k == 0) return;
+  cblas_dtrsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower,
+              trans ? CblasTrans : CblasNoTrans, CblasNonUnit, (blasint)n, (blasint)k, 1.0, t,
+              (blasint)n, b, (blasint)k);
+}
+
+lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b) {
+  if (lt_lapack_check_dim(ctx, "solve", lt_cols(b)) != LT_OK) return NULL;
+  lt_tensor *x = scratch_copy(ctx, b);
+  if (x == NULL) return NULL;
+  size_t n = l->shape[0], k = lt_cols(b);
+  lt_lapack_trsm(lt_dense_data(l), n, 0, 0, lt_dense_data(x), k);
+  lt_lapack_trsm(lt_dense_data(l), n, 0, 1, lt_dense_data(x), k);
+  return x;
+}
+
+double lt_lapack_cholesky_logdet(const lt_tensor *l) {
+  size_t n = l->shape[0];
+  const double *p = lt_dense_data(l);
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += log(p[i * n + i]);
+  return 2 * s;
+}
+
+/* ------------------------------------------------------------------- LU */
+
+int lt_lapack_lu(lt_context *ctx, const char *op, const lt_tensor *a, lt_lu *lu) {
+  memset(lu, 0, sizeof *lu);
+  if (check_square(ctx, op, a) != LT_OK || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+    return LT_ERR;
+  size_t n = a->shape[0];
+  lu->n = n;
+  if (n == 0) return LT_OK;
+  lt_tensor *c = scratch_copy(ctx, a);
+  if (c == NULL) return LT_ERR;
+  lu->lu = lt_malloc(ctx, n * n * sizeof(double));
+  lu->ipiv = lt_malloc(ctx, n * sizeof(lapack_int));
+  if (lu->lu == NULL || lu->ipiv == NULL) {
+    lt_release(ctx, c);
+    lt_lapack_lu_free(ctx, lu);
+    return LT_ERR;
+  }
+  memcpy(lu->lu, lt_dense_data(c), n * n * sizeof(double));
+  lt_release(ctx, c);
+  /* The row-major buffer is Aᵀ in column-major: we factor Aᵀ. */
+  lapack_int info = LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, (lapack_int)n, (lapack_int)n, lu->lu,
+                                        (lapack_int)n, lu->ipiv);
+  if (info < 0) {
+    lt_lapack_lu_free(ctx, lu);
+    return lt_error(ctx, "%s: LAPACK dgetrf rejected argument %d", op, (int)-info);
+  }
+  lu->singular = info > 0;
+  return LT_OK;
+}
+
+void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu) {
+  lt_free(ctx, lu->lu, lu->n * lu->n * sizeof(double));
+  lt_free(ctx, lu->ipiv, lu->n * sizeof(lapack_int));
+  lu->lu = NULL;
+  lu->ipiv = NULL;
+}
+
+lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
+                              const lt_tensor *b) {
+  if (lu->singular) {
+    lt_error(ctx, "%s: matrix is singular", op);
+    return NULL;
+  }
+  size_t n = lu->n, k = lt_cols(b);
+  if (lt_lapack_check_dim(ctx, op, k) != LT_OK) return NULL;
+  lt_tensor *x = scratch_copy(ctx, b);
+  if (x == NULL || n == 0 || k == 0) return x;
+  size_t count;
+  if (!lt_mul_size(ctx, op, n, k, &count)) goto fail;
+  /* Right-hand sides in column-major order. */
+  double *tmp = lt_malloc(ctx, count * sizeof(double));
+  if (tmp == NULL) goto fail;
+  double *xp = lt_dense_data(x);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) tmp[i + j * n] = xp[i * k + j];
+  /* (Aᵀ)ᵀ X = B. */
+  lapack_int info = LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', (lapack_int)n, (lapack_int)k,
+                                        lu->lu, (lapack_int)n, lu->ipiv, tmp, (lapack_int)n);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) xp[i * k + j] = tmp[i + j * n];
+  lt_free(ctx, tmp, count * sizeof(double));
+  if (info != 0) {
+    lt_error(ctx, "%s: LAPACK dgetrs failed (%d)", op, (int)info);
+    goto fail;
+  }
+  return x;
+fail:
+  lt_release(ctx, x);
+  return NULL;
+}
+
+double lt_lapack_lu_logdet(const lt_lu *lu) {
+  size_t n = lu->n;
+  const lapack_int *ipiv = lu->ipiv;
+  double s = 0;
+  int negative = 0;
+  for (size_t i = 0; i < n; i++) {
+    double u = lu->lu[i * n + i];
+    if (u == 0) return -INFINITY;
+    if (u < 0) negative = !negative;
+    if ((size_t)ipiv[i] != i + 1) negative = !negative;
+    s += log(fabs(u));
+  }
+  return negative ? NAN : s;
+}
+
+/* ----------------------------------------------------------- eigh, svd */
+
+int lt_lapack_eigh(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **w,
+                   lt_tensor **q) {
+  *w = *q = NULL;
+  if (check_square(ctx, op, a) != LT_OK || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+    return LT_ERR;
+  size_t n = a->shape[0];
+  lt_tensor *c = scratch_copy(ctx, a);
+  lt_tensor *wv = c ? lt_dense_vector(ctx, n) : NULL;
+  lt_tensor *qm = wv ? lt_dense_matrix(ctx, n, n) : NULL;
+  double *work = NULL;
+  lapack_int *iwork = NULL;
+  size_t lwork = 0, liwork = 0;
+  if (qm == NULL) goto fail;
+  if (n > 0) {
+    double wq;
+    lapack_int iq, N = (lapack_int)n;
+    double *p = lt_dense_data(c);
+    lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', N, p, N, lt_dense_data(wv),
+                                          &wq, -1, &iq, -1);
+    if (info != 0) goto lapack_fail;
+    lwork = (size_t)wq + 1;
+    liwork = (size_t)iq + 1;
+    work = lt_malloc(ctx, lwork * sizeof(double));
+    iwork = work ? lt_malloc(ctx, liwork * sizeof(lapack_int)) : NULL;
+    if (iwork == NULL) goto fail;
+    info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', N, p, N, lt_dense_data(wv), work,
+                               (lapack_int)lwork, iwork, (lapack_int)liwork);
+    if (info != 0) goto lapack_fail;
+    /* Column-major eigenvectors are the rows of the row-major buffer. */
+    double *o = lt_dense_data(qm);
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < n; j++) o[i * n + j] = p[j * n + i];
+  }
+  lt_free(ctx, work, lwork * sizeof(double));
+  lt_free(ctx, iwork, liwork * sizeof(lapack_int));
+  lt_release(ctx, c);
+  *w = wv;
+  *q = qm;
+  return LT_OK;
+lapack_fail:
+  lt_error(ctx, "%s: LAPACK dsyevd failed to converge", op);
+fail:
+  lt_free(ctx, work, lwork * sizeof(double));
+  lt_free(ctx, iwork, liwork * sizeof(lapack_int));
+  lt_release(ctx, c);
+  lt_release(ctx, wv);
+  lt_release(ctx, qm);
+  return LT_ERR;
+}
+
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
+                  lt_tensor **s, lt_tensor **v) {
+  *u = *s = *v = NULL;
+  if (lt_require_matrix(ctx, op, a) != LT_OK || lt_lapack_check_dim(ctx, op, a->shape[0]) ||
+      lt_lapack_check_dim(ctx, op, a->shape[1]) || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+    return LT_ERR;
+  size_t m = a->shape[0], n = a->shape[1], r = m < n ? m : n;
+  lt_tensor *c = scratch_copy(ctx, a);
+  lt_tensor *U = c ? lt_dense_matrix(ctx, m, r) : NULL;
+  lt_tensor *S = U ? lt_dense_vector(ctx, r) : NULL;
+  lt_tensor *V = S ? lt_dense_matrix(ctx, n, r) : NULL;
+  double *up = NULL, *work = NULL;
+  lapack_int *iwork = NULL;
+  size_t lwork = 0;
+  if (V == NULL) goto fail;
+  if (r > 0) {
+    /* The buffer is Aᵀ (n×m) in column-major: Aᵀ = U'·S·V'ᵀ gives
+     * A = V'·S·U'ᵀ. vt' (r×m column-major) read row-major is V' = U. */
+    up = lt_malloc(ctx, n * r * sizeof(double));
+    iwork = up ? lt_malloc(ctx, 8 * r * sizeof(lapack_int)) : NULL;
+    if (iwork == NULL) goto fail;
+    lapack_int M = (lapack_int)m, N = (lapack_int)n, R = (lapack_int)r;
+    double wq;
+    lapack_int info = LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N,
+                                          lt_dense_data(S), up, N, lt_dense_data(U), R, &wq, -1,
+                                          iwork);
+    if (info != 0) goto lapack_fail;
+    lwork = (size_t)wq + 1;
+    work = lt_malloc(ctx, lwork * sizeof(double));
+    if (work == NULL) goto fail;
+    info = LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N, lt_dense_data(S),
+                               up, N, lt_dense_data(U), R, work, (lapack_int)lwork, iwork);
+    if (info != 0) goto lapack_fail;
+    /* u' (n×r column-major) is V. */
+    double *vp = lt_dense_data(V);
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < r; j++) vp[i * r + j] = up[i + j * n];
+  }
+  lt_free(ctx, up, n * r * sizeof(double));
+  lt_free(ctx, iwork, 8 * r * sizeof(lapack_int));
+  lt_free(ctx, work, lwork * sizeof(double));
+  lt_release(ctx, c);
+  *u = U;
+  *s = S;
+  *v = V;
+  return LT_OK;
+lapack_fail:
+  lt_error(ctx, "%s: LAPACK dgesdd failed to converge", op);
+fail:
+  lt_free(ctx, up, n * r * sizeof(double));
+  lt_free(ctx, iwork, 8 * r * sizeof(lapack_int));
+  lt_free(ctx, work, lwork * sizeof(double));
+  lt_release(ctx, c);
+  lt_release(ctx, U);
+  lt_release(ctx, S);
+  lt_release(ctx, V);
+  return LT_ERR;
+}

@@ -1,0 +1,70 @@
+/*
+ * dense_lapack.h — thin wrappers around LAPACKE/cblas for dense square or
+ * rectangular matrices (the exact paths of dense_linalg.c).
+ *
+ * Storage is row-major; every wrapper calls LAPACK in column-major order on
+ * the row-major buffer (which LAPACK then sees transposed), so no layout
+ * copy is made for symmetric inputs and none is allocated behind the
+ * context's back: all memory goes through lt_malloc/lt_free.
+ * Inputs are never modified. `op` names the operation in error messages.
+ */
+#ifndef LT_DENSE_LAPACK_H
+#define LT_DENSE_LAPACK_H
+
+#include "../lazytensor.h"
+
+/* Error if n does not fit LAPACK's int ("op: dimension N too large ..."). */
+int lt_lapack_check_dim(lt_context *ctx, const char *op, size_t n);
+
+/* Error if a dense tensor holds NaN or an infinity. */
+int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a);
+
+/* Cholesky factor of a symmetric positive definite n×n dense A, as a new
+ * contiguous n×n dense tensor: L (upper == 0, A = L·Lᵀ) or U (upper != 0,
+ * A = Uᵀ·U), the other triangle zero. With max_tries > 0, failed attempts
+ * are retried with jitter·mean|diag(A)|·10^t added to the diagonal;
+ * *jitter_used (may be NULL) receives the jitter that succeeded (0 when none).
+ * Returns NULL with "op: matrix is not positive definite" when all fail.
+ * Symmetry is the caller's business. */
+lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                              double jitter, int max_tries, double *jitter_used);
+
+/* X = A⁻¹B from a lower Cholesky factor L (contiguous n×n), for a
+ * contiguous n×k B. */
+lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b);
+
+/* Σ log L_ii · 2 = log det A for a lower Cholesky factor. */
+double lt_lapack_cholesky_logdet(const lt_tensor *l);
+
+/* An LU factorisation (with partial pivoting) of a square dense A. */
+typedef struct lt_lu {
+  size_t n;
+  double *lu;   /* n×n, LAPACK's factors of Aᵀ in column-major */
+  void *ipiv;   /* n lapack_ints */
+  int singular; /* an exactly zero pivot */
+} lt_lu;
+
+int lt_lapack_lu(lt_context *ctx, const char *op, const lt_tensor *a, lt_lu *lu);
+void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu);
+/* X = A⁻¹B for a contiguous n×k B; an error when singular. */
+lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
+                              const lt_tensor *b);
+/* log det A: -inf when singular, NaN when det A < 0 (as torch.logdet). */
+double lt_lapack_lu_logdet(const lt_lu *lu);
+
+/* Solves T·X = B (trans == 0) or Tᵀ·X = B in place for a triangular T given
+ * by a contiguous n×n buffer (its `upper` or lower triangle), B contiguous
+ * n×k. */
+void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k);
+
+/* Symmetric eigendecomposition: w ascending (1-d), Q (n×n, eigenvectors as
+ * columns). Symmetry is the caller's business (the lower triangle is read). */
+int lt_lapack_eigh(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **w,
+                   lt_tensor **q);
+
+/* Thin SVD of an m×n A: U (m×r), S (r, descending), V (n×r), r = min(m, n),
+ * A = U·diag(S)·Vᵀ. */
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
+                  lt_tensor **s, lt_tensor **v);
+
+#endif

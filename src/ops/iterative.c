@@ -1,0 +1,553 @@
+/*
+ * iterative.c — generic (any) rules for operators too large for exact
+ * factorisations, or without one: everything here needs only products.
+ *
+ * Every rule hands the call on (LT_NOT_IMPLEMENTED) while n is at most
+ * settings.max_cholesky_size, so the exact dense rules registered before
+ * these run instead. Above it:
+ *   solve, inv_quad     preconditioned CG when A is symmetric (GMRES if CG
+ *                       meets negative curvature and A is not known PSD);
+ *                       restarted GMRES when A is not known symmetric
+ *   logdet              stochastic Lanczos quadrature through mBCG
+ *   inv_quad_logdet     one mBCG run: solve columns and probe columns
+ *   root, root_inv      Lanczos with full reorthogonalisation
+ *   eigh                Ritz pairs of a Lanczos run (extreme eigenpairs)
+ * SLQ, roots and eigh need a symmetric operator: one of unknown symmetry is
+ * an error that says how to promise it (lt.psd).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../core/internal.h"
+#include "../linalg/linalg.h"
+#include "ops.h"
+
+typedef enum { KIND_SPD, KIND_SYMMETRIC, KIND_GENERAL } op_kind;
+
+/* Square and larger than the exact methods' limit. */
+static int wants_iterative(lt_context *ctx, const lt_tensor *a) {
+  return lt_is_square(a) && a->shape[0] > ctx->settings.max_cholesky_size;
+}
+
+static op_kind classify(lt_context *ctx, lt_tensor *a) {
+  if (lt_is_psd(ctx, a) == LT_YES) return KIND_SPD;
+  if (lt_is_symmetric(ctx, a) == LT_YES) return KIND_SYMMETRIC;
+  return KIND_GENERAL;
+}
+
+static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind) {
+  if (kind != KIND_GENERAL) return LT_OK;
+  if (lt_is_symmetric(ctx, a) == LT_NO)
+    return lt_error(ctx,
+                    "%s: the operator is not symmetric; the iterative method (n = %zu > "
+                    "max_cholesky_size = %zu) needs a symmetric positive definite one",
+                    op, a->shape[0], ctx->settings.max_cholesky_size);
+  return lt_error(ctx,
+                  "%s: the operator's symmetry is unknown and the iterative method (n = %zu > "
+                  "max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
+                  "with lt.psd(A) if it is, or raise settings.max_cholesky_size",
+                  op, a->shape[0], ctx->settings.max_cholesky_size);
+}
+
+static lt_cg_opts cg_options(lt_context *ctx) {
+  lt_cg_opts o;
+  memset(&o, 0, sizeof o);
+  o.tol = ctx->settings.cg_tolerance;
+  o.max_iter = ctx->settings.max_cg_iterations;
+  o.progress = ctx->settings.progress;
+  o.progress_ud = ctx->settings.progress_ud;
+  return o;
+}
+
+/* ------------------------------------------------------ right-hand sides */
+
+/* A contiguous n×k copy of the dense vector or matrix b. */
+static double *rhs_array(lt_context *ctx, const char *op, lt_tensor *b, size_t n, size_t *k) {
+  if (b->type_id != LT_TYPE_DENSE || (b->ndim != 1 && b->ndim != 2) || b->shape[0] != n) {
+    char buf[64];
+    lt_error(ctx, "%s: expected a dense vector or matrix of %zu rows, got %s %s", op, n,
+             lt_typename(ctx, b), lt_shape_string(b, buf, sizeof buf));
+    return NULL;
+  }
+  lt_tensor *m = lt_as_matrix(ctx, b);
+  if (m == NULL) return NULL;
+  *k = m->shape[1];
+  size_t count;
+  double *B = NULL;
+  if (lt_mul_size(ctx, op, n, *k, &count) && (B = lt_linalg_alloc(ctx, op, count)) != NULL)
+    memcpy(B, lt_dense_data(m), count * sizeof(double));
+  lt_release(ctx, m);
+  return B;
+}
+
+/* --------------------------------------------------------- preconditioner */
+
+/* A = K + D with D diagonal (a sum whose diagonal summands are D): the
+ * pivoted Cholesky of K gives M = LLᵀ + D. Needs K's rows and diagonal
+ * cheaply (entry, row), else there is no preconditioner. */
+typedef struct split_sum {
+  lt_tensor *parts[8]; /* the non-diagonal summands */
+  int nparts;
+  double *row_tmp;     /* n */
+} split_sum;
+
+static int is_diagonal_op(const lt_tensor *t) {
+  return t->type_id == LT_TYPE_DIAG || t->type_id == LT_TYPE_IDENTITY ||
+         (t->props[LT_PROP_LOWER] == LT_YES && t->props[LT_PROP_UPPER] == LT_YES);
+}
+
+static int diag_of(lt_context *ctx, lt_tensor *t, double *d) {
+  size_t n = t->shape[0];
+  if (t->type->entry) {
+    for (size_t i = 0; i < n; i++)
+      if (t->type->entry(ctx, t, i, i, &d[i]) != LT_OK) return LT_ERR;
+    return LT_OK;
+  }
+  lt_tensor *v = lt_diagonal(ctx, t);
+  if (v == NULL) return LT_ERR;
+  int rc = LT_OK;
+  if (v->type_id != LT_TYPE_DENSE || lt_numel(v) != n) rc = lt_error(ctx, "diagonal: bad result");
+  else {
+    lt_tensor *c = lt_dense_contiguous(ctx, v);
+    if (c == NULL) rc = LT_ERR;
+    else memcpy(d, lt_dense_data(c), n * sizeof(double));
+    lt_release(ctx, c);
+  }
+  lt_release(ctx, v);
+  return rc;
+}
+
+/* Row i of one summand: its own row function, or a product with e_i
+ * (column i, which is row i for the symmetric summands we precondition). */
+static int part_row(lt_context *ctx, lt_tensor *t, size_t i, double *out) {
+  size_t n = t->shape[0];
+  if (t->type->row) return t->type->row(ctx, t, i, out);
+  lt_tensor *e = lt_dense_zeros(ctx, 2, (size_t[2]){n, 1});
+  if (e == NULL) return LT_ERR;
+  lt_dense_data(e)[i] = 1.0;
+  lt_tensor *c = t->type->matmul(ctx, t, e);
+  lt_release(ctx, e);
+  if (c == NULL) return LT_ERR;
+  int rc = LT_OK;
+  if (c->type_id != LT_TYPE_DENSE || lt_numel(c) != n) rc = lt_error(ctx, "matmul: bad result");
+  else {
+    lt_tensor *cc = lt_dense_contiguous(ctx, c);
+    if (cc == NULL) rc = LT_ERR;
+    else memcpy(out, lt_dense_data(cc), n * sizeof(double));
+    lt_release(ctx, cc);
+  }
+  lt_release(ctx, c);
+  return rc;
+}
+
+static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
+  split_sum *s = ud;
+  size_t n = s->parts[0]->shape[0];
+  for (int p = 0; p < s->nparts; p++) {
+    double *dst = p == 0 ? row : s->row_tmp;
+    if (part_row(ctx, s->parts[p], i, dst) != LT_OK) return LT_ERR;
+    if (p > 0)
+      for (size_t j = 0; j < n; j++) row[j] += dst[j];
+  }
+  return LT_OK;
+}
+
+/* Fills d with D and s->parts with K's summands. LT_NOT_IMPLEMENTED when A
+ * is not of that shape (no preconditioner then). */
+static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double *d,
+                            double *kdiag) {
+  size_t n = a->shape[0];
+  if (a->type_id != LT_TYPE_SUM || a->nchildren < 2) return LT_NOT_IMPLEMENTED;
+  int ndiag = 0;
+  s->nparts = 0;
+  for (int c = 0; c < a->nchildren; c++) {
+    lt_tensor *t = a->children[c];
+    if (!lt_is_square(t) || t->shape[0] != n) return LT_NOT_IMPLEMENTED;
+    if (is_diagonal_op(t)) ndiag++;
+    else if (s->nparts == 8 || t->type->entry == NULL) return LT_NOT_IMPLEMENTED;
+    else s->parts[s->nparts++] = t;
+  }
+  if (ndiag == 0 || s->nparts == 0) return LT_NOT_IMPLEMENTED;
+  for (size_t i = 0; i < n; i++) d[i] = kdiag[i] = 0.0;
+  for (int c = 0; c < a->nchildren; c++) {
+    lt_tensor *t = a->children[c];
+    double *acc = is_diagonal_op(t) ? d : kdiag;
+    if (diag_of(ctx, t, s->row_tmp) != LT_OK) return LT_ERR;
+    for (size_t i = 0; i < n; i++) acc[i] += s->row_tmp[i];
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!(d[i] > 0.0) || !isfinite(d[i])) return LT_NOT_IMPLEMENTED;
+  return LT_OK;
+}
+
+/* Builds the pivoted-Cholesky preconditioner for A when it is K + D.
+ * *have = 0 (and LT_OK) when A has no such structure or the rank is 0. */
+static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
+  size_t n = a->shape[0];
+  int rank_max = ctx->settings.preconditioner_size;
+  *have = 0;
+  if (rank_max <= 0) return LT_OK;
+  if ((size_t)rank_max > n) rank_max = (int)n;
+  split_sum s;
+  memset(&s, 0, sizeof s);
+  double *d = lt_linalg_alloc(ctx, "preconditioner", n);
+  double *kdiag = lt_linalg_alloc(ctx, "preconditioner", n);
+  double *L = lt_linalg_alloc(ctx, "preconditioner", n * (size_t)rank_max);
+  s.row_tmp = lt_linalg_alloc(ctx, "preconditioner", n);
+  int rc = LT_ERR;
+  if (d && kdiag && L && s.row_tmp) rc = split_added_diag(ctx, a, &s, d, kdiag);
+  if (rc == LT_OK) {
+    int rank;
+    rc = lt_pivoted_cholesky(ctx, n, kdiag, sum_row, &s, rank_max, 0.0, L, &rank, NULL);
+    if (rc == LT_OK) rc = lt_precond_init(ctx, P, n, rank, L, (size_t)rank_max, d);
+    if (rc == LT_OK) *have = 1;
+  } else if (rc == LT_NOT_IMPLEMENTED) {
+    rc = LT_OK;
+  }
+  lt_linalg_free(ctx, d, n);
+  lt_linalg_free(ctx, kdiag, n);
+  lt_linalg_free(ctx, L, n * (size_t)rank_max);
+  lt_linalg_free(ctx, s.row_tmp, n);
+  return rc;
+}
+
+/* ------------------------------------------------------------- solving */
+
+/* ‖B − A·X‖ / ‖B‖, the worst column. */
+static int true_residual(lt_context *ctx, const lt_linop *A, size_t k, const double *B,
+                         const double *X, double *out) {
+  size_t n = A->n;
+  double *R = lt_linalg_alloc(ctx, "solve", n * k);
+  double *bn = lt_linalg_alloc(ctx, "solve", k), *rn = lt_linalg_alloc(ctx, "solve", k);
+  int rc = LT_ERR;
+  if (R && bn && rn && lt_linop_apply(ctx, A, k, X, R) == LT_OK) {
+    for (size_t i = 0; i < n * k; i++) R[i] = B[i] - R[i];
+    lt_col_norms(n, k, B, bn);
+    lt_col_norms(n, k, R, rn);
+    *out = 0.0;
+    for (size_t j = 0; j < k; j++)
+      if (bn[j] > 0.0 && rn[j] / bn[j] > *out) *out = rn[j] / bn[j];
+    rc = LT_OK;
+  }
+  lt_linalg_free(ctx, R, n * k);
+  lt_linalg_free(ctx, bn, k);
+  lt_linalg_free(ctx, rn, k);
+  return rc;
+}
+
+static int run_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double *B, double *X,
+                     lt_info *info) {
+  const lt_settings *s = &ctx->settings;
+  int restart = 50;
+  return lt_gmres(ctx, A, k, B, X, restart, s->cg_tolerance, s->max_cg_iterations, s->progress,
+                  s->progress_ud, info);
+}
+
+/* X = A⁻¹B by the method A's properties allow; info reports it, with the
+ * true residual. */
+static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind, size_t k,
+                         const double *B, double *X, lt_info *info) {
+  lt_linop A;
+  if (lt_linop_of_tensor(ctx, a, &A) != LT_OK) return LT_ERR;
+  int rc;
+  if (kind == KIND_GENERAL) {
+    rc = run_gmres(ctx, &A, k, B, X, info);
+  } else {
+    lt_precond P;
+    int have;
+    if (build_precond(ctx, a, &P, &have) != LT_OK) return LT_ERR;
+    lt_linop Minv;
+    if (have) Minv = lt_precond_linop(&P);
+    lt_cg_opts o = cg_options(ctx);
+    rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
+    if (have) lt_precond_free(ctx, &P);
+    if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC) {
+      lt_clear_error(ctx);
+      rc = run_gmres(ctx, &A, k, B, X, info);
+    } else if (rc == LT_INDEFINITE) {
+      return lt_error(ctx, "%s: the operator is marked positive semi-definite but CG found a "
+                           "direction of non-positive curvature (singular or not PSD)", op);
+    }
+  }
+  if (rc != LT_OK) return LT_ERR;
+  double res;
+  if (true_residual(ctx, &A, k, B, X, &res) != LT_OK) return LT_ERR;
+  info->residual = res;
+  /* The recursive residual can drift from the true one: trust the latter. */
+  if (res > 10.0 * ctx->settings.cg_tolerance) info->converged = 0;
+  return LT_OK;
+}
+
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (args->b == NULL || !wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  size_t n = a->shape[0], k;
+  double *B = rhs_array(ctx, "solve", args->b, n, &k);
+  if (B == NULL) return LT_ERR;
+  lt_tensor *x = lt_dense_new(ctx, args->b->ndim, args->b->shape);
+  int rc = LT_ERR;
+  if (x != NULL)
+    rc = solve_columns(ctx, "solve", a, classify(ctx, a), k, B, lt_dense_data(x), &res->info);
+  lt_linalg_free(ctx, B, n * k);
+  if (rc != LT_OK) {
+    lt_release(ctx, x);
+    return LT_ERR;
+  }
+  res->t[0] = x;
+  return LT_OK;
+}
+
+static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (args->b == NULL || !wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  size_t n = a->shape[0], k;
+  double *B = rhs_array(ctx, "inv_quad", args->b, n, &k);
+  if (B == NULL) return LT_ERR;
+  double *X = lt_linalg_alloc(ctx, "inv_quad", n * k);
+  int rc = LT_ERR;
+  if (X != NULL)
+    rc = solve_columns(ctx, "inv_quad", a, classify(ctx, a), k, B, X, &res->info);
+  if (rc == LT_OK) {
+    double q = 0.0;
+    for (size_t i = 0; i < n * k; i++) q += B[i] * X[i];
+    res->x[0] = q;
+  }
+  lt_linalg_free(ctx, B, n * k);
+  lt_linalg_free(ctx, X, n * k);
+  return rc;
+}
+
+/* ------------------------------------------------------ log-determinants */
+
+/* One mBCG run on [B | probes]: inv_quad from the first kb columns, SLQ
+ * log det from the probes. B may be NULL (kb = 0). */
+static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const double *B,
+                           size_t kb, double *inv_quad, double *logdet, lt_info *info) {
+  op_kind kind = classify(ctx, a);
+  if (require_symmetric(ctx, op, a, kind) != LT_OK) return LT_ERR;
+  size_t n = a->shape[0], np = (size_t)ctx->settings.num_trace_samples, k = kb + np, nk;
+  lt_linop A;
+  if (lt_linop_of_tensor(ctx, a, &A) != LT_OK || !lt_mul_size(ctx, op, n, k, &nk)) return LT_ERR;
+  lt_cg_opts o = cg_options(ctx);
+  o.nprobe = np;
+  lt_precond P;
+  int have, rc = LT_ERR, have_t = 0;
+  if (build_precond(ctx, a, &P, &have) != LT_OK) return LT_ERR;
+  double *R = lt_linalg_alloc(ctx, op, nk), *X = lt_linalg_alloc(ctx, op, nk);
+  double *Z = lt_linalg_alloc(ctx, op, n * np);
+  lt_tridiag *T = lt_calloc(ctx, np, sizeof *T);
+  if (!R || !X || !Z || !T || lt_tridiag_alloc(ctx, T, np, o.max_iter) != LT_OK) goto done;
+  have_t = 1;
+  /* Probes: N(0, M) with a preconditioner (see slq.c), Rademacher without. */
+  if (have) {
+    if (lt_precond_sample(ctx, &P, np, Z) != LT_OK) goto done;
+  } else {
+    lt_fill_probes(ctx, LT_PROBE_RADEMACHER, n, np, Z);
+  }
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < kb; j++) R[i * k + j] = B[i * kb + j];
+    for (size_t j = 0; j < np; j++) R[i * k + kb + j] = Z[i * np + j];
+  }
+  lt_linop Minv;
+  if (have) Minv = lt_precond_linop(&P);
+  rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, R, X, &o, T, info);
+  if (rc == LT_INDEFINITE) {
+    rc = lt_error(ctx, "%s: the operator is not positive definite (CG found non-positive "
+                       "curvature)", op);
+    goto done;
+  }
+  if (rc != LT_OK) goto done;
+  if ((rc = lt_slq_quadrature(ctx, T, np, logdet)) != LT_OK) {
+    if (strstr(lt_last_error(ctx), "positive definite"))
+      lt_error(ctx, "%s: the operator is not positive definite (a Lanczos Ritz value is not "
+                    "positive)", op);
+    goto done;
+  }
+  if (have) *logdet += P.logdet;
+  double q = 0.0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < kb; j++) q += R[i * k + j] * X[i * k + j];
+  *inv_quad = q;
+  info->method = "slq";
+done:
+  if (have_t) lt_tridiag_free(ctx, T, np, o.max_iter);
+  if (T) lt_free(ctx, T, np * sizeof *T);
+  lt_linalg_free(ctx, R, nk);
+  lt_linalg_free(ctx, X, nk);
+  lt_linalg_free(ctx, Z, n * np);
+  if (have) lt_precond_free(ctx, &P);
+  return rc == LT_OK ? LT_OK : LT_ERR;
+}
+
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!wants_iterative(ctx, args->a)) return LT_NOT_IMPLEMENTED;
+  double q;
+  return inv_quad_logdet(ctx, "logdet", args->a, NULL, 0, &q, &res->x[0], &res->info);
+}
+
+static int rule_inv_quad_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  size_t n = a->shape[0], kb = 0;
+  double *B = NULL;
+  if (args->b && (B = rhs_array(ctx, "inv_quad_logdet", args->b, n, &kb)) == NULL) return LT_ERR;
+  int rc = inv_quad_logdet(ctx, "inv_quad_logdet", a, B, kb, &res->x[0], &res->x[1], &res->info);
+  if (B) lt_linalg_free(ctx, B, n * kb);
+  return rc;
+}
+
+/* ------------------------------------------------------- Lanczos methods */
+
+/* A Lanczos run of at most m_max steps from a Rademacher start. */
+static int run_lanczos(lt_context *ctx, const char *op, lt_tensor *a, int m_max,
+                       lt_lanczos_result *r) {
+  if (require_symmetric(ctx, op, a, classify(ctx, a)) != LT_OK) return LT_ERR;
+  lt_linop A;
+  if (lt_linop_of_tensor(ctx, a, &A) != LT_OK) return LT_ERR;
+  double *q0 = lt_linalg_alloc(ctx, op, A.n);
+  if (q0 == NULL) return LT_ERR;
+  lt_fill_probes(ctx, LT_PROBE_RADEMACHER, A.n, 1, q0);
+  int rc = lt_lanczos(ctx, &A, q0, m_max, r, ctx->settings.progress, ctx->settings.progress_ud);
+  lt_linalg_free(ctx, q0, A.n);
+  return rc;
+}
+
+/* info for a Lanczos approximation: the coupling β_m left out, relative to
+ * the largest |α|, is how far Q T Qᵀ is from A on the Krylov space. */
+static void lanczos_info(lt_context *ctx, const lt_lanczos_result *r, lt_info *info) {
+  double top = 0.0;
+  for (int i = 0; i < r->m; i++) top = fmax(top, fabs(r->alpha[i]));
+  double left = r->invariant ? 0.0 : r->beta[r->m - 1];
+  info->method = "lanczos";
+  info->iterations = r->m;
+  info->residual = top > 0.0 ? left / top : left;
+  info->converged = r->invariant || info->residual <= ctx->settings.cg_tolerance;
+}
+
+static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, double power) {
+  lt_tensor *a = args->a;
+  if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  const char *op = power > 0 ? "root" : "root_inv";
+  size_t n = a->shape[0];
+  lt_lanczos_result r;
+  if (run_lanczos(ctx, op, a, ctx->settings.max_root_decomposition_size, &r) != LT_OK)
+    return LT_ERR;
+  lt_tensor *R = lt_dense_matrix(ctx, n, (size_t)r.m);
+  int rc = R ? lt_lanczos_root(ctx, &r, n, power, lt_dense_data(R)) : LT_ERR;
+  if (rc == LT_OK) {
+    lanczos_info(ctx, &r, &res->info);
+    res->t[0] = R;
+  } else {
+    lt_release(ctx, R);
+  }
+  lt_lanczos_free(ctx, &r, n);
+  return rc;
+}
+
+static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return root_rule(ctx, args, res, 0.5);
+}
+
+static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return root_rule(ctx, args, res, -0.5);
+}
+
+/* Which Ritz pairs eigh returns: flag > 0 the flag largest, flag < 0 the
+ * -flag smallest, 0 all m of a max_lanczos_iterations run; ascending. */
+static void eigh_range(int flag, int m, int *first, int *count) {
+  int want = flag > 0 ? flag : -flag;
+  if (flag == 0 || want > m) want = m;
+  *count = want;
+  *first = flag > 0 ? m - want : 0;
+}
+
+static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  size_t n = a->shape[0];
+  int m_max = ctx->settings.max_lanczos_iterations, want = args->flag < 0 ? -args->flag : args->flag;
+  if (want > m_max) m_max = want; /* enough steps to return what was asked */
+  lt_lanczos_result r;
+  if (run_lanczos(ctx, "eigh", a, m_max, &r) != LT_OK) return LT_ERR;
+  size_t m = (size_t)r.m;
+  double *theta = lt_linalg_alloc(ctx, "eigh", m), *bounds = lt_linalg_alloc(ctx, "eigh", m);
+  double *Y = lt_linalg_alloc(ctx, "eigh", n * m);
+  lt_tensor *w = NULL, *q = NULL;
+  int rc = LT_ERR, first, count;
+  if (!theta || !bounds || !Y || lt_lanczos_ritz(ctx, &r, n, theta, Y, bounds) != LT_OK) goto done;
+  eigh_range(args->flag, r.m, &first, &count);
+  w = lt_dense_vector(ctx, (size_t)count);
+  q = lt_dense_matrix(ctx, n, (size_t)count);
+  if (!w || !q) goto done;
+  double top = fmax(fabs(theta[0]), fabs(theta[m - 1])), worst = 0.0;
+  for (int j = 0; j < count; j++) {
+    lt_dense_data(w)[j] = theta[first + j];
+    worst = fmax(worst, bounds[first + j]);
+    for (size_t i = 0; i < n; i++) lt_dense_data(q)[i * (size_t)count + (size_t)j] = Y[i * m + (size_t)(first + j)];
+  }
+  res->info.method = "lanczos";
+  res->info.iterations = r.m;
+  res->info.residual = top > 0.0 ? worst / top : worst;
+  res->info.converged = res->info.residual <= ctx->settings.cg_tolerance;
+  res->t[0] = w;
+  res->t[1] = q;
+  w = q = NULL;
+  rc = LT_OK;
+done:
+  lt_release(ctx, w);
+  lt_release(ctx, q);
+  lt_linalg_free(ctx, theta, m);
+  lt_linalg_free(ctx, bounds, m);
+  lt_linalg_free(ctx, Y, n * m);
+  lt_lanczos_free(ctx, &r, n);
+  return rc;
+}
+
+/* ----------------------------------------------------------- registration */
+
+static const struct {
+  int op;
+  const char *name;
+  lt_rule_fn fn;
+} RULES[] = {
+    {LT_OP_SOLVE, "iterative_solve", rule_solve},
+    {LT_OP_INV_QUAD, "iterative_inv_quad", rule_inv_quad},
+    {LT_OP_LOGDET, "iterative_logdet", rule_logdet},
+    {LT_OP_INV_QUAD_LOGDET, "iterative_inv_quad_logdet", rule_inv_quad_logdet},
+    {LT_OP_ROOT, "iterative_root", rule_root},
+    {LT_OP_ROOT_INV, "iterative_root_inv", rule_root_inv},
+    {LT_OP_EIGH, "iterative_eigh", rule_eigh},
+};
+
+int lt_register_iterative_rules(lt_context *ctx) {
+  for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++)
+    if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, RULES[i].fn,
+                         NULL, NULL, 0) != LT_OK)
+      return LT_ERR;
+  return LT_OK;
+}
+
+/* Dense matrices above max_cholesky_size take the iterative path for the
+ * operations the settings govern (solve, inv_quad, logdet and their pair),
+ * as every other operator does; cholesky, root, eigh and svd stay exact.
+ * Registered after the dense LAPACK rules, so these are tried first and hand
+ * the call back to them below the size limit. */
+int lt_register_iterative_dense_rules(lt_context *ctx) {
+  for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++) {
+    int op = RULES[i].op;
+    if (op != LT_OP_SOLVE && op != LT_OP_INV_QUAD && op != LT_OP_LOGDET &&
+        op != LT_OP_INV_QUAD_LOGDET)
+      continue;
+    if (lt_register_rule(ctx, op, LT_TYPE_DENSE, LT_TYPE_ANY, RULES[i].name, RULES[i].fn, NULL,
+                         NULL, 0) != LT_OK)
+      return LT_ERR;
+  }
+  return LT_OK;
+}

@@ -1,0 +1,305 @@
+/*
+ * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
+ * kernels of API.md (rbf, matern12/32/52, periodic). The points are the
+ * children (x1, and x2 unless it was omitted), copied at construction into
+ * contiguous n×d matrices so later writes to the caller's tensors cannot
+ * change the operator. Entries are computed on demand and never stored:
+ * a product K·X forms K a block of rows at a time (at most BLOCK_DOUBLES
+ * entries, 8 MB) and multiplies each block with X by dgemm, so memory is
+ * O(n · block + n · k), never n1×n2.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "../core/internal.h"
+#include "ops.h"
+
+/* Largest block of kernel entries formed at once (doubles); the block has
+ * between 1 and MAX_BLOCK_ROWS rows. */
+#define BLOCK_DOUBLES ((size_t)1 << 20)
+#define MAX_BLOCK_ROWS 256
+#define PI 3.14159265358979323846
+
+typedef struct kernel_payload {
+  lt_kernel_spec spec;
+  int same; /* x2 omitted: K(x1, x1), symmetric PSD */
+} kernel_payload;
+
+static lt_tensor *points1(const lt_tensor *self) { return self->children[0]; }
+static lt_tensor *points2(const lt_tensor *self) {
+  return self->children[self->nchildren > 1 ? 1 : 0];
+}
+
+/* k(x, y) for d-dimensional points x and y. */
+static double kernel_value(const lt_kernel_spec *s, const double *x, const double *y, size_t d) {
+  double l = s->lengthscale, v = s->variance;
+  if (s->kind == LT_KERNEL_PERIODIC) {
+    double acc = 0;
+    for (size_t q = 0; q < d; q++) {
+      double t = sin(PI * fabs(x[q] - y[q]) / s->period);
+      acc += t * t;
+    }
+    return v * exp(-2.0 * acc / (l * l));
+  }
+  double r2 = 0;
+  for (size_t q = 0; q < d; q++) {
+    double t = x[q] - y[q];
+    r2 += t * t;
+  }
+  switch (s->kind) {
+    case LT_KERNEL_RBF: return v * exp(-r2 / (2.0 * l * l));
+    case LT_KERNEL_MATERN12: return v * exp(-sqrt(r2) / l);
+    case LT_KERNEL_MATERN32: {
+      double a = sqrt(3.0 * r2) / l;
+      return v * (1.0 + a) * exp(-a);
+    }
+    case LT_KERNEL_MATERN52: {
+      double a = sqrt(5.0 * r2) / l;
+      return v * (1.0 + a + a * a / 3.0) * exp(-a);
+    }
+    default: return NAN; /* unreachable: kinds are checked at construction */
+  }
+}
+
+/* Rows [i0, i0 + b) of K(A, B) into out (b × nb, row-major). */
+static void fill_rows(const lt_kernel_spec *s, const lt_tensor *A, const lt_tensor *B, size_t i0,
+                      size_t b, double *out) {
+  size_t d = A->shape[1], nb = B->shape[0];
+  const double *a = lt_dense_data(A), *bp = lt_dense_data(B);
+  for (size_t i = 0; i < b; i++)
+    for (size_t j = 0; j < nb; j++) out[i * nb + j] = kernel_value(s, a + (i0 + i) * d, bp + j * d, d);
+}
+
+/* K(A, B) · X, a block of rows at a time. */
+static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *A,
+                                 const lt_tensor *B, lt_tensor *X) {
+  size_t na = A->shape[0], nb = B->shape[0], k = X->shape[1];
+  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){na, k});
+  if (out == NULL || na == 0 || nb == 0 || k == 0) return out;
+  if (nb > INT_MAX || k > INT_MAX) {
+    lt_release(ctx, out);
+    lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", nb, k);
+    return NULL;
+  }
+  size_t rows = BLOCK_DOUBLES / nb;
+  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
+  if (rows > na) rows = na;
+  size_t bytes;
+  if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes)) {
+    lt_release(ctx, out);
+    return NULL;
+  }
+  double *block = lt_malloc(ctx, bytes);
+  if (block == NULL) {
+    lt_release(ctx, out);
+    return NULL;
+  }
+  const double *x = lt_dense_data(X);
+  double *o = lt_dense_data(out);
+  for (size_t i0 = 0; i0 < na; i0 += rows) {
+    size_t b = na - i0 < rows ? na - i0 : rows;
+    fill_rows(s, A, B, i0, b, block);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)k, (int)nb, 1.0, block,
+                (int)nb, x, (int)k, 0.0, o + i0 * k, (int)k);
+  }
+  lt_free(ctx, block, bytes);
+  return out;
+}
+
+static lt_tensor *kernel_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  const kernel_payload *p = self->payload;
+  return kernel_product(ctx, &p->spec, points1(self), points2(self), X);
+}
+
+/* Every kernel here is symmetric in its arguments: K(x1, x2)ᵀ = K(x2, x1). */
+static lt_tensor *kernel_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  const kernel_payload *p = self->payload;
+  return kernel_product(ctx, &p->spec, points2(self), points1(self), X);
+}
+
+static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  (void)ctx;
+  const kernel_payload *p = self->payload;
+  const lt_tensor *A = points1(self), *B = points2(self);
+  size_t d = A->shape[1];
+  *out = kernel_value(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + j * d, d);
+  return LT_OK;
+}
+
+static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  (void)ctx;
+  const kernel_payload *p = self->payload;
+  fill_rows(&p->spec, points1(self), points2(self), i, 1, out);
+  return LT_OK;
+}
+
+static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
+  lt_free(ctx, self->payload, sizeof(kernel_payload));
+}
+
+static size_t kernel_payload_bytes(const lt_tensor *self) {
+  (void)self;
+  return sizeof(kernel_payload);
+}
+
+const lt_type lt_kernel_type = {
+    .name = "kernel",
+    .matmul = kernel_matmul,
+    .t_matmul = kernel_t_matmul,
+    .entry = kernel_entry,
+    .row = kernel_row,
+    .destroy = kernel_destroy,
+    .payload_bytes = kernel_payload_bytes,
+};
+
+/* -------------------------------------------------------- constructor */
+
+static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
+  if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
+  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_PERIODIC)
+    return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
+  if (!(s->lengthscale > 0) || !isfinite(s->lengthscale))
+    return lt_error(ctx, "kernel: lengthscale must be a positive number, got %g", s->lengthscale);
+  if (!(s->variance > 0) || !isfinite(s->variance))
+    return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
+  if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
+    return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
+  return LT_OK;
+}
+
+/* A contiguous n×d copy of the points (a 1-d tensor is n points of d = 1). */
+static lt_tensor *copy_points(lt_context *ctx, const lt_tensor *x, const char *what) {
+  if (x->type_id != LT_TYPE_DENSE || (x->ndim != 1 && x->ndim != 2)) {
+    char buf[64];
+    lt_error(ctx, "kernel: %s must be a 1-d or 2-d (n×d) dense tensor, got %s %s", what,
+             lt_type_name(ctx, x->type_id), lt_shape_string(x, buf, sizeof buf));
+    return NULL;
+  }
+  size_t n = x->shape[0], d = x->ndim == 2 ? x->shape[1] : 1;
+  lt_tensor *out = lt_dense_matrix(ctx, n, d);
+  if (out == NULL) return NULL;
+  const double *src = lt_dense_data(x);
+  const ptrdiff_t *st = lt_dense_strides(x);
+  ptrdiff_t s1 = x->ndim == 2 ? st[1] : 0;
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t q = 0; q < d; q++) o[i * d + q] = src[(ptrdiff_t)i * st[0] + (ptrdiff_t)q * s1];
+  return out;
+}
+
+/* The operator on already-copied points (b NULL: K(a, a)). */
+static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
+                              const lt_kernel_spec *spec) {
+  kernel_payload *p = lt_malloc(ctx, sizeof *p);
+  if (p == NULL) return NULL;
+  p->spec = *spec;
+  p->same = b == NULL;
+  lt_tensor *children[2] = {a, b};
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KERNEL, a->shape[0], b ? b->shape[0] : a->shape[0],
+                             children, b ? 2 : 1, p);
+  if (t == NULL) {
+    lt_free(ctx, p, sizeof *p);
+    return NULL;
+  }
+  if (p->same) {
+    t->props[LT_PROP_SYMMETRIC] = LT_YES;
+    t->props[LT_PROP_PSD] = LT_YES;
+  }
+  return t;
+}
+
+lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
+                         const lt_kernel_spec *spec) {
+  if (check_spec(ctx, spec) != LT_OK) return NULL;
+  lt_tensor *a = copy_points(ctx, x1, "x1");
+  lt_tensor *b = a && x2 ? copy_points(ctx, x2, "x2") : NULL;
+  lt_tensor *t = NULL;
+  if (a == NULL || (x2 && b == NULL)) goto done;
+  if (b && b->shape[1] != a->shape[1]) {
+    lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1],
+             b->shape[1]);
+    goto done;
+  }
+  t = kernel_from(ctx, a, b, spec);
+done:
+  lt_release(ctx, a);
+  lt_release(ctx, b);
+  return t;
+}
+
+/* -------------------------------------------------------------- rules */
+
+static int done(lt_result *res, lt_tensor *t) {
+  res->t[0] = t;
+  return t ? LT_OK : LT_ERR;
+}
+
+/* K(x1, x2)ᵀ = K(x2, x1). */
+static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  const kernel_payload *p = args->a->payload;
+  if (p->same) return done(res, lt_retain(args->a));
+  return done(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
+}
+
+/* Stationary kernels: k(x, x) = variance. */
+static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  const kernel_payload *p = a->payload;
+  size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
+  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, p->spec.variance));
+  lt_tensor *d = lt_dense_vector(ctx, n);
+  if (d == NULL) return LT_ERR;
+  for (size_t i = 0; i < n; i++) kernel_entry(ctx, a, i, i, lt_dense_data(d) + i);
+  return done(res, d);
+}
+
+static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  const kernel_payload *p = args->a->payload;
+  if (!p->same) return LT_NOT_IMPLEMENTED;
+  (void)ctx, (void)ud;
+  res->x[0] = (double)args->a->shape[0] * p->spec.variance;
+  return LT_OK;
+}
+
+/* The dense matrix entry by entry: O(n1 n2 d), no products. */
+static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  const kernel_payload *p = a->payload;
+  lt_tensor *out = lt_dense_matrix(ctx, a->shape[0], a->shape[1]);
+  if (out == NULL) return LT_ERR;
+  fill_rows(&p->spec, points1(a), points2(a), 0, a->shape[0], lt_dense_data(out));
+  if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
+  return done(res, out);
+}
+
+/* c · K with c > 0 is the same kernel with variance c · v. */
+static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  const kernel_payload *p = args->a->payload;
+  double v = p->spec.variance * args->scalar;
+  if (!(args->scalar > 0) || !isfinite(v) || !(v > 0)) return LT_NOT_IMPLEMENTED;
+  lt_kernel_spec spec = p->spec;
+  spec.variance = v;
+  return done(res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
+}
+
+int lt_register_kernel_rules(lt_context *ctx) {
+  const int K = LT_TYPE_KERNEL, ANY = LT_TYPE_ANY;
+  if (lt_register_rule(ctx, LT_OP_TRANSPOSE, K, ANY, "kernel transpose (swap x1 and x2)",
+                       rule_transpose, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_DIAGONAL, K, ANY, "kernel diagonal (variance, or k(x1_i, x2_i))",
+                       rule_diagonal, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_TRACE, K, ANY, "kernel trace (n · variance)", rule_trace, NULL,
+                       NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense,
+                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SCALE, K, ANY, "positive number * kernel (variance scaled)",
+                       rule_scale, NULL, NULL, 0) != LT_OK)
+    return LT_ERR;
+  return LT_OK;
+}
