@@ -44,6 +44,9 @@ static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; 
 
 /* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */
 int ltb_raise(lua_State *L);
+/* Raises the error of a Lua callback (progress) that failed while a
+ * computation went on to succeed; returns when there is none. */
+void ltb_check_pending(lua_State *L);
 /* Raises "lazytensor: <op>: <formatted message>". */
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
 

@@ -71,7 +71,15 @@ ltb_box *ltb_new_box(lua_State *L) {
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
+  ltb_check_pending(L);
   return 1;
+}
+
+/* A progress callback that failed cannot stop the computation (the core
+ * goes on); its error is raised as soon as the call has its result. */
+void ltb_check_pending(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  if (S->pending_error != LUA_NOREF) ltb_raise(L);
 }
 
 static ltb_box *to_box(lua_State *L, int idx) {
@@ -165,6 +173,7 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   lua_setfield(L, -2, "residual");
   lua_pushboolean(L, info->method ? info->converged : 1);
   lua_setfield(L, -2, "converged");
+  ltb_check_pending(L);
 }
 
 void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op) {
