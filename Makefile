@@ -102,15 +102,29 @@ bench: deps
 LINT_PKGS = lua-check clang-format
 LINT_C = $(shell find src lua examples tests bench -name '*.[ch]' 2>/dev/null | sort)
 
-lint:
+lint: lazytensor.so
 	@sh tools/deps.sh $(LINT_PKGS)
 	luacheck -q .
 	clang-format --dry-run -Werror $(LINT_C)
+	@$(CHECK_DOC)
 	@echo "lint: clean"
 
 format:
 	@sh tools/deps.sh clang-format
 	clang-format -i $(LINT_C)
+
+# --- Documentation (ecosystem) ----------------------------------------------
+# doc/api/: the API reference by ldoc (doc/api.ld: doc/lazytensor.luadoc for
+# the C module, the Lua modules' own comments, the guide). tools/doc-check.lua
+# fails when a function or method of the module is not documented.
+DOC_PKGS = lua-ldoc lua-discount
+CHECK_DOC = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA) tools/doc-check.lua
+
+doc: lazytensor.so
+	@sh tools/deps.sh $(DOC_PKGS)
+	@$(CHECK_DOC)
+	ldoc -c doc/api.ld . | grep -v "definition cannot be parsed" || true
+	@test -f doc/api/index.html && echo "doc: doc/api/index.html"
 
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
