@@ -88,9 +88,12 @@ test: deps
 	@$(MAKE) --no-print-directory all $(C_TESTS) $(TEST_PROGRAMS)
 	@LUA=$(LUA) sh tools/run-tests.sh $(LUA) $(C_TESTS) $(TEST_PROGRAMS)
 
+RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
+DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua
+
 demo: deps
 	@$(MAKE) --no-print-directory all
-	LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA) examples/seed.lua
+	@for d in $(DEMOS); do echo "==> $$d"; $(RUN_LUA) $$d || exit 1; echo; done
 
 bench: deps
 	@$(MAKE) --no-print-directory all

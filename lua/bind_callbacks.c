@@ -74,7 +74,7 @@ static int push_extra_args(lua_State *L, const lt_args *args) {
 static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
   lt_tensor *t = cb_to_tensor(L, idx);
   if (t == NULL)
-    luaL_error(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
+    ltb_throw(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
                op, luaL_typename(L, idx));
   return lt_retain(t);
 }
@@ -82,7 +82,7 @@ static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
 static double result_number(lua_State *L, int idx, const char *op) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
   if (lua_type(L, idx) != LUA_TNUMBER)
-    luaL_error(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
+    ltb_throw(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
                op, luaL_typename(L, idx));
   return lua_tonumber(L, idx);
 }
@@ -209,7 +209,7 @@ static int l_call(lua_State *L) {
   if (!lua_isnil(L, 3)) args.b = ltb_operand(L, 3, lua_tostring(L, 1));
   ltb_box *out = ltb_new_box(L);
   lt_result res;
-  if (lt_dispatch(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
+  if (lt_call(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
   lt_release(S->ctx, res.t[1]);
   lt_release(S->ctx, res.t[2]);
   if (res.t[0] == NULL) {
@@ -256,7 +256,7 @@ static int protected_matmul(lua_State *L) {
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
-    luaL_error(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
+    ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
                luaL_typename(L, -1));
   c->out = lt_retain(t);
   return 0;
@@ -369,7 +369,13 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
-  /* lt.NotImplemented: a unique value rules return to hand the call on. */
+  /* lt.NotImplemented: a unique value rules return to hand the call on;
+   * the same value when the module is opened again in this Lua state. */
+  if (S->not_implemented != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
+    lua_setfield(L, module, "NotImplemented");
+    return;
+  }
   lua_newtable(L);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, not_implemented_tostring);

@@ -48,14 +48,18 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
               luaL_typename(L, idx));
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
-    ltb_error(L, "kernel", "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
-                           "periodic), got %s", luaL_typename(L, -1));
+    ltb_error(L, "kernel",
+              "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
+              "periodic), got %s",
+              luaL_typename(L, -1));
   const char *kind = lua_tostring(L, -1);
   size_t i = 0, n = sizeof kinds / sizeof kinds[0];
   while (i < n && strcmp(kinds[i].name, kind) != 0) i++;
   if (i == n)
-    ltb_error(L, "kernel", "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
-                           "periodic)", kind);
+    ltb_error(L, "kernel",
+              "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
+              "periodic)",
+              kind);
   lua_pop(L, 1);
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;
@@ -72,6 +76,12 @@ static int l_kernel(lua_State *L) {
     return ltb_error(L, "kernel", "expected (x1 [, x2], spec), got %d arguments", top);
   lt_kernel_spec spec;
   check_spec(L, top, &spec);
+  if (top == 3 && lua_type(L, 2) == LUA_TTABLE) {
+    lua_getfield(L, 2, "kind");
+    if (!lua_isnil(L, -1))
+      return ltb_error(L, "kernel", "x2 is a spec table; expected (x1 [, x2], spec)");
+    lua_pop(L, 1);
+  }
   lt_tensor *x1 = ltb_operand(L, 1, "kernel");
   lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
   ltb_box *box = ltb_new_box(L);

@@ -47,6 +47,8 @@ int ltb_raise(lua_State *L);
 /* Raises the error of a Lua callback (progress) that failed while a
  * computation went on to succeed; returns when there is none. */
 void ltb_check_pending(lua_State *L);
+/* Raises the formatted message as is (no position prefix). */
+int ltb_throw(lua_State *L, const char *fmt, ...);
 /* Raises "lazytensor: <op>: <formatted message>". */
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
 
@@ -93,5 +95,6 @@ void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
 void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
 void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
 void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: toeplitz, kernel */
+void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
 
 #endif

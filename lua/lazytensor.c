@@ -46,7 +46,19 @@ int ltb_raise(lua_State *L) {
     S->pending_error = LUA_NOREF;
     return lua_error(L);
   }
-  return luaL_error(L, "lazytensor: %s", lt_last_error(S->ctx));
+  return ltb_throw(L, "lazytensor: %s", lt_last_error(S->ctx));
+}
+
+/* Errors carry no "file:line:" prefix (as luaL_error would add): API.md
+ * promises messages that start with "lazytensor:". */
+int ltb_throw(lua_State *L, const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  lua_pushstring(L, msg);
+  return lua_error(L);
 }
 
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
@@ -55,7 +67,7 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return luaL_error(L, "lazytensor: %s: %s", op, msg);
+  return ltb_throw(L, "lazytensor: %s: %s", op, msg);
 }
 
 /* --------------------------------------------------------------- tensors */
@@ -590,7 +602,21 @@ static int module_index(lua_State *L) {
   return 0;
 }
 
+/* One state (one context) per Lua state, however often the module is
+ * opened: loaders such as busted clear package.loaded and require again, and
+ * the tensor metatable (shared through the registry) must keep pointing at
+ * the context that owns the tensors. */
+#define LTB_STATE_KEY "lazytensor.state"
+
 static void create_state(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY) == LUA_TUSERDATA) {
+    ltb_state *old = lua_touserdata(L, -1);
+    if (old->ctx != NULL) {
+      old->L = L;
+      return;
+    }
+  }
+  lua_pop(L, 1);
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
   S->pending_error = S->not_implemented = S->progress = LUA_NOREF;
@@ -602,7 +628,9 @@ static void create_state(lua_State *L) {
   void *ud;
   lua_Alloc alloc = lua_getallocf(L, &ud);
   S->ctx = lt_context_new(alloc, ud);
-  if (S->ctx == NULL) luaL_error(L, "lazytensor: not enough memory to create a context");
+  if (S->ctx == NULL) ltb_throw(L, "lazytensor: not enough memory to create a context");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY);
 }
 
 /* The settings table: reads and writes go to the context. */
@@ -654,6 +682,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
+  ltb_open_structured(L, module);
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);
   lua_setfield(L, module, "_VERSION");

@@ -105,7 +105,7 @@ describe("kernel", function()
     assert.equal(before, K:get(1, 2))
   end)
 
-  it("keeps the structure: transpose swaps x1 and x2, positive scaling scales the variance", function()
+  it("keeps the structure: transpose swaps x1 and x2, scaling scales the variance", function()
     local K = lt.kernel(lt.tensor(X1), lt.tensor(X2), rbf)
     local Kt = K:t()
     assert.equal("kernel", lt.type(Kt))
@@ -127,6 +127,43 @@ describe("kernel", function()
     -- the diagonal of K(x1, x2) is k(x1_i, x2_i), not the variance
     local d = K:diagonal():totable()
     for i = 1, 4 do assert.is_true(math.abs(d[i] - R[i][i]) < 1e-15) end
+  end)
+
+  it("multiplies in several row blocks (symmetric and not), every kind", function()
+    -- 300 points: blocks of 256 and 44 rows, so the symmetric path's transposed
+    -- contributions to the rows below each block are exercised.
+    local n, m = 300, 150
+    local x, y, X = {}, {}, {}
+    local seed = 5
+    local function rnd()
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed / 2147483648
+    end
+    for i = 1, n do
+      x[i] = {3 * rnd(), 3 * rnd()}
+      X[i] = {rnd() - 0.5, rnd() - 0.5}
+    end
+    for j = 1, m do y[j] = {3 * rnd(), 3 * rnd()} end
+    for _, s in ipairs(specs) do
+      local got = (lt.kernel(lt.tensor(x), s) * lt.tensor(X)):totable()
+      local got2 = (lt.kernel(lt.tensor(x), lt.tensor(y), s):t() * lt.tensor(X)):totable()
+      for i = 1, n do
+        local a, b = 0, 0
+        for j = 1, n do
+          local kij = k(s, x[i], x[j])
+          a, b = a + kij * X[j][1], b + kij * X[j][2]
+        end
+        assert.is_true(math.abs(got[i][1] - a) <= 1e-12 * math.max(1, math.abs(a))
+          and math.abs(got[i][2] - b) <= 1e-12 * math.max(1, math.abs(b)),
+          string.format("%s: row %d: %g %g, want %g %g", s.kind, i, got[i][1], got[i][2], a, b))
+      end
+      for j = 1, m, 37 do
+        local a = 0
+        for i = 1, n do a = a + k(s, x[i], y[j]) * X[i][1] end
+        assert.is_true(math.abs(got2[j][1] - a) <= 1e-12 * math.max(1, math.abs(a)),
+          string.format("%s: K(x, y)ᵀ row %d: %g, want %g", s.kind, j, got2[j][1], a))
+      end
+    end
   end)
 
   it("multiplies n = 20000 points without forming the 20000x20000 matrix", function()
@@ -164,7 +201,8 @@ describe("kernel", function()
       assert.matches("lazytensor: kernel: " .. pattern, tostring(err))
       collectgarbage()
       collectgarbage()
-      assert.is_true(lt.memory() <= before, "memory after the error: " .. lt.memory() .. " > " .. before)
+      assert.is_true(lt.memory() <= before,
+        "memory after the error: " .. lt.memory() .. " > " .. before)
     end
 
     it("raises clear errors and leaves the state intact", function()
@@ -174,14 +212,18 @@ describe("kernel", function()
       fails("spec.lengthscale is required", x, {kind = "rbf"})
       fails("spec.lengthscale must be a number, got string", x, {kind = "rbf", lengthscale = "1"})
       fails("lengthscale must be a positive number, got 0", x, {kind = "rbf", lengthscale = 0})
-      fails("lengthscale must be a positive number, got %-1", x, {kind = "matern12", lengthscale = -1})
-      fails("variance must be a positive number, got %-2", x, {kind = "rbf", lengthscale = 1, variance = -2})
+      fails("lengthscale must be a positive number, got %-1", x,
+        {kind = "matern12", lengthscale = -1})
+      fails("variance must be a positive number, got %-2", x,
+        {kind = "rbf", lengthscale = 1, variance = -2})
       fails("spec.period is required", x, {kind = "periodic", lengthscale = 1})
-      fails("period must be a positive number, got 0", x, {kind = "periodic", lengthscale = 1, period = 0})
+      fails("period must be a positive number, got 0", x,
+        {kind = "periodic", lengthscale = 1, period = 0})
       fails("x1 has 2 features per point but x2 has 3", x, lt.zeros(2, 3), rbf)
       fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
       fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)
       fails("expected a spec table", x, x)
+      fails("x2 is a spec table", x, rbf, rbf)
       fails("expected %(x1 %[, x2%], spec%)", x)
       -- still usable
       local K = lt.kernel(x, rbf)

@@ -354,6 +354,35 @@ describe("mvn against the real library", function()
   end)
   run_checks(function() return lt end, function(l, m) return l.tensor(m) end, plain_number)
 
+  it("is reachable as lt.mvn and lt.kl", function()
+    local m, v = { 0.5, -1 }, { 0.5, 2 }
+    local p = lt.mvn(lt.tensor(m), lt.diag(v))
+    local q = lt.mvn(lt.tensor({ 0, 0 }), lt.diag({ 1, 1 }))
+    assert.near(diag_log_prob({ 0, 0 }, m, v), p:log_prob({ 0, 0 }), 1e-10)
+    assert.near(diag_kl(m, v, { 0, 0 }, { 1, 1 }), lt.kl(p, q), 1e-10)
+  end)
+
+  it("agrees with the dense evaluation for structured covariances", function()
+    local mvn = require "lazytensor.mvn"
+    local covs = { lt.diag({ 1, 2, 3, 4, 5 }) }
+    if lt.toeplitz then covs[#covs + 1] = lt.toeplitz(lt.tensor({ 1.5, 0.6, 0.2, 0.05, 0 })) end
+    if lt.kernel then
+      covs[#covs + 1] = lt.kernel(lt.linspace(0, 2, 5),
+        { kind = "rbf", lengthscale = 0.7, variance = 1.3 }):add_jitter(1e-3)
+    end
+    local std = mvn.new(lt.zeros(5), lt.eye(5))
+    for _, cov in ipairs(covs) do
+      local mean = lt.randn(5)
+      local lazy, dense = mvn.new(mean, cov), mvn.new(mean, cov:dense())
+      local x = lt.randn(4, 5)
+      local a, b = lazy:log_prob(x), dense:log_prob(x)
+      for i = 1, 4 do assert.near(b:get(i), a:get(i), 1e-8, lt.type(cov)) end
+      assert.near(dense:entropy(), lazy:entropy(), 1e-8)
+      assert.near(mvn.kl(dense, std), mvn.kl(lazy, std), 1e-8)
+      assert.same({ 3, 5 }, lazy:rsample(3):shape())
+    end
+  end)
+
   it("gives the same log_prob with a structured (diag) covariance", function()
     local mvn = require "lazytensor.mvn"
     local m, v = { 0.5, -1, 2 }, { 0.5, 2, 1.5 }

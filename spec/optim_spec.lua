@@ -198,6 +198,14 @@ describe("optim.lbfgs", function()
       err_of(function() optim.lbfgs(rosenbrock, {}) end))
     assert.matches("^lazytensor: lbfgs: f must be a function",
       err_of(function() optim.lbfgs(42, { 1 }) end))
+    assert.matches("^lazytensor: lbfgs: opts.history must be a positive integer, got 0",
+      err_of(function() optim.lbfgs(rosenbrock, { 1, 1 }, { history = 0 }) end))
+    assert.matches("^lazytensor: lbfgs: opts.c1 must be smaller than opts.c2",
+      err_of(function() optim.lbfgs(rosenbrock, { 1, 1 }, { c1 = 0.5, c2 = 0.4 }) end))
+    assert.matches("^lazytensor: adam: opts.lr must be a number > 0",
+      err_of(function() optim.adam(rosenbrock, { 1, 1 }, { lr = -1 }) end))
+    assert.matches("^lazytensor: adam: opts.callback must be a function",
+      err_of(function() optim.adam(rosenbrock, { 1, 1 }, { callback = 3 }) end))
     assert.matches("^lazytensor: adam: x0%[2%] is not a finite number",
       err_of(function() optim.adam(rosenbrock, { 1, 0 / 0 }) end))
   end)

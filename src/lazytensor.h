@@ -153,6 +153,9 @@ enum {
   LT_TYPE_KERNEL,
   LT_TYPE_CHOL,
   LT_TYPE_OPERATOR,
+  LT_TYPE_LOWRANK_DIAG,       /* "lowrank_plus_diag": D + U·Vᵀ (Woodbury) */
+  LT_TYPE_KRON_PLUS_IDENTITY, /* "kron_plus_identity": kron + σ·I */
+  LT_TYPE_SUBMATRIX,          /* "submatrix": A[rows, cols], lazy */
   LT_TYPE_BUILTIN_COUNT
 };
 
@@ -401,6 +404,11 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
  * operations below (they call it after checking). On LT_OK res holds the
  * results, as new references the caller releases. */
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res);
+/* Runs args->op with the same checks (operand count, shapes) and result
+ * validation as the named function (lt_add, lt_solve, ...); operations added
+ * at run time go straight to lt_dispatch. For bindings that call operations
+ * by name. */
+int lt_call(lt_context *ctx, const lt_args *args, lt_result *res);
 /* Human-readable resolution path (allocated through ctx; lt_free with
  * strlen + 1), or NULL on error. */
 char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b);
@@ -460,6 +468,10 @@ lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_lowrank_new(lt_context *ctx, lt_tensor *u, lt_tensor *v /* NULL: U·Uᵀ */);
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n);
 lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n);
+/* First column c (m) and first row r (n), 1-d dense, c[0] == r[0]: m×n.
+ * Products by FFT (FFTW). The first context created calls
+ * fftw_make_planner_thread_safe() once per process (link -lfftw3_threads),
+ * so contexts in different threads may plan concurrently. */
 lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r /* NULL: symmetric */);
 typedef enum {
   LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
@@ -469,9 +481,15 @@ typedef struct lt_kernel_spec {
   lt_kernel_kind kind;
   double lengthscale, variance, period;
 } lt_kernel_spec;
+/* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale,
+ * variance (and period for periodic) > 0. Entries are never stored. */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
+/* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
+ * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
+lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, size_t nrows,
+                            const size_t *cols, size_t ncols);
 
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with

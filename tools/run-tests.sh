@@ -3,6 +3,7 @@
 # "N passed, M failed" and exits non-zero when anything failed.
 lua=$1
 shift
+export LUA="$lua"
 passed=0
 failed=0
 for t in "$@"; do

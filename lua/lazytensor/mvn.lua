@@ -13,7 +13,8 @@
 --   d:entropy(), d:mean(), d:variance(), d:covariance()
 --   mvn.kl(p, q)     -- KL(p || q), a number
 --
--- `mvn.install(lt)` sets `lt.mvn` and `lt.kl` to these, as API.md names them.
+-- The binding exposes these as `lt.mvn` (= mvn.mvn, an alias of mvn.new) and
+-- `lt.kl`, loading this file on first use; `mvn.install(lt)` sets them too.
 
 local mvn = {}
 
@@ -100,12 +101,13 @@ function MVN:rsample(n)
     return self._mean + root * lt.randn(r)
   end
   if type(n) ~= "number" or n % 1 ~= 0 or n < 1 then
-    error("lazytensor: mvn:rsample: n must be a positive integer", 2)
+    error("lazytensor: mvn:rsample: n must be a positive integer", 0)
   end
   return self:mean_rows(n) + lt.randn(n, r) * root:t()
 end
 
 MVN.sample = MVN.rsample
+mvn.mvn = mvn.new
 
 --- Differential entropy: (k (1 + log 2 pi) + log det cov) / 2.
 function MVN:entropy()
@@ -122,10 +124,10 @@ function MVN:variance() return self._cov:diagonal() end
 -- summed over the columns of R, so Sq^-1 Sp is never formed.
 function mvn.kl(p, q)
   if getmetatable(p) ~= MVN or getmetatable(q) ~= MVN then
-    error("lazytensor: kl: both arguments must be mvn distributions", 2)
+    error("lazytensor: kl: both arguments must be mvn distributions", 0)
   end
   if p.k ~= q.k then
-    error(string.format("lazytensor: kl: dimensions differ (%d and %d)", p.k, q.k), 2)
+    error(string.format("lazytensor: kl: dimensions differ (%d and %d)", p.k, q.k), 0)
   end
   local quad, logdet_q = q._cov:inv_quad_logdet(q._mean - p._mean)
   local trace = q._cov:inv_quad(p:root():dense())

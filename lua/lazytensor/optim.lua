@@ -242,7 +242,34 @@ local function lbfgs_converged(o, f_old, f_new, gnorm, x_old, x_new)
   return nil
 end
 
+-- Ranges an option may be restricted to: a test and how to say it.
+local RANGES = {
+  count = { function(v) return v >= 1 and v == math.floor(v) end, "a positive integer" },
+  positive = { function(v) return v > 0 end, "a number > 0" },
+  nonneg = { function(v) return v >= 0 end, "a number >= 0" },
+  unit = { function(v) return v > 0 and v < 1 end, "a number in (0, 1)" },
+}
+
+-- Check that each named option, when given, is a number in its range.
+local function check_options(fname, opts, ranges)
+  for name, range in pairs(ranges) do
+    local v, r = opts[name], RANGES[range]
+    if v ~= nil and not (type(v) == "number" and v == v and r[1](v)) then
+      error(string.format("lazytensor: %s: opts.%s must be %s, got %s",
+        fname, name, r[2], tostring(v)), 0)
+    end
+  end
+  if opts.callback ~= nil and type(opts.callback) ~= "function" then
+    error(string.format("lazytensor: %s: opts.callback must be a function", fname), 0)
+  end
+end
+
 local function lbfgs_options(opts)
+  check_options("lbfgs", opts, { history = "count", max_iter = "count", max_eval = "count",
+    gtol = "nonneg", ftol = "nonneg", xtol = "nonneg", c1 = "unit", c2 = "unit", max_ls = "count" })
+  if (opts.c1 or 1e-4) >= (opts.c2 or 0.9) then
+    error("lazytensor: lbfgs: opts.c1 must be smaller than opts.c2", 0)
+  end
   return {
     m = opts.history or 10,
     max_iter = opts.max_iter or 200,
@@ -329,6 +356,8 @@ end
 function optim.adam(f, x0, opts)
   check_args("adam", f, x0, opts)
   opts = opts or {}
+  check_options("adam", opts, { lr = "positive", beta1 = "unit", beta2 = "unit", eps = "positive",
+    max_iter = "count", gtol = "nonneg" })
   local lr = opts.lr or 0.01
   local b1, b2, eps = opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8
   local max_iter, gtol = opts.max_iter or 1000, opts.gtol or 0

@@ -7,16 +7,18 @@
 
 #include "internal.h"
 
+/* One allocation holds the header and the numbers (the header's size is a
+ * multiple of 8, so the doubles after it are aligned): small tensors cost a
+ * single call to the allocator. */
+_Static_assert(sizeof(lt_storage) % sizeof(double) == 0, "storage header must keep doubles aligned");
+
 static lt_storage *storage_new(lt_context *ctx, size_t count) {
-  lt_storage *s = lt_malloc(ctx, sizeof *s);
+  lt_storage *s = lt_malloc(ctx, sizeof *s + count * sizeof(double));
   if (s == NULL) return NULL;
   s->refcount = 1;
+  s->version = 0;
   s->count = count;
-  s->data = lt_malloc(ctx, count * sizeof(double));
-  if (s->data == NULL) {
-    lt_free(ctx, s, sizeof *s);
-    return NULL;
-  }
+  s->data = (double *)(s + 1);
   return s;
 }
 

@@ -50,8 +50,34 @@ static const char *binary_name(lt_binary_op op) {
   return names[op];
 }
 
+/* Same shape, both contiguous: one flat loop (the common small case). */
+static lt_tensor *binary_flat(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
+                              const lt_tensor *b) {
+  lt_tensor *out = lt_dense_new(ctx, a->ndim, a->shape);
+  if (out == NULL) return NULL;
+  const double *pa = lt_dense_data(a), *pb = lt_dense_data(b);
+  double *po = lt_dense_data(out);
+  size_t n = lt_numel(a);
+  switch (op) {
+    case LT_EW_ADD: for (size_t i = 0; i < n; i++) po[i] = pa[i] + pb[i]; break;
+    case LT_EW_SUB: for (size_t i = 0; i < n; i++) po[i] = pa[i] - pb[i]; break;
+    case LT_EW_MUL: for (size_t i = 0; i < n; i++) po[i] = pa[i] * pb[i]; break;
+    default: for (size_t i = 0; i < n; i++) po[i] = apply_binary(op, pa[i], pb[i]); break;
+  }
+  return out;
+}
+
+static int same_shape(const lt_tensor *a, const lt_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
 lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
                            const lt_tensor *b) {
+  if (same_shape(a, b) && lt_dense_is_contiguous(a) && lt_dense_is_contiguous(b))
+    return binary_flat(ctx, op, a, b);
   size_t shape[LT_MAX_DIM] = {0};
   int ndim = 0;
   if (broadcast_shape(ctx, binary_name(op), a, b, &ndim, shape) != LT_OK) return NULL;

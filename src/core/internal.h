@@ -13,7 +13,7 @@ typedef struct lt_storage {
   int refcount;
   unsigned version; /* bumped on every write through the API */
   size_t count; /* doubles */
-  double *data;
+  double *data; /* right after this header, in the same allocation */
 } lt_storage;
 
 struct lt_tensor {
@@ -30,7 +30,8 @@ struct lt_tensor {
   ptrdiff_t strides[LT_MAX_DIM];  /* elements */
   /* lazy */
   int nchildren;
-  lt_tensor **children;
+  lt_tensor **children; /* inline_children when there are at most two */
+  lt_tensor *inline_children[2];
   void *payload;
 };
 

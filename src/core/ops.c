@@ -291,16 +291,83 @@ int lt_equal(lt_context *ctx, lt_tensor *a, lt_tensor *b, int *out) {
   return LT_OK;
 }
 
+/* ------------------------------------------------------- calls by name */
+
+static int tensor_out(lt_result *res, lt_tensor *t) {
+  res->t[0] = t;
+  return t ? LT_OK : LT_ERR;
+}
+
+int lt_call(lt_context *ctx, const lt_args *args, lt_result *res) {
+  lt_tensor *a = args->a, *b = args->b;
+  int op = args->op;
+  memset(res, 0, sizeof *res);
+  if (op >= LT_OP_BUILTIN_COUNT) return lt_dispatch(ctx, args, res);
+  if (a == NULL) return lt_error(ctx, "%s: missing operand", lt_op_name(ctx, op));
+  switch (op) {
+    case LT_OP_ADD: case LT_OP_SUB: case LT_OP_MUL: case LT_OP_MATMUL: case LT_OP_ADD_DIAG:
+    case LT_OP_SOLVE: case LT_OP_INV_QUAD: case LT_OP_INV_QUAD_LOGDET: case LT_OP_EQUAL:
+      if (b == NULL) return lt_error(ctx, "%s: expected two operands", lt_op_name(ctx, op));
+      break;
+    default:
+      break;
+  }
+  switch (op) {
+    case LT_OP_ADD: return tensor_out(res, lt_add(ctx, a, b));
+    case LT_OP_SUB: return tensor_out(res, lt_sub(ctx, a, b));
+    case LT_OP_MUL: return tensor_out(res, lt_mul(ctx, a, b));
+    case LT_OP_MATMUL: return tensor_out(res, lt_matmul(ctx, a, b));
+    case LT_OP_SCALE: return tensor_out(res, lt_scale(ctx, a, args->scalar));
+    case LT_OP_NEG: return tensor_out(res, lt_neg(ctx, a));
+    case LT_OP_TRANSPOSE: return tensor_out(res, lt_transpose(ctx, a));
+    case LT_OP_DENSE: return tensor_out(res, lt_to_dense(ctx, a));
+    case LT_OP_DIAGONAL: return tensor_out(res, lt_diagonal(ctx, a));
+    case LT_OP_TRACE: return lt_trace(ctx, a, &res->x[0]);
+    case LT_OP_GET: return lt_get(ctx, a, args->i, args->j, &res->x[0]);
+    case LT_OP_ROW: return tensor_out(res, lt_row(ctx, a, args->i));
+    case LT_OP_ADD_DIAG: return tensor_out(res, lt_add_diag(ctx, a, b));
+    case LT_OP_SOLVE: return tensor_out(res, lt_solve(ctx, a, b, &res->info));
+    case LT_OP_INV_QUAD: return lt_inv_quad(ctx, a, b, &res->x[0], &res->info);
+    case LT_OP_LOGDET: return lt_logdet(ctx, a, &res->x[0], &res->info);
+    case LT_OP_INV_QUAD_LOGDET:
+      return lt_inv_quad_logdet(ctx, a, b, &res->x[0], &res->x[1], &res->info);
+    case LT_OP_CHOLESKY: return tensor_out(res, lt_cholesky(ctx, a, args->flag));
+    case LT_OP_ROOT: return tensor_out(res, lt_root(ctx, a, &res->info));
+    case LT_OP_ROOT_INV: return tensor_out(res, lt_root_inv(ctx, a, &res->info));
+    case LT_OP_EIGH: return lt_eigh(ctx, a, &res->t[0], &res->t[1], &res->info);
+    case LT_OP_SVD: return lt_svd(ctx, a, &res->t[0], &res->t[1], &res->t[2]);
+    case LT_OP_INVERSE: return tensor_out(res, lt_inverse(ctx, a));
+    case LT_OP_EQUAL: {
+      int same = 0;
+      int rc = lt_equal(ctx, a, b, &same);
+      res->x[0] = same;
+      return rc;
+    }
+    default: return lt_dispatch(ctx, args, res);
+  }
+}
+
 /* ---------------------------------------------------------- properties */
+
+/* Symmetric up to rounding: |a_ij − a_ji| ≤ 1e-12 · max|a|. Products such
+ * as X·Xᵀ from blocked BLAS kernels differ from exact symmetry in the last
+ * bits, and must not be refused by cholesky or eigh; anything larger is a
+ * non-symmetric matrix (NaN entries included). */
+#define LT_SYMMETRY_TOLERANCE 1e-12
 
 static lt_tristate dense_symmetric(lt_tensor *a) {
   size_t n = a->shape[0];
   const double *p = lt_dense_data(a);
   ptrdiff_t s0 = a->strides[0], s1 = a->strides[1];
+  double big = 0;
   for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < i; j++)
-      if (p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] != p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1])
-        return LT_NO;
+    for (size_t j = 0; j < n; j++) big = fmax(big, fabs(p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1]));
+  double tol = isfinite(big) ? LT_SYMMETRY_TOLERANCE * big : 0.0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < i; j++) {
+      double x = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1], y = p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1];
+      if (x != y && !(fabs(x - y) <= tol)) return LT_NO;
+    }
   return LT_YES;
 }
 

@@ -256,6 +256,8 @@ static int candidate_keys(int op, int ta, int tb, int unary, uint64_t keys[4]) {
 
 static int operand_types(lt_context *ctx, const lt_args *args, int *ta, int *tb, int *unary) {
   if (args->a == NULL) return lt_error(ctx, "%s: missing operand", lt_op_name(ctx, args->op));
+  if (args->b == NULL && args->op < LT_OP_BUILTIN_COUNT && !op_is_unary(args->op))
+    return lt_error(ctx, "%s: expected two operands", lt_op_name(ctx, args->op));
   *unary = op_is_unary(args->op) || args->b == NULL;
   *ta = args->a->type_id;
   *tb = *unary ? LT_TYPE_ANY : args->b->type_id;

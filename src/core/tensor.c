@@ -40,8 +40,7 @@ lt_tensor *lt_retain(lt_tensor *t) {
 
 static void release_storage(lt_context *ctx, lt_storage *s) {
   if (s == NULL || --s->refcount > 0) return;
-  lt_free(ctx, s->data, s->count * sizeof(double));
-  lt_free(ctx, s, sizeof *s);
+  lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
 }
 
 void lt_release(lt_context *ctx, lt_tensor *t) {
@@ -49,7 +48,8 @@ void lt_release(lt_context *ctx, lt_tensor *t) {
   if (t->type && t->type->destroy) t->type->destroy(ctx, t);
   release_storage(ctx, t->storage);
   for (int i = 0; i < t->nchildren; i++) lt_release(ctx, t->children[i]);
-  lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
+  if (t->children != t->inline_children)
+    lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
   lt_free(ctx, t, sizeof *t);
 }
 
@@ -107,7 +107,8 @@ lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
   lt_tensor *t = lt_tensor_alloc(ctx, type_id, 2, shape);
   if (t == NULL) return NULL;
   if (nchildren > 0) {
-    t->children = lt_malloc(ctx, sizeof *t->children * (size_t)nchildren);
+    t->children = nchildren <= 2 ? t->inline_children
+                                 : lt_malloc(ctx, sizeof *t->children * (size_t)nchildren);
     if (t->children == NULL) {
       lt_free(ctx, t, sizeof *t);
       return NULL;

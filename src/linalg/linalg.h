@@ -92,15 +92,14 @@ void lt_tridiag_free(lt_context *ctx, lt_tridiag *T, size_t count, int max_iter)
 
 /* ------------------------------------------------------------ lanczos.c */
 
-/* m Lanczos steps with full reorthogonalisation from q0 (need not be
- * normalised). Q holds max_m rows of n (each row a Lanczos vector); alpha
- * max_m, beta max_m (beta[i] couples steps i and i+1; beta[m-1] is the
- * residual coupling left out). Stops early on an invariant subspace.
- * *m_out = steps taken. */
+/* Up to m_max Lanczos steps (at most n) with full reorthogonalisation from
+ * q0 (need not be normalised); stops early on an invariant subspace. The
+ * result's arrays are allocated here: release them with lt_lanczos_free. */
 typedef struct lt_lanczos_result {
-  int m;
-  double *Q;           /* m_max × n */
-  double *alpha, *beta;/* m_max each */
+  int m;               /* steps taken */
+  double *Q;           /* cap × n: row j is the j-th Lanczos vector */
+  double *alpha, *beta;/* cap each: T's diagonal; beta[j] couples steps j and j+1,
+                          beta[m-1] is the coupling left out */
   int invariant;       /* 1 if an invariant subspace was found */
   int cap;             /* m_max actually allocated (at most n) */
 } lt_lanczos_result;

@@ -27,32 +27,23 @@ void lt_linalg_free(lt_context *ctx, double *p, size_t count) {
   if (p) lt_free(ctx, p, (count ? count : 1) * sizeof(double));
 }
 
-/* The tensor's own product: X is copied into a contiguous dense tensor,
- * handed to type->matmul, and the result copied out. The copies cost O(nk),
- * nothing beside the product itself. */
+/* The tensor's own product (lt_apply: type->matmul with its result checked):
+ * X is copied into a contiguous dense tensor and the result copied out. The
+ * copies cost O(nk), nothing beside the product itself. */
 static int tensor_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X,
                         double *Y) {
   lt_tensor *t = ud;
   size_t shape[2] = {n, k};
   lt_tensor *Xt = lt_dense_from(ctx, 2, shape, X);
   if (Xt == NULL) return LT_ERR;
-  lt_tensor *Yt = t->type->matmul(ctx, t, Xt);
+  lt_tensor *Yt = lt_apply(ctx, t, Xt);
   lt_release(ctx, Xt);
-  if (Yt == NULL) return LT_ERR;
-  int rc = LT_OK;
-  if (Yt->type_id != LT_TYPE_DENSE || lt_numel(Yt) != n * k ||
-      (Yt->ndim == 2 && (Yt->shape[0] != n || Yt->shape[1] != k))) {
-    rc = lt_error(ctx, "%s: matmul returned a result of the wrong shape", t->type->name);
-  } else if (lt_dense_is_contiguous(Yt)) {
-    memcpy(Y, lt_dense_data(Yt), n * k * sizeof(double));
-  } else {
-    lt_tensor *c = lt_dense_clone(ctx, Yt);
-    if (c == NULL) rc = LT_ERR;
-    else memcpy(Y, lt_dense_data(c), n * k * sizeof(double));
-    lt_release(ctx, c);
-  }
+  lt_tensor *Yc = Yt ? lt_dense_contiguous(ctx, Yt) : NULL;
   lt_release(ctx, Yt);
-  return rc;
+  if (Yc == NULL) return LT_ERR;
+  memcpy(Y, lt_dense_data(Yc), n * k * sizeof(double));
+  lt_release(ctx, Yc);
+  return LT_OK;
 }
 
 int lt_linop_of_tensor(lt_context *ctx, lt_tensor *t, lt_linop *op) {

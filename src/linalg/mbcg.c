@@ -131,8 +131,7 @@ static void report_info(const cg_state *s, int iterations, lt_info *info) {
 }
 
 /* Starts every column from x = 0 and drops the ones already solved. */
-static int cg_start(lt_context *ctx, const lt_linop *Minv, const double *B, cg_state *s,
-                    double tol) {
+static int cg_start(lt_context *ctx, const lt_linop *Minv, const double *B, cg_state *s) {
   memcpy(s->R, B, s->n * s->k * sizeof(double));
   lt_col_norms(s->n, s->k, B, s->bnorm);
   s->ka = 0;
@@ -141,7 +140,6 @@ static int cg_start(lt_context *ctx, const lt_linop *Minv, const double *B, cg_s
     if (!isfinite(s->bnorm[j])) return lt_error(ctx, "cg: right-hand side is not finite");
     if (s->bnorm[j] > 0.0) s->act[s->ka++] = j;
   }
-  (void)tol;
   if (precondition(ctx, Minv, s) != LT_OK) return LT_ERR;
   memcpy(s->P, s->Z, s->n * s->k * sizeof(double));
   for (size_t a = 0; a < s->ka; a++) {
@@ -165,10 +163,13 @@ static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_
     size_t c = s->act[a];
     double pap = 0.0;
     for (size_t i = 0; i < s->n; i++) pap += s->Pa[i * s->ka + a] * s->APa[i * s->ka + a];
+    if (!isfinite(pap))
+      return lt_error(ctx, "cg: the product with the operator is not finite (step %d)",
+                      s->steps[c] + 1);
     if (!(pap > 0.0)) {
       lt_error(ctx, "cg: the operator is not positive definite (p'Ap = %g at step %d)", pap,
                s->steps[c] + 1);
-      return isfinite(pap) ? LT_INDEFINITE : LT_ERR;
+      return LT_INDEFINITE;
     }
     double alpha = s->rz[c] / pap;
     double rn = 0.0;
@@ -217,7 +218,7 @@ int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k,
   memset(X, 0, n * k * sizeof(double));
   cg_state s;
   if (state_alloc(ctx, &s, n, k, Minv != NULL) != LT_OK) return LT_ERR;
-  int rc = cg_start(ctx, Minv, B, &s, opts->tol);
+  int rc = cg_start(ctx, Minv, B, &s);
   if (rc == LT_OK && T) {
     for (size_t j = 0; j < opts->nprobe; j++) {
       size_t c = k - opts->nprobe + j;

@@ -28,7 +28,10 @@ static void set_info(lt_result *res, const char *method) {
   res->info.converged = 1;
 }
 
+/* Finite entries first, so NaN is named as such (NaN ≠ NaN would read as
+ * "not symmetric"). */
 static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a) {
+  if (lt_lapack_check_finite(ctx, op, a) != LT_OK) return LT_ERR;
   if (lt_is_symmetric(ctx, a) != LT_YES)
     return lt_error(ctx, "%s: matrix is not symmetric", op);
   return LT_OK;

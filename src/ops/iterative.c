@@ -16,6 +16,7 @@
  * an error that says how to promise it (lt.psd).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -37,16 +38,34 @@ static op_kind classify(lt_context *ctx, lt_tensor *a) {
 
 static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind) {
   if (kind != KIND_GENERAL) return LT_OK;
+  /* eigh needs symmetry only; SLQ and roots need positive definiteness too */
+  const char *need = strcmp(op, "eigh") == 0 ? "a symmetric" : "a symmetric positive definite";
   if (lt_is_symmetric(ctx, a) == LT_NO)
     return lt_error(ctx,
                     "%s: the operator is not symmetric; the iterative method (n = %zu > "
-                    "max_cholesky_size = %zu) needs a symmetric positive definite one",
-                    op, a->shape[0], ctx->settings.max_cholesky_size);
+                    "max_cholesky_size = %zu) needs %s one",
+                    op, a->shape[0], ctx->settings.max_cholesky_size, need);
   return lt_error(ctx,
                   "%s: the operator's symmetry is unknown and the iterative method (n = %zu > "
-                  "max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
-                  "with lt.psd(A) if it is, or raise settings.max_cholesky_size",
-                  op, a->shape[0], ctx->settings.max_cholesky_size);
+                  "max_cholesky_size = %zu) needs %s one; wrap it with lt.psd(A) if it is "
+                  "positive semi-definite, or raise settings.max_cholesky_size",
+                  op, a->shape[0], ctx->settings.max_cholesky_size, need);
+}
+
+/* Errors from the linalg layer name their algorithm ("cg: ..."); the user
+ * called op, so the message becomes "op: cg: ...". Returns LT_ERR. */
+static int name_error(lt_context *ctx, const char *op) {
+  size_t len = strlen(op);
+  const char *msg = lt_last_error(ctx);
+  if (strncmp(msg, op, len) == 0 && msg[len] == ':') return LT_ERR;
+  char copy[LT_ERRMSG_SIZE];
+  snprintf(copy, sizeof copy, "%s", msg);
+  return lt_error(ctx, "%s: %s", op, copy);
+}
+
+/* A rule's exit: errors get the operation's name. */
+static int finish(lt_context *ctx, const char *op, int rc) {
+  return rc == LT_ERR ? name_error(ctx, op) : rc;
 }
 
 static lt_cg_opts cg_options(lt_context *ctx) {
@@ -61,15 +80,18 @@ static lt_cg_opts cg_options(lt_context *ctx) {
 
 /* ------------------------------------------------------ right-hand sides */
 
-/* A contiguous n×k copy of the dense vector or matrix b. */
+/* A contiguous n×k copy of the vector or matrix b (a lazy b is made dense:
+ * it is the size of the result anyway). */
 static double *rhs_array(lt_context *ctx, const char *op, lt_tensor *b, size_t n, size_t *k) {
-  if (b->type_id != LT_TYPE_DENSE || (b->ndim != 1 && b->ndim != 2) || b->shape[0] != n) {
+  if ((b->ndim != 1 && b->ndim != 2) || b->shape[0] != n) {
     char buf[64];
-    lt_error(ctx, "%s: expected a dense vector or matrix of %zu rows, got %s %s", op, n,
+    lt_error(ctx, "%s: expected a right-hand side of %zu rows, got %s %s", op, n,
              lt_typename(ctx, b), lt_shape_string(b, buf, sizeof buf));
     return NULL;
   }
-  lt_tensor *m = lt_as_matrix(ctx, b);
+  lt_tensor *d = b->type_id == LT_TYPE_DENSE ? lt_retain(b) : lt_to_dense(ctx, b);
+  lt_tensor *m = d ? lt_as_matrix(ctx, d) : NULL;
+  lt_release(ctx, d);
   if (m == NULL) return NULL;
   *k = m->shape[1];
   size_t count;
@@ -125,19 +147,14 @@ static int part_row(lt_context *ctx, lt_tensor *t, size_t i, double *out) {
   lt_tensor *e = lt_dense_zeros(ctx, 2, (size_t[2]){n, 1});
   if (e == NULL) return LT_ERR;
   lt_dense_data(e)[i] = 1.0;
-  lt_tensor *c = t->type->matmul(ctx, t, e);
+  lt_tensor *c = lt_apply(ctx, t, e);
   lt_release(ctx, e);
-  if (c == NULL) return LT_ERR;
-  int rc = LT_OK;
-  if (c->type_id != LT_TYPE_DENSE || lt_numel(c) != n) rc = lt_error(ctx, "matmul: bad result");
-  else {
-    lt_tensor *cc = lt_dense_contiguous(ctx, c);
-    if (cc == NULL) rc = LT_ERR;
-    else memcpy(out, lt_dense_data(cc), n * sizeof(double));
-    lt_release(ctx, cc);
-  }
+  lt_tensor *cc = c ? lt_dense_contiguous(ctx, c) : NULL;
   lt_release(ctx, c);
-  return rc;
+  if (cc == NULL) return LT_ERR;
+  memcpy(out, lt_dense_data(cc), n * sizeof(double));
+  lt_release(ctx, cc);
+  return LT_OK;
 }
 
 static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
@@ -512,25 +529,38 @@ done:
 
 /* ----------------------------------------------------------- registration */
 
-static const struct {
+typedef struct iterative_rule {
   int op;
   const char *name;
   lt_rule_fn fn;
-} RULES[] = {
-    {LT_OP_SOLVE, "iterative_solve", rule_solve},
-    {LT_OP_INV_QUAD, "iterative_inv_quad", rule_inv_quad},
-    {LT_OP_LOGDET, "iterative_logdet", rule_logdet},
-    {LT_OP_INV_QUAD_LOGDET, "iterative_inv_quad_logdet", rule_inv_quad_logdet},
-    {LT_OP_ROOT, "iterative_root", rule_root},
-    {LT_OP_ROOT_INV, "iterative_root_inv", rule_root_inv},
-    {LT_OP_EIGH, "iterative_eigh", rule_eigh},
+} iterative_rule;
+
+static const iterative_rule RULES[] = {
+    {LT_OP_SOLVE, "iterative solve above max_cholesky_size (CG; GMRES unless symmetric)",
+     rule_solve},
+    {LT_OP_INV_QUAD, "iterative inv_quad above max_cholesky_size (CG; GMRES unless symmetric)",
+     rule_inv_quad},
+    {LT_OP_LOGDET, "iterative logdet above max_cholesky_size (SLQ by mBCG)", rule_logdet},
+    {LT_OP_INV_QUAD_LOGDET, "iterative inv_quad_logdet above max_cholesky_size (one mBCG run)",
+     rule_inv_quad_logdet},
+    {LT_OP_ROOT, "iterative root above max_cholesky_size (Lanczos)", rule_root},
+    {LT_OP_ROOT_INV, "iterative root_inv above max_cholesky_size (Lanczos)", rule_root_inv},
+    {LT_OP_EIGH, "iterative eigh above max_cholesky_size (Lanczos Ritz pairs)", rule_eigh},
 };
+
+/* Every rule runs through here, so its errors carry the operation's name. */
+static int run_rule(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  const iterative_rule *r = ud;
+  return finish(ctx, lt_op_name(ctx, args->op), r->fn(ctx, args, res, NULL));
+}
+
+static int register_rule(lt_context *ctx, const iterative_rule *r, int type) {
+  return lt_register_rule(ctx, r->op, type, LT_TYPE_ANY, r->name, run_rule, (void *)r, NULL, 0);
+}
 
 int lt_register_iterative_rules(lt_context *ctx) {
   for (size_t i = 0; i < sizeof RULES / sizeof RULES[0]; i++)
-    if (lt_register_rule(ctx, RULES[i].op, LT_TYPE_ANY, LT_TYPE_ANY, RULES[i].name, RULES[i].fn,
-                         NULL, NULL, 0) != LT_OK)
-      return LT_ERR;
+    if (register_rule(ctx, &RULES[i], LT_TYPE_ANY) != LT_OK) return LT_ERR;
   return LT_OK;
 }
 
@@ -545,9 +575,7 @@ int lt_register_iterative_dense_rules(lt_context *ctx) {
     if (op != LT_OP_SOLVE && op != LT_OP_INV_QUAD && op != LT_OP_LOGDET &&
         op != LT_OP_INV_QUAD_LOGDET)
       continue;
-    if (lt_register_rule(ctx, op, LT_TYPE_DENSE, LT_TYPE_ANY, RULES[i].name, RULES[i].fn, NULL,
-                         NULL, 0) != LT_OK)
-      return LT_ERR;
+    if (register_rule(ctx, &RULES[i], LT_TYPE_DENSE) != LT_OK) return LT_ERR;
   }
   return LT_OK;
 }

@@ -32,49 +32,124 @@ static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
 
-/* k(x, y) for d-dimensional points x and y. */
-static double kernel_value(const lt_kernel_spec *s, const double *x, const double *y, size_t d) {
+/* The kernel as a function of its argument term t, in place over a row:
+ * t = r² for the radial kinds, t = Σ_d sin²(π (x_d − y_d) / p) for periodic. */
+static void apply_kind(const lt_kernel_spec *s, double *t, size_t len) {
   double l = s->lengthscale, v = s->variance;
-  if (s->kind == LT_KERNEL_PERIODIC) {
-    double acc = 0;
-    for (size_t q = 0; q < d; q++) {
-      double t = sin(PI * fabs(x[q] - y[q]) / s->period);
-      acc += t * t;
-    }
-    return v * exp(-2.0 * acc / (l * l));
-  }
-  double r2 = 0;
-  for (size_t q = 0; q < d; q++) {
-    double t = x[q] - y[q];
-    r2 += t * t;
-  }
   switch (s->kind) {
-    case LT_KERNEL_RBF: return v * exp(-r2 / (2.0 * l * l));
-    case LT_KERNEL_MATERN12: return v * exp(-sqrt(r2) / l);
+    case LT_KERNEL_RBF: {
+      double c = -1.0 / (2.0 * l * l);
+      for (size_t j = 0; j < len; j++) t[j] = v * exp(c * t[j]);
+      return;
+    }
+    case LT_KERNEL_MATERN12:
+      for (size_t j = 0; j < len; j++) t[j] = v * exp(-sqrt(t[j]) / l);
+      return;
     case LT_KERNEL_MATERN32: {
-      double a = sqrt(3.0 * r2) / l;
-      return v * (1.0 + a) * exp(-a);
+      double c = sqrt(3.0) / l;
+      for (size_t j = 0; j < len; j++) {
+        double a = c * sqrt(t[j]);
+        t[j] = v * (1.0 + a) * exp(-a);
+      }
+      return;
     }
     case LT_KERNEL_MATERN52: {
-      double a = sqrt(5.0 * r2) / l;
-      return v * (1.0 + a + a * a / 3.0) * exp(-a);
+      double c = sqrt(5.0) / l;
+      for (size_t j = 0; j < len; j++) {
+        double a = c * sqrt(t[j]);
+        t[j] = v * (1.0 + a + a * a / 3.0) * exp(-a);
+      }
+      return;
     }
-    default: return NAN; /* unreachable: kinds are checked at construction */
+    case LT_KERNEL_PERIODIC: {
+      double c = -2.0 / (l * l);
+      for (size_t j = 0; j < len; j++) t[j] = v * exp(c * t[j]);
+      return;
+    }
   }
 }
 
-/* Rows [i0, i0 + b) of K(A, B) into out (b × nb, row-major). */
-static void fill_rows(const lt_kernel_spec *s, const lt_tensor *A, const lt_tensor *B, size_t i0,
-                      size_t b, double *out) {
-  size_t d = A->shape[1], nb = B->shape[0];
-  const double *a = lt_dense_data(A), *bp = lt_dense_data(B);
-  for (size_t i = 0; i < b; i++)
-    for (size_t j = 0; j < nb; j++) out[i * nb + j] = kernel_value(s, a + (i0 + i) * d, bp + j * d, d);
+/* Periodic kernels: sin and cos of π x_d / p for every coordinate, so that
+ * sin(π (x − y) / p) = sx·cy − cx·sy costs no sin per entry. NULL (and
+ * *bytes 0) for the other kinds. */
+static int trig_table(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P, double **out,
+                      size_t *bytes) {
+  *out = NULL;
+  *bytes = 0;
+  if (s->kind != LT_KERNEL_PERIODIC || lt_numel(P) == 0) return LT_OK;
+  if (!lt_mul_size(ctx, "kernel", lt_numel(P), 2 * sizeof(double), bytes)) return LT_ERR;
+  double *t = lt_malloc(ctx, *bytes);
+  if (t == NULL) return LT_ERR;
+  const double *x = lt_dense_data(P);
+  for (size_t q = 0; q < lt_numel(P); q++) {
+    double a = PI * x[q] / s->period;
+    t[2 * q] = sin(a);
+    t[2 * q + 1] = cos(a);
+  }
+  *out = t;
+  return LT_OK;
 }
 
-/* K(A, B) · X, a block of rows at a time. */
+/* Row i of K(A, B), columns [j0, nb), into out. ta and tb are the points'
+ * trig tables for periodic kernels (NULL: sin is computed per entry). */
+static void fill_row(const lt_kernel_spec *s, const lt_tensor *A, const double *ta, size_t i,
+                     const lt_tensor *B, const double *tb, size_t j0, double *out) {
+  size_t d = A->shape[1], nb = B->shape[0];
+  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B);
+  if (s->kind == LT_KERNEL_PERIODIC && ta && tb) {
+    const double *tx = ta + 2 * i * d;
+    for (size_t j = j0; j < nb; j++) {
+      const double *ty = tb + 2 * j * d;
+      double acc = 0;
+      for (size_t q = 0; q < d; q++) {
+        double t = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
+        acc += t * t;
+      }
+      out[j - j0] = acc;
+    }
+  } else if (s->kind == LT_KERNEL_PERIODIC) {
+    for (size_t j = j0; j < nb; j++) {
+      double acc = 0;
+      for (size_t q = 0; q < d; q++) {
+        double t = sin(PI * (x[q] - y[j * d + q]) / s->period);
+        acc += t * t;
+      }
+      out[j - j0] = acc;
+    }
+  } else {
+    for (size_t j = j0; j < nb; j++) {
+      double r2 = 0;
+      for (size_t q = 0; q < d; q++) {
+        double t = x[q] - y[j * d + q];
+        r2 += t * t;
+      }
+      out[j - j0] = r2;
+    }
+  }
+  apply_kind(s, out, nb - j0);
+}
+
+/* k(x1_i, x2_j). */
+static double kernel_value(const lt_kernel_spec *s, const lt_tensor *A, size_t i,
+                           const lt_tensor *B, size_t j) {
+  size_t d = A->shape[1];
+  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B) + j * d;
+  double t = 0;
+  for (size_t q = 0; q < d; q++) {
+    double u = s->kind == LT_KERNEL_PERIODIC ? sin(PI * (x[q] - y[q]) / s->period) : x[q] - y[q];
+    t += u * u;
+  }
+  apply_kind(s, &t, 1);
+  return t;
+}
+
+/* K(A, B) · X, a block of rows at a time. With symmetric (A and B the same
+ * points) only the blocks on and right of the diagonal are formed: each
+ * block B_i = K[rows i, columns >= i0] adds B_i·X to its rows and the
+ * transpose of its part right of the diagonal block to the rows below,
+ * halving the kernel evaluations. */
 static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *A,
-                                 const lt_tensor *B, lt_tensor *X) {
+                                 const lt_tensor *B, lt_tensor *X, int symmetric) {
   size_t na = A->shape[0], nb = B->shape[0], k = X->shape[1];
   lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){na, k});
   if (out == NULL || na == 0 || nb == 0 || k == 0) return out;
@@ -86,52 +161,56 @@ static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const
   size_t rows = BLOCK_DOUBLES / nb;
   rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
   if (rows > na) rows = na;
-  size_t bytes;
-  if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes)) {
+  size_t bytes = 0, ta_bytes = 0, tb_bytes = 0;
+  double *block = NULL, *ta = NULL, *tb = NULL;
+  if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes) ||
+      (block = lt_malloc(ctx, bytes)) == NULL || trig_table(ctx, s, A, &ta, &ta_bytes) != LT_OK ||
+      (!symmetric && trig_table(ctx, s, B, &tb, &tb_bytes) != LT_OK)) {
+    lt_free(ctx, block, bytes);
+    lt_free(ctx, ta, ta_bytes);
     lt_release(ctx, out);
     return NULL;
   }
-  double *block = lt_malloc(ctx, bytes);
-  if (block == NULL) {
-    lt_release(ctx, out);
-    return NULL;
-  }
-  const double *x = lt_dense_data(X);
+  const double *x = lt_dense_data(X), *tbv = symmetric ? ta : tb;
   double *o = lt_dense_data(out);
   for (size_t i0 = 0; i0 < na; i0 += rows) {
     size_t b = na - i0 < rows ? na - i0 : rows;
-    fill_rows(s, A, B, i0, b, block);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)k, (int)nb, 1.0, block,
-                (int)nb, x, (int)k, 0.0, o + i0 * k, (int)k);
+    size_t j0 = symmetric ? i0 : 0, width = nb - j0;
+    for (size_t i = 0; i < b; i++) fill_row(s, A, ta, i0 + i, B, tbv, j0, block + i * width);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)k, (int)width, 1.0, block,
+                (int)width, x + j0 * k, (int)k, 1.0, o + i0 * k, (int)k);
+    if (symmetric && width > b)
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(width - b), (int)k, (int)b, 1.0,
+                  block + b, (int)width, x + i0 * k, (int)k, 1.0, o + (i0 + b) * k, (int)k);
   }
   lt_free(ctx, block, bytes);
+  lt_free(ctx, ta, ta_bytes);
+  lt_free(ctx, tb, tb_bytes);
   return out;
 }
 
 static lt_tensor *kernel_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points1(self), points2(self), X);
+  return kernel_product(ctx, &p->spec, points1(self), points2(self), X, p->same);
 }
 
 /* Every kernel here is symmetric in its arguments: K(x1, x2)ᵀ = K(x2, x1). */
 static lt_tensor *kernel_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points2(self), points1(self), X);
+  return kernel_product(ctx, &p->spec, points2(self), points1(self), X, p->same);
 }
 
 static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
   (void)ctx;
   const kernel_payload *p = self->payload;
-  const lt_tensor *A = points1(self), *B = points2(self);
-  size_t d = A->shape[1];
-  *out = kernel_value(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + j * d, d);
+  *out = kernel_value(&p->spec, points1(self), i, points2(self), j);
   return LT_OK;
 }
 
 static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   (void)ctx;
   const kernel_payload *p = self->payload;
-  fill_rows(&p->spec, points1(self), points2(self), i, 1, out);
+  fill_row(&p->spec, points1(self), NULL, i, points2(self), NULL, 0, out);
   return LT_OK;
 }
 
@@ -218,8 +297,7 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
   lt_tensor *t = NULL;
   if (a == NULL || (x2 && b == NULL)) goto done;
   if (b && b->shape[1] != a->shape[1]) {
-    lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1],
-             b->shape[1]);
+    lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
     goto done;
   }
   t = kernel_from(ctx, a, b, spec);
@@ -272,7 +350,18 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   const kernel_payload *p = a->payload;
   lt_tensor *out = lt_dense_matrix(ctx, a->shape[0], a->shape[1]);
   if (out == NULL) return LT_ERR;
-  fill_rows(&p->spec, points1(a), points2(a), 0, a->shape[0], lt_dense_data(out));
+  double *ta = NULL, *tb = NULL;
+  size_t ta_bytes = 0, tb_bytes = 0;
+  if (trig_table(ctx, &p->spec, points1(a), &ta, &ta_bytes) != LT_OK ||
+      trig_table(ctx, &p->spec, points2(a), &tb, &tb_bytes) != LT_OK) {
+    lt_free(ctx, ta, ta_bytes);
+    lt_release(ctx, out);
+    return LT_ERR;
+  }
+  for (size_t i = 0; i < a->shape[0]; i++)
+    fill_row(&p->spec, points1(a), ta, i, points2(a), tb, 0, lt_dense_data(out) + i * a->shape[1]);
+  lt_free(ctx, ta, ta_bytes);
+  lt_free(ctx, tb, tb_bytes);
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
   return done(res, out);
 }
@@ -296,8 +385,8 @@ int lt_register_kernel_rules(lt_context *ctx) {
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_TRACE, K, ANY, "kernel trace (n · variance)", rule_trace, NULL,
                        NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense, NULL,
+                       NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, K, ANY, "positive number * kernel (variance scaled)",
                        rule_scale, NULL, NULL, 0) != LT_OK)
     return LT_ERR;

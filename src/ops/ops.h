@@ -20,9 +20,18 @@ extern const lt_type lt_inverse_type;
 extern const lt_type lt_diag_type;
 extern const lt_type lt_identity_type;
 extern const lt_type lt_operator_type;
+extern const lt_type lt_submatrix_type;
 extern const lt_type lt_triangular_type;
 extern const lt_type lt_toeplitz_type;
 extern const lt_type lt_kernel_type;
+
+/* ops-a: structured types */
+extern const lt_type lt_lowrank_type;
+extern const lt_type lt_lowrank_diag_type;
+extern const lt_type lt_kron_type;
+extern const lt_type lt_kron_identity_type;
+extern const lt_type lt_blockdiag_type;
+extern const lt_type lt_chol_type;
 
 int lt_register_generic_rules(lt_context *ctx);
 int lt_register_dense_rules(lt_context *ctx);
@@ -35,6 +44,7 @@ int lt_register_constant_rules(lt_context *ctx);
 int lt_register_inverse_rules(lt_context *ctx);
 int lt_register_diag_rules(lt_context *ctx);
 int lt_register_identity_rules(lt_context *ctx);
+int lt_register_submatrix_rules(lt_context *ctx);
 int lt_register_triangular_rules(lt_context *ctx);
 int lt_register_toeplitz_rules(lt_context *ctx);
 int lt_register_kernel_rules(lt_context *ctx);
@@ -42,5 +52,18 @@ int lt_register_kernel_rules(lt_context *ctx);
  * registered after the generic ones, so they are tried first. */
 int lt_register_iterative_rules(lt_context *ctx);
 int lt_register_iterative_dense_rules(lt_context *ctx);
+int lt_register_lowrank_rules(lt_context *ctx);
+int lt_register_lowrank_diag_rules(lt_context *ctx);
+int lt_register_kron_rules(lt_context *ctx);
+int lt_register_blockdiag_rules(lt_context *ctx);
+int lt_register_chol_rules(lt_context *ctx);
+
+/* ops-a constructors used across files (no copies: children are retained). */
+/* U·Vᵀ from contiguous private factors; v NULL for U·Uᵀ. */
+lt_tensor *lt_lowrank_from(lt_context *ctx, lt_tensor *u, lt_tensor *v);
+/* D + L for a square lowrank L and a diag D. */
+lt_tensor *lt_lowrank_diag_new(lt_context *ctx, lt_tensor *lowrank, lt_tensor *diag);
+/* K + s·I for a square kron K. */
+lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s);
 
 #endif

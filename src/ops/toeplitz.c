@@ -8,16 +8,18 @@
  * C(a)·(x, 0) = IFFT(FFT(a) ∘ FFT(x, 0)). FFT(a) is computed once, when the
  * operator is made; each product column costs one forward and one inverse
  * real FFT. Cᵀ is the circulant of a reversed, whose spectrum is conj FFT(a),
- * so Tᵀ·y needs no second spectrum.
+ * so Tᵀ·y needs no second spectrum. Symmetric solves above
+ * max_cholesky_size use CG with a circulant preconditioner (see "solves").
  *
  * Memory and FFTW:
  * - Every buffer (the payload, the spectrum, per-call work arrays) is
  *   allocated through the context (lt_malloc), so lt.memory() sees it;
  *   plans are made with FFTW_UNALIGNED, so those buffers need no
  *   fftw_malloc alignment. FFTW's plans themselves (twiddle tables, O(L))
- *   and its planner cache are allocated by FFTW, outside the context: they
- *   live only while a product runs (plans are made with FFTW_ESTIMATE per
- *   call and destroyed before it returns).
+ *   are allocated by FFTW, outside the context, and live only while a
+ *   product runs (made with FFTW_ESTIMATE per call, destroyed before it
+ *   returns); FFTW's process-wide planner state (about 120 KB, bounded) stays
+ *   until the host calls fftw_cleanup().
  * - FFTW's planner is process-wide and not thread-safe. FFTW >= 3.3.5 can
  *   lock it (fftw_make_planner_thread_safe, in libfftw3_threads); the
  *   register function calls it exactly once per process (pthread_once)
@@ -25,6 +27,7 @@
  *   Toeplitz operators concurrently. That once-flag is the only static
  *   state here and is never written after the first call.
  */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -33,13 +36,14 @@
 #include <fftw3.h>
 
 #include "../core/internal.h"
+#include "../linalg/linalg.h"
 #include "ops.h"
 
 typedef struct toeplitz_payload {
-  size_t m, n; /* rows, cols */
-  size_t L;    /* FFT length >= m + n - 1 */
-  double *c;   /* first column, m */
-  double *r;   /* first row, n (r[0] == c[0]) */
+  size_t m, n;        /* rows, cols */
+  size_t L;           /* FFT length >= m + n - 1 */
+  double *c;          /* first column, m */
+  double *r;          /* first row, n (r[0] == c[0]); r == c when symmetric */
   fftw_complex *spec; /* FFT of the embedding, L/2 + 1 */
 } toeplitz_payload;
 
@@ -65,7 +69,7 @@ static size_t fft_length(size_t need) {
 /* Work arrays and plans for one product. */
 typedef struct fft_work {
   size_t L;
-  double *buf;       /* L reals */
+  double *buf;        /* L reals */
   fftw_complex *freq; /* L/2 + 1 */
   fftw_plan fwd, inv;
 } fft_work;
@@ -105,7 +109,7 @@ fail:
 static void payload_free(lt_context *ctx, toeplitz_payload *p) {
   if (p == NULL) return;
   lt_free(ctx, p->c, p->m * sizeof(double));
-  lt_free(ctx, p->r, p->n * sizeof(double));
+  if (p->r != p->c) lt_free(ctx, p->r, p->n * sizeof(double));
   lt_free(ctx, p->spec, (p->L / 2 + 1) * sizeof(fftw_complex));
   lt_free(ctx, p, sizeof *p);
 }
@@ -127,6 +131,29 @@ static int same_values(const double *a, const double *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!(a[i] == b[i]) && !(isnan(a[i]) && isnan(b[i]))) return 0;
   return 1;
+}
+
+/* Gershgorin: every eigenvalue of a symmetric Toeplitz matrix lies within
+ * max_i S_i of c[0], where S_i = P(i) + P(n-1-i) is row i's off-diagonal sum
+ * and P(j) = |c[1]| + ... + |c[j]|. c[0] >= max_i S_i (with a margin for the
+ * rounding of the sums) proves PSD in O(n). */
+static int gershgorin_psd(const toeplitz_payload *p) {
+  size_t n = p->n;
+  double total = 0;
+  for (size_t k = 1; k < n; k++) total += fabs(p->c[k]);
+  if (!isfinite(total) || !isfinite(p->c[0])) return 0;
+  /* S_i = P(i) + P(n-1-i), walking i up: left = P(i), right = P(n-1-i).
+   * Each carries a rounding error below n·eps·total; the margin covers it. */
+  double left = 0, right = total, best = 0;
+  for (size_t i = 0; i < n; i++) {
+    double row = left + right;
+    if (row > best) best = row;
+    if (i + 1 < n) {
+      left += fabs(p->c[i + 1]);
+      right -= fabs(p->c[n - 1 - i]);
+    }
+  }
+  return p->c[0] >= best + 4.0 * (double)n * DBL_EPSILON * total;
 }
 
 /* Sound, cheap properties: triangular from zero c or r tails; symmetric
@@ -152,6 +179,7 @@ static void set_props(lt_tensor *t, const toeplitz_payload *p) {
   int not_psd = c0 < 0;
   for (size_t k = 1; k < p->n && !not_psd; k++) not_psd = fabs(p->c[k]) > c0;
   if (not_psd) t->props[LT_PROP_PSD] = LT_NO;
+  else if (gershgorin_psd(p)) t->props[LT_PROP_PSD] = LT_YES;
 }
 
 /* A Toeplitz operator from raw arrays (copied): c of m, r of n, with
@@ -168,12 +196,14 @@ static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, cons
     lt_error(ctx, "toeplitz: %zux%zu is too large for an FFT", m, n);
     return NULL;
   }
+  /* A symmetric matrix keeps one vector: r is c. */
+  int symmetric = m == n && same_values(c, r, n);
   p->c = lt_malloc(ctx, m * sizeof(double));
-  p->r = p->c ? lt_malloc(ctx, n * sizeof(double)) : NULL;
+  p->r = p->c && !symmetric ? lt_malloc(ctx, n * sizeof(double)) : p->c;
   p->spec = p->r ? lt_malloc(ctx, (p->L / 2 + 1) * sizeof(fftw_complex)) : NULL;
   if (p->spec == NULL) goto fail;
   memcpy(p->c, c, m * sizeof(double));
-  memcpy(p->r, r, n * sizeof(double));
+  if (!symmetric) memcpy(p->r, r, n * sizeof(double));
   if (compute_spectrum(ctx, p) != LT_OK) goto fail;
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TOEPLITZ, m, n, NULL, 0, p);
   if (t == NULL) goto fail;
@@ -242,13 +272,12 @@ static int toeplitz_row(lt_context *ctx, lt_tensor *self, size_t i, double *out)
   return LT_OK;
 }
 
-static void toeplitz_destroy(lt_context *ctx, lt_tensor *self) {
-  payload_free(ctx, self->payload);
-}
+static void toeplitz_destroy(lt_context *ctx, lt_tensor *self) { payload_free(ctx, self->payload); }
 
 static size_t toeplitz_payload_bytes(const lt_tensor *self) {
   const toeplitz_payload *p = self->payload;
-  return sizeof *p + (p->m + p->n) * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
+  size_t vectors = p->m + (p->r == p->c ? 0 : p->n);
+  return sizeof *p + vectors * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
 }
 
 const lt_type lt_toeplitz_type = {
@@ -288,20 +317,19 @@ lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r) {
   if (check_vector(ctx, c, "the first column c") != LT_OK ||
       (r && check_vector(ctx, r, "the first row r") != LT_OK))
     return NULL;
-  if (r == NULL) r = c;
-  size_t m = c->shape[0], n = r->shape[0];
+  size_t m = c->shape[0], n = r ? r->shape[0] : m;
   double *cv = copy_values(ctx, c);
-  double *rv = cv ? copy_values(ctx, r) : NULL;
+  double *rv = cv && r ? copy_values(ctx, r) : cv;
   lt_tensor *t = NULL;
   if (rv == NULL) goto done;
-  if (!(cv[0] == rv[0])) {
+  if (rv != cv && !(cv[0] == rv[0])) {
     lt_error(ctx, "toeplitz: the first entries of c (%g) and r (%g) must be equal", cv[0], rv[0]);
     goto done;
   }
   t = toeplitz_from(ctx, cv, m, rv, n);
 done:
+  if (rv != cv) lt_free(ctx, rv, n * sizeof(double));
   lt_free(ctx, cv, m * sizeof(double));
-  lt_free(ctx, rv, n * sizeof(double));
   return t;
 }
 
@@ -348,15 +376,27 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   return done(res, out);
 }
 
-/* a·T and T ± T' (same shape) stay Toeplitz. */
-static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
-                          const toeplitz_payload *b, double sb) {
+/* How two Toeplitz matrices (same shape) combine entry by entry. */
+typedef enum { COMBINE_ADD, COMBINE_SUB, COMBINE_MUL } combine_op;
+
+/* sa·A (+ shift·I) or A ± B or A ∘ B: Toeplitz again, from the vectors. */
+static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa, double shift,
+                          const toeplitz_payload *b, combine_op op) {
   double *c = lt_malloc(ctx, a->m * sizeof(double));
   double *r = c ? lt_malloc(ctx, a->n * sizeof(double)) : NULL;
   lt_tensor *t = NULL;
   if (r) {
-    for (size_t i = 0; i < a->m; i++) c[i] = sa * a->c[i] + (b ? sb * b->c[i] : 0.0);
-    for (size_t j = 0; j < a->n; j++) r[j] = sa * a->r[j] + (b ? sb * b->r[j] : 0.0);
+    for (int side = 0; side < 2; side++) {
+      double *out = side ? r : c;
+      const double *x = side ? a->r : a->c, *y = b ? (side ? b->r : b->c) : NULL;
+      size_t len = side ? a->n : a->m;
+      for (size_t i = 0; i < len; i++) {
+        double v = sa * x[i];
+        if (y) v = op == COMBINE_MUL ? v * y[i] : op == COMBINE_SUB ? v - y[i] : v + y[i];
+        out[i] = v;
+      }
+      out[0] += shift;
+    }
     t = toeplitz_from(ctx, c, a->m, r, a->n);
   }
   lt_free(ctx, c, a->m * sizeof(double));
@@ -367,12 +407,161 @@ static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (args->scalar == 1.0) return done(res, lt_retain(args->a));
-  return done(res, combine(ctx, args->a->payload, args->scalar, NULL, 0.0));
+  return done(res, combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD));
 }
 
-static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  double sign = (double)(intptr_t)ud;
-  return done(res, combine(ctx, args->a->payload, 1.0, args->b->payload, sign));
+/* T ± T', T ∘ T' (ud: the combine_op). */
+static int rule_combine(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  combine_op op = (combine_op)(intptr_t)ud;
+  return done(res, combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op));
+}
+
+/* T + c·I: c added to c[1] and r[1] (add_diag and add_jitter with a number
+ * come here too). */
+static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double v;
+  if (lt_get(ctx, args->b, 0, 0, &v) != LT_OK) return LT_ERR;
+  return done(res, combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD));
+}
+
+/* ------------------------------------------------------------- solves */
+
+/* Symmetric Toeplitz solves above max_cholesky_size: CG preconditioned by
+ * T. Chan's optimal circulant approximation C (the circulant closest to T in
+ * the Frobenius norm): first column c_k = ((n - k) t_k + k t_{n-k}) / n, its
+ * eigenvalues the real FFT of c. C⁻¹x is one forward and one inverse FFT;
+ * CG on such systems converges in few iterations, each one FFT product. */
+typedef struct circulant_precond {
+  size_t n;
+  double *inv_eig; /* 1 / eigenvalue, n/2 + 1 */
+  fft_work w;
+} circulant_precond;
+
+static void precond_free(lt_context *ctx, circulant_precond *P) {
+  fft_work_free(ctx, &P->w);
+  lt_free(ctx, P->inv_eig, (P->n / 2 + 1) * sizeof(double));
+  P->inv_eig = NULL;
+}
+
+/* LT_NOT_IMPLEMENTED when C is not positive definite. */
+static int precond_init(lt_context *ctx, circulant_precond *P, const toeplitz_payload *p) {
+  size_t n = p->n, nf = n / 2 + 1;
+  memset(P, 0, sizeof *P);
+  P->n = n;
+  P->inv_eig = lt_malloc(ctx, nf * sizeof(double));
+  if (P->inv_eig == NULL || fft_work_init(ctx, &P->w, n, 1) != LT_OK) {
+    precond_free(ctx, P);
+    return LT_ERR;
+  }
+  P->w.buf[0] = p->c[0];
+  for (size_t k = 1; k < n; k++)
+    P->w.buf[k] = ((double)(n - k) * p->c[k] + (double)k * p->c[n - k]) / (double)n;
+  fftw_execute(P->w.fwd);
+  for (size_t q = 0; q < nf; q++) {
+    double lambda = P->w.freq[q][0]; /* c is symmetric: the spectrum is real */
+    if (!(lambda > 0) || !isfinite(1.0 / lambda)) {
+      precond_free(ctx, P);
+      return LT_NOT_IMPLEMENTED;
+    }
+    P->inv_eig[q] = 1.0 / lambda;
+  }
+  return LT_OK;
+}
+
+static int precond_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X,
+                         double *Y) {
+  (void)ctx;
+  circulant_precond *P = ud;
+  size_t nf = n / 2 + 1;
+  double scale = 1.0 / (double)n;
+  for (size_t j = 0; j < k; j++) {
+    for (size_t i = 0; i < n; i++) P->w.buf[i] = X[i * k + j];
+    fftw_execute(P->w.fwd);
+    for (size_t q = 0; q < nf; q++) {
+      P->w.freq[q][0] *= P->inv_eig[q];
+      P->w.freq[q][1] *= P->inv_eig[q];
+    }
+    fftw_execute(P->w.inv);
+    for (size_t i = 0; i < n; i++) Y[i * k + j] = P->w.buf[i] * scale;
+  }
+  return LT_OK;
+}
+
+/* ‖B − T·X‖ / ‖B‖, the worst column. */
+static int worst_residual(lt_context *ctx, const lt_linop *A, size_t k, const double *B,
+                          const double *X, double *out) {
+  size_t n = A->n;
+  double *R = lt_malloc(ctx, n * k * sizeof(double));
+  if (R == NULL) return LT_ERR;
+  int rc = lt_linop_apply(ctx, A, k, X, R);
+  *out = 0;
+  for (size_t j = 0; rc == LT_OK && j < k; j++) {
+    double bn = 0, rn = 0;
+    for (size_t i = 0; i < n; i++) {
+      double r = B[i * k + j] - R[i * k + j];
+      bn += B[i * k + j] * B[i * k + j];
+      rn += r * r;
+    }
+    if (bn > 0 && sqrt(rn / bn) > *out) *out = sqrt(rn / bn);
+  }
+  lt_free(ctx, R, n * k * sizeof(double));
+  return rc;
+}
+
+/* Hands the call on (LT_NOT_IMPLEMENTED) below max_cholesky_size, for
+ * non-symmetric or known-indefinite T, when the circulant is not positive
+ * definite, or when CG meets non-positive curvature: the generic rules
+ * (dense, or GMRES) then take over. */
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  const toeplitz_payload *p = a->payload;
+  lt_tristate psd = lt_prop_get(a, LT_PROP_PSD);
+  if (args->b == NULL || p->m != p->n || p->r != p->c || psd == LT_NO ||
+      p->n <= ctx->settings.max_cholesky_size)
+    return LT_NOT_IMPLEMENTED;
+  size_t n = p->n;
+  lt_tensor *B = lt_as_matrix(ctx, args->b);
+  if (B == NULL) return LT_ERR;
+  size_t k = B->shape[1];
+  circulant_precond P;
+  int rc = precond_init(ctx, &P, p);
+  if (rc != LT_OK) {
+    lt_release(ctx, B);
+    return rc;
+  }
+  lt_tensor *X = lt_dense_zeros(ctx, args->b->ndim, args->b->shape);
+  lt_linop A, Minv = {n, precond_apply, &P};
+  lt_info info = {0};
+  if (X == NULL || lt_linop_of_tensor(ctx, a, &A) != LT_OK) {
+    rc = LT_ERR;
+  } else {
+    lt_cg_opts o;
+    memset(&o, 0, sizeof o);
+    o.tol = ctx->settings.cg_tolerance;
+    o.max_iter = ctx->settings.max_cg_iterations;
+    o.progress = ctx->settings.progress;
+    o.progress_ud = ctx->settings.progress_ud;
+    rc = lt_mbcg(ctx, &A, &Minv, k, lt_dense_data(B), lt_dense_data(X), &o, NULL, &info);
+    if (rc == LT_INDEFINITE) {
+      lt_clear_error(ctx);
+      rc = LT_NOT_IMPLEMENTED;
+    } else if (rc == LT_OK) {
+      rc = worst_residual(ctx, &A, k, lt_dense_data(B), lt_dense_data(X), &info.residual);
+      if (info.residual > 10.0 * ctx->settings.cg_tolerance) info.converged = 0;
+      info.method = "cg (circulant preconditioner)";
+    }
+  }
+  precond_free(ctx, &P);
+  lt_release(ctx, B);
+  if (rc != LT_OK) {
+    lt_release(ctx, X);
+    return rc;
+  }
+  res->t[0] = X;
+  res->info = info;
+  return LT_OK;
 }
 
 int lt_register_toeplitz_rules(lt_context *ctx) {
@@ -385,14 +574,21 @@ int lt_register_toeplitz_rules(lt_context *ctx) {
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "toeplitz trace (min(m, n) c[1])", rule_trace,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_DENSE, T, ANY, "toeplitz dense (from c and r)", rule_dense,
+      lt_register_rule(ctx, LT_OP_DENSE, T, ANY, "toeplitz dense (from c and r)", rule_dense, NULL,
+                       NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SCALE, T, ANY, "number * toeplitz (stays toeplitz)", rule_scale,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_SCALE, T, ANY, "number * toeplitz (stays toeplitz)",
-                       rule_scale, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_ADD, T, T, "toeplitz + toeplitz (stays toeplitz)", rule_add,
-                       (void *)(intptr_t)1, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_SUB, T, T, "toeplitz - toeplitz (stays toeplitz)", rule_add,
-                       (void *)(intptr_t)-1, NULL, 0) != LT_OK)
+      lt_register_rule(ctx, LT_OP_ADD, T, T, "toeplitz + toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_ADD, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SUB, T, T, "toeplitz - toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_SUB, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_MUL, T, T, "toeplitz .* toeplitz (stays toeplitz)", rule_combine,
+                       (void *)(intptr_t)COMBINE_MUL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_ADD, T, LT_TYPE_IDENTITY, "toeplitz + c*I (stays toeplitz)",
+                       rule_add_identity, NULL, NULL, 1) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SOLVE, T, ANY,
+                       "toeplitz solve above max_cholesky_size (CG, circulant preconditioner)",
+                       rule_solve, NULL, NULL, 0) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }

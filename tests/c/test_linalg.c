@@ -625,6 +625,19 @@ static void test_rule_solve(lt_context *ctx, const test_types *ty) {
             rel_residual(A, n, 3, lt_dense_data(res.t[0]), lt_dense_data(B)) < 1e-5,
         "solve spd matrix rhs: %s", lt_last_error(ctx));
   if (rc == LT_OK) release_result(ctx, &res);
+  /* a lazy right-hand side: A⁻¹·D */
+  {
+    double *dv = alloc_d(n), *Dd = alloc_d(n * n);
+    for (size_t i = 0; i < n; i++) dv[i] = 1.0 + (double)i, Dd[i * n + i] = dv[i];
+    lt_tensor *D = new_diag(ctx, ty, n, dv);
+    rc = call(ctx, LT_OP_SOLVE, spd, D, 0, &res);
+    CHECK(rc == LT_OK && lt_ndim(res.t[0]) == 2 && lt_size(res.t[0], 1) == n &&
+              rel_residual(A, n, n, lt_dense_data(res.t[0]), Dd) < 1e-5,
+          "solve with a lazy rhs: %s", lt_last_error(ctx));
+    if (rc == LT_OK) release_result(ctx, &res);
+    lt_release(ctx, D);
+    free(dv), free(Dd);
+  }
   /* inv_quad = bᵀA⁻¹b */
   rc = call(ctx, LT_OP_INV_QUAD, spd, B, 0, &res);
   double *C = alloc_d(n * n), *X = alloc_d(n * 3);
@@ -871,6 +884,81 @@ static void test_acceptance(lt_context *ctx, const test_types *ty) {
   st->num_trace_samples = 10;
 }
 
+/* An allocator that fails the (budget+1)-th allocation, to walk every error
+ * path: each must return LT_ERR with a message and free what it took. */
+typedef struct failing_alloc {
+  long budget; /* allocations left; negative: unlimited */
+  int failed;
+} failing_alloc;
+
+static void *failing_realloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  failing_alloc *fa = ud;
+  (void)osize;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  if (fa->budget == 0) {
+    fa->failed = 1;
+    return NULL;
+  }
+  if (fa->budget > 0) fa->budget--;
+  return realloc(ptr, nsize);
+}
+
+/* Runs op with budgets 0, 1, 2, ... until it succeeds untouched. */
+static void walk_failures(lt_context *ctx, failing_alloc *fa, const char *name, int op,
+                          lt_tensor *a, lt_tensor *b, int flag) {
+  size_t base = lt_memory(ctx);
+  int clean = 1, steps = 0;
+  for (long budget = 0; budget < 100000; budget++) {
+    lt_result res;
+    fa->budget = budget;
+    fa->failed = 0;
+    lt_manual_seed(ctx, 1);
+    int rc = call(ctx, op, a, b, flag, &res);
+    fa->budget = -1;
+    if (rc == LT_OK) release_result(ctx, &res);
+    if (lt_memory(ctx) != base) clean = 0;
+    if (rc != LT_OK && !strstr(lt_last_error(ctx), "memory")) clean = 0;
+    if (rc == LT_OK && fa->failed) clean = 0; /* a failure went unnoticed */
+    steps++;
+    if (!fa->failed) break;
+  }
+  NOTE("%s: %d allocation failures walked", name, steps - 1);
+  CHECK(clean && steps > 1, "%s: error paths leak or hide failures (%d steps)", name, steps);
+}
+
+static void test_error_paths(void) {
+  failing_alloc fa = {-1, 0};
+  lt_context *ctx = lt_context_new(failing_realloc, &fa);
+  test_types ty;
+  ty.mat = lt_register_type(ctx, &TESTMAT);
+  ty.diag = lt_register_type(ctx, &TESTDIAG);
+  lt_settings *st = lt_settings_of(ctx);
+  st->max_cholesky_size = 0;
+  st->num_trace_samples = 4;
+  size_t n = 60;
+  double *x = uniform_points(ctx, n), *K = rbf(x, n, 0.2, 0.0);
+  double *N = alloc_d(n * n);
+  for (size_t i = 0; i < n * n; i++) N[i] = lt_random_normal(ctx) / sqrt((double)n);
+  for (size_t i = 0; i < n; i++) N[i * n + i] += 3.0;
+  lt_tensor *A = kernel_plus_diag(ctx, &ty, n, K, 0.1);
+  lt_tensor *G = new_mat(ctx, &ty, n, N, LT_NO, LT_NO);
+  lt_tensor *b = random_rhs(ctx, n, 2);
+  walk_failures(ctx, &fa, "solve (pcg)", LT_OP_SOLVE, A, b, 0);
+  walk_failures(ctx, &fa, "solve (gmres)", LT_OP_SOLVE, G, b, 0);
+  walk_failures(ctx, &fa, "inv_quad", LT_OP_INV_QUAD, A, b, 0);
+  walk_failures(ctx, &fa, "logdet", LT_OP_LOGDET, A, NULL, 0);
+  walk_failures(ctx, &fa, "inv_quad_logdet", LT_OP_INV_QUAD_LOGDET, A, b, 0);
+  walk_failures(ctx, &fa, "root", LT_OP_ROOT, A, NULL, 0);
+  walk_failures(ctx, &fa, "root_inv", LT_OP_ROOT_INV, A, NULL, 0);
+  walk_failures(ctx, &fa, "eigh", LT_OP_EIGH, A, NULL, 2);
+  lt_release(ctx, A), lt_release(ctx, G), lt_release(ctx, b);
+  free(x), free(K), free(N);
+  lt_context_free(ctx);
+}
+
 static void test_rules(void) {
   lt_context *ctx = lt_context_new(NULL, NULL);
   test_types ty;
@@ -907,6 +995,7 @@ int main(void) {
   test_determinism();
   lt_context_free(ctx);
   test_rules();
+  test_error_paths();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -1,0 +1,326 @@
+--- How lazytensor.gp turns a kernel and its inputs into an operator.
+--
+-- The GP code never names a structure when it computes: it asks a
+-- "covariance" built here for its operator K, the derivative operators
+-- ∂K/∂log θ, cross-covariances and prior variances, and then only calls the
+-- function API (add_diag, inv_quad_logdet, solve, matmul). The choice:
+--   * regularly spaced 1-d inputs, stationary kernel  → Toeplitz (O(n) memory);
+--   * inputs forming a full grid (in Kronecker order), separable kernel
+--                                                       → Kronecker product;
+--   * inputs on a subset of such a grid (or permuted)   → Kronecker product
+--                                    seen through a row selection (an operator);
+--   * otherwise                                         → dense kernel matrix.
+local lt = require "lazytensor"
+
+local structure = {}
+
+local abs, max = math.abs, math.max
+
+-- Relative tolerance for "regularly spaced" and for separability checks:
+-- data files round their inputs (co2's months to 4 decimals).
+local SPACING_TOL = 1e-3
+local SEPARABLE_TOL = 1e-9
+
+---------------------------------------------------------------- helpers --
+
+local function grads_buffer(m)
+  local g = {}
+  for i = 1, m do g[i] = 0 end
+  return g
+end
+
+--- Dense K (n1×n2) and, if wanted, the m derivative matrices, by loops.
+local function kernel_dense(kernel, P1, P2, want_grads)
+  local m = kernel:count()
+  local K, dK = {}, {}
+  if want_grads then
+    for p = 1, m do dK[p] = {} end
+  end
+  local g = want_grads and grads_buffer(m) or nil
+  for i = 1, #P1 do
+    local row = {}
+    local drows = {}
+    if want_grads then
+      for p = 1, m do drows[p] = {} end
+    end
+    for j = 1, #P2 do
+      row[j] = kernel:value(P1[i], P2[j], g, 0)
+      if want_grads then
+        for p = 1, m do drows[p][j] = g[p] end
+      end
+    end
+    K[i] = row
+    if want_grads then
+      for p = 1, m do dK[p][i] = drows[p] end
+    end
+  end
+  local dKt
+  if want_grads then
+    dKt = {}
+    for p = 1, m do dKt[p] = lt.tensor(dK[p]) end
+  end
+  return lt.tensor(K), dKt
+end
+
+--- The stationary kernel at lags 0, h, 2h, ... (and its derivatives).
+local function lag_columns(kernel, x0, h, n, want_grads)
+  local m = kernel:count()
+  local c, dc = {}, {}
+  for p = 1, m do dc[p] = {} end
+  local g = want_grads and grads_buffer(m) or nil
+  local origin = {x0}
+  for j = 1, n do
+    c[j] = kernel:value(origin, {x0 + (j - 1) * h}, g, 0)
+    if want_grads then
+      for p = 1, m do dc[p][j] = g[p] end
+    end
+  end
+  return c, dc
+end
+
+--- x0, h when the 1-d points are regularly spaced in increasing order.
+local function regular_spacing(points)
+  local n = #points
+  if n < 3 or #points[1] ~= 1 then return nil end
+  local x0 = points[1][1]
+  local h = (points[n][1] - x0) / (n - 1)
+  if not (h > 0) then return nil end -- luacheck: ignore 581 (NaN)
+  for i = 2, n do
+    if abs(points[i][1] - (x0 + (i - 1) * h)) > SPACING_TOL * h then return nil end
+  end
+  return x0, h
+end
+
+--- Sorted distinct values per dimension, and each point's position on that
+-- grid (1-based, first dimension slowest, as lt.kron orders entries).
+local function grid_of(points)
+  local d = #points[1]
+  if d < 2 then return nil end
+  local axes, lookup = {}, {}
+  for k = 1, d do
+    local seen, vals = {}, {}
+    for i = 1, #points do
+      local v = points[i][k]
+      if not seen[v] then
+        seen[v] = true
+        vals[#vals + 1] = v
+      end
+    end
+    table.sort(vals)
+    axes[k] = vals
+    lookup[k] = {}
+    for i, v in ipairs(vals) do lookup[k][v] = i end
+  end
+  local size = 1
+  for k = 1, d do size = size * #axes[k] end
+  if size > 50 * #points then return nil end -- too sparse to be a grid worth using
+  local index = {}
+  for i = 1, #points do
+    local lin = 0
+    for k = 1, d do lin = lin * #axes[k] + (lookup[k][points[i][k]] - 1) end
+    index[i] = lin + 1
+  end
+  return axes, index, size
+end
+
+-- A point on the grid's reference line: the first grid point with dim k set to v.
+local function axis_point(axes, k, v)
+  local p = {}
+  for j = 1, #axes do p[j] = axes[j][1] end
+  p[k] = v
+  return p
+end
+
+--- Kernel factors along each axis: F_k(i, j) = k(ref with x_k = a_i, ref with
+-- x_k = a_j), and c = k(ref, ref); K = (⊗ F_k) / c^(d-1) when separable.
+local function axis_factors(kernel, axes, want_grads)
+  local factors, dfactors = {}, {}
+  for k = 1, #axes do
+    local P = {}
+    for i, v in ipairs(axes[k]) do P[i] = axis_point(axes, k, v) end
+    factors[k], dfactors[k] = kernel_dense(kernel, P, P, want_grads)
+    factors[k] = lt.psd(factors[k]) -- a kernel's Gram matrix: PSD by construction
+  end
+  local ref = axis_point(axes, 1, axes[1][1])
+  local g = want_grads and grads_buffer(kernel:count()) or nil
+  local c = kernel:value(ref, ref, g, 0)
+  return factors, dfactors, c, g
+end
+
+--- Checks k(x, y) = Π_k F_k(x_k, y_k) / c^(d-1) on a spread of point pairs.
+local function is_separable(kernel, axes, c)
+  if not (c > 0) then return false end -- luacheck: ignore 581 (NaN)
+  local d = #axes
+  local function point(t)
+    local p = {}
+    for k = 1, d do
+      local a = axes[k]
+      -- varies on every axis whatever its length (2k+1 alone can be a
+      -- multiple of #a and pin an axis, hiding non-separable kernels)
+      p[k] = a[1 + (t * 7919 + t * t * 31 + k * 104729) % #a]
+    end
+    return p
+  end
+  for t = 1, 12 do
+    local x, y = point(t), point(3 * t + 5)
+    local prod = 1
+    for k = 1, d do
+      prod = prod * kernel:value(axis_point(axes, k, x[k]), axis_point(axes, k, y[k]))
+    end
+    prod = prod / c ^ (d - 1)
+    local direct = kernel:value(x, y)
+    if abs(direct - prod) > SEPARABLE_TOL * max(abs(direct), c) then return false end
+  end
+  return true
+end
+
+-------------------------------------------------------------- Toeplitz --
+
+local function build_toeplitz(kernel, points, x0, h, want_grads)
+  local n = #points
+  local c, dc = lag_columns(kernel, x0, h, n, want_grads)
+  local cov = {
+    kind = "toeplitz",
+    explain = string.format("toeplitz: %d regularly spaced 1-d inputs (step %.6g), "
+                            .. "stationary kernel", n, h),
+    K = lt.psd(lt.toeplitz(lt.tensor(c))), -- a stationary kernel's Gram matrix
+  }
+  function cov.derivative(p)
+    return lt.toeplitz(lt.tensor(dc[p]))
+  end
+  function cov.cross(star)
+    -- Rectangular Toeplitz when the new points continue the same grid.
+    local s0, sh = regular_spacing(star)
+    if s0 and abs(sh - h) <= SPACING_TOL * h then
+      local shift = (s0 - x0) / h
+      if abs(shift - math.floor(shift + 0.5)) <= SPACING_TOL then
+        local col, row = {}, {}
+        for i = 1, #star do col[i] = kernel:value({star[i][1]}, {x0}) end
+        for j = 1, n do row[j] = kernel:value({s0}, {x0 + (j - 1) * h}) end
+        return lt.toeplitz(lt.tensor(col), lt.tensor(row))
+      end
+    end
+    return (kernel_dense(kernel, star, points, false))
+  end
+  return cov
+end
+
+------------------------------------------------------------- Kronecker --
+
+-- Σ_p-th derivative of (⊗F)/c^(d-1): product rule over the factors, minus
+-- the normalising constant's share.
+local function kron_derivative(factors, dfactors, c, dc, p, K)
+  local d = #factors
+  local terms = {}
+  local scale = 1 / c ^ (d - 1)
+  for k = 1, d do
+    local parts = {}
+    for j = 1, d do parts[j] = (j == k) and dfactors[j][p] or factors[j] end
+    terms[#terms + 1] = lt.kron(table.unpack(parts)) * scale
+  end
+  local out = terms[1]
+  for t = 2, #terms do out = out + terms[t] end
+  if d > 1 and dc[p] ~= 0 then out = out - K * ((d - 1) * dc[p] / c) end
+  return out
+end
+
+local function build_kron(kernel, points, axes, index, ngrid, want_grads)
+  local factors, dfactors, c, dcg = axis_factors(kernel, axes, want_grads)
+  if not is_separable(kernel, axes, c) then return nil end
+  local d = #axes
+  local G = lt.kron(table.unpack(factors))
+  if d > 1 then G = G * (1 / c ^ (d - 1)) end
+  local in_order = #points == ngrid
+  for i = 1, #points do
+    if index[i] ~= i then in_order = false end
+  end
+  local sizes = {}
+  for k = 1, d do sizes[k] = #axes[k] end
+  local cov = {}
+  if in_order then
+    cov.kind = "kron"
+    cov.explain = string.format("kron: inputs form a full %s grid, separable kernel",
+                                table.concat(sizes, "x"))
+    cov.K = G
+  else
+    cov.kind = "kron_masked"
+    cov.explain = string.format("kron_masked: %d inputs on a %s grid (%d cells), separable kernel;"
+                                .. " K = (⊗ K_d)[obs, obs], a lazy submatrix", #points,
+                                table.concat(sizes, "x"), ngrid)
+    cov.K = lt.submatrix(G, index)
+  end
+  function cov.derivative(p)
+    local dG = kron_derivative(factors, dfactors, c, dcg, p, G)
+    if in_order then return dG end
+    return lt.submatrix(dG, index)
+  end
+  function cov.cross(star)
+    local sidx = {}
+    for i, pt in ipairs(star) do
+      local lin = 0
+      for k = 1, d do
+        local pos
+        for a, v in ipairs(axes[k]) do
+          if v == pt[k] then pos = a end
+        end
+        if not pos then return (kernel_dense(kernel, star, points, false)) end
+        lin = lin * #axes[k] + (pos - 1)
+      end
+      sidx[i] = lin + 1
+    end
+    return lt.submatrix(G, sidx, index)
+  end
+  return cov
+end
+
+----------------------------------------------------------------- dense --
+
+local function build_dense(kernel, points, want_grads)
+  local K, dK = kernel_dense(kernel, points, points, want_grads)
+  local cov = {
+    kind = "dense",
+    explain = string.format("dense: %d inputs without exploitable structure", #points),
+    K = lt.psd(K),
+  }
+  function cov.derivative(p) return dK[p] end
+  function cov.cross(star) return (kernel_dense(kernel, star, points, false)) end
+  return cov
+end
+
+--- Builds the covariance for `kernel` over `points` (an array of coordinate
+-- arrays). opts.structure forces "toeplitz", "kron", "dense" (or "auto").
+function structure.build(kernel, points, opts)
+  opts = opts or {}
+  local want = opts.structure or "auto"
+  local want_grads = opts.gradients ~= false
+  if want == "auto" or want == "toeplitz" then
+    local x0, h = regular_spacing(points)
+    if x0 and kernel:is_stationary() then
+      return build_toeplitz(kernel, points, x0, h, want_grads)
+    end
+    if want == "toeplitz" then
+      error("lazytensor: gp: toeplitz structure needs regularly spaced 1-d inputs and a "
+            .. "stationary kernel", 0)
+    end
+  end
+  if want == "auto" or want == "kron" then
+    local axes, index, ngrid = grid_of(points)
+    local cov = axes and build_kron(kernel, points, axes, index, ngrid, want_grads)
+    if cov then return cov end
+    if want == "kron" then
+      error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 0)
+    end
+  end
+  return build_dense(kernel, points, want_grads)
+end
+
+--- Prior variances k(x, x) at each point.
+function structure.prior_variance(kernel, points)
+  local v = {}
+  for i, p in ipairs(points) do v[i] = kernel:value(p, p) end
+  return lt.tensor(v)
+end
+
+structure.regular_spacing = regular_spacing
+structure.kernel_dense = kernel_dense
+return structure

@@ -1,0 +1,35 @@
+-- The demos run end to end and say what the issue asks of them: the CO2
+-- forecast continues the trend, the volcano GP beats bilinear interpolation.
+-- The interpreter the suite runs under (tools/run-tests.sh exports LUA).
+local function run(script)
+  local lua = os.getenv("LUA") or "lua5.4"
+  local env = "LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;'"
+  local cmd = string.format("%s %s %s 2>&1", env, lua, script)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+describe("examples", function()
+  it("volcano: the Kronecker GP beats bilinear interpolation on held-out cells", function()
+    local ok, out = run("examples/volcano.lua")
+    assert.is_true(ok, out)
+    local gp_rmse, bi_rmse =
+      out:match("held%-out RMSE: GP ([%d.]+) m, bilinear interpolation ([%d.]+) m")
+    assert.is_truthy(gp_rmse, out)
+    assert.is_true(tonumber(gp_rmse) < tonumber(bi_rmse))
+    assert.matches("structure: kron_masked", out, 1, true)
+  end)
+
+  it("co2: picks Toeplitz and forecasts a rising, seasonal series", function()
+    local ok, out = run("examples/co2.lua")
+    assert.is_true(ok, out)
+    assert.matches("structure: toeplitz", out, 1, true)
+    local f1998 = tonumber(out:match("forecast 1998%.0: ([%d.]+) ppm"))
+    local f2007 = tonumber(out:match("forecast 2007%.0: ([%d.]+) ppm"))
+    -- Last observation (Dec 1997) is 364.5 ppm; the trend is ~1.5 ppm a year.
+    assert.is_true(f1998 > 360 and f1998 < 370)
+    assert.is_true(f2007 > f1998 + 5)
+  end)
+end)

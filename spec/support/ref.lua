@@ -1,0 +1,170 @@
+-- Pure-Lua reference computations for the specs: plain loops over nested
+-- tables, independent of the library they check.
+local ref = {}
+
+function ref.matmul(a, b)
+  local out = {}
+  for i = 1, #a do
+    out[i] = {}
+    for j = 1, #b[1] do
+      local s = 0
+      for k = 1, #b do s = s + a[i][k] * b[k][j] end
+      out[i][j] = s
+    end
+  end
+  return out
+end
+
+function ref.matvec(a, x)
+  local out = {}
+  for i = 1, #a do
+    local s = 0
+    for k = 1, #x do s = s + a[i][k] * x[k] end
+    out[i] = s
+  end
+  return out
+end
+
+function ref.transpose(a)
+  local out = {}
+  for j = 1, #a[1] do
+    out[j] = {}
+    for i = 1, #a do out[j][i] = a[i][j] end
+  end
+  return out
+end
+
+function ref.eye(n)
+  local out = {}
+  for i = 1, n do
+    out[i] = {}
+    for j = 1, n do out[i][j] = i == j and 1 or 0 end
+  end
+  return out
+end
+
+function ref.diagm(d)
+  local out = {}
+  for i = 1, #d do
+    out[i] = {}
+    for j = 1, #d do out[i][j] = i == j and d[i] or 0 end
+  end
+  return out
+end
+
+function ref.add(a, b)
+  local out = {}
+  for i = 1, #a do
+    out[i] = {}
+    for j = 1, #a[i] do out[i][j] = a[i][j] + b[i][j] end
+  end
+  return out
+end
+
+-- Copy of a matrix (nested table).
+local function copy(a)
+  local out = {}
+  for i = 1, #a do
+    out[i] = {}
+    for j = 1, #a[i] do out[i][j] = a[i][j] end
+  end
+  return out
+end
+ref.copy = copy
+
+-- Gaussian elimination with partial pivoting: solves A x = b for a vector b
+-- or a matrix b (list of rows). Returns x (same form as b) and det A.
+function ref.solve(a, b)
+  local n = #a
+  local m = copy(a)
+  local vector = type(b[1]) == "number"
+  local rhs = {}
+  for i = 1, n do rhs[i] = vector and {b[i]} or {table.unpack(b[i])} end
+  local k = #rhs[1]
+  local det = 1
+  for c = 1, n do
+    local p = c
+    for r = c + 1, n do
+      if math.abs(m[r][c]) > math.abs(m[p][c]) then p = r end
+    end
+    if m[p][c] == 0 then return nil, 0 end
+    if p ~= c then
+      m[p], m[c] = m[c], m[p]
+      rhs[p], rhs[c] = rhs[c], rhs[p]
+      det = -det
+    end
+    det = det * m[c][c]
+    for r = c + 1, n do
+      local f = m[r][c] / m[c][c]
+      for j = c, n do m[r][j] = m[r][j] - f * m[c][j] end
+      for j = 1, k do rhs[r][j] = rhs[r][j] - f * rhs[c][j] end
+    end
+  end
+  local x = {}
+  for i = n, 1, -1 do
+    x[i] = {}
+    for j = 1, k do
+      local s = rhs[i][j]
+      for c = i + 1, n do s = s - m[i][c] * x[c][j] end
+      x[i][j] = s / m[i][i]
+    end
+  end
+  if vector then
+    local v = {}
+    for i = 1, n do v[i] = x[i][1] end
+    return v, det
+  end
+  return x, det
+end
+
+function ref.det(a)
+  local _, d = ref.solve(a, (function()
+    local z = {}
+    for i = 1, #a do z[i] = 0 end
+    return z
+  end)())
+  return d
+end
+
+-- Largest absolute difference between two numbers / nested tables.
+function ref.maxdiff(a, b)
+  if type(a) == "number" then return math.abs(a - b) end
+  assert(#a == #b, ("lengths differ: %d and %d"):format(#a, #b))
+  local m = 0
+  for i = 1, #a do m = math.max(m, ref.maxdiff(a[i], b[i])) end
+  return m
+end
+
+-- Asserts two numbers or nested tables agree to tol (1e-10 by default).
+function ref.near(expected, actual, tol)
+  tol = tol or 1e-10
+  local d = ref.maxdiff(expected, actual)
+  if d ~= d or d > tol then
+    error(("values differ by %g (tolerance %g)"):format(d, tol), 2)
+  end
+  return true
+end
+
+-- Symmetric positive definite test matrix: B Bᵀ + n I from a fixed pattern.
+function ref.spd(n)
+  local b = {}
+  for i = 1, n do
+    b[i] = {}
+    for j = 1, n do b[i][j] = math.sin(i * 1.3 + j * 0.7) end
+  end
+  local a = ref.matmul(b, ref.transpose(b))
+  for i = 1, n do a[i][i] = a[i][i] + n end
+  return a
+end
+
+-- A general (non-symmetric) test matrix.
+function ref.general(m, n)
+  local a = {}
+  for i = 1, m do
+    a[i] = {}
+    for j = 1, n do a[i][j] = math.cos(i * 0.9 - j * 1.7) + (i == j and 2 or 0) end
+  end
+  return a
+end
+
+return ref

@@ -1,0 +1,629 @@
+/*
+ * ops/blockdiag.c — block-diagonal operators diag(A₁, A₂, ...) of any
+ * operators (square or rectangular blocks; dense ones as private copies;
+ * nested blockdiags are flattened). Every operation works block by block
+ * on the matching row slices of its operand; nothing off the blocks is
+ * ever formed.
+ *
+ * eigh returns eigenvalues sorted ascending and Q as the lazy product of
+ * blockdiag(Qᵢ) with a permutation; svd likewise, descending.
+ */
+#include <string.h>
+
+#include "structured.h"
+#include "ops.h"
+
+/* Row and column offsets of the blocks: block i covers rows
+ * [roff[i], roff[i+1]) and columns [coff[i], coff[i+1]). */
+typedef struct offsets {
+  int n;
+  size_t *roff, *coff;
+} offsets;
+
+static const offsets *offs(const lt_tensor *self) { return self->payload; }
+static int nblocks(const lt_tensor *self) { return self->nchildren; }
+static lt_tensor *block(const lt_tensor *self, int i) { return self->children[i]; }
+
+static int all_square(const lt_tensor *self) {
+  for (int i = 0; i < nblocks(self); i++)
+    if (!lt_is_square(block(self, i))) return 0;
+  return 1;
+}
+
+/* Rows [off, off+len) of a contiguous matrix: a contiguous view. */
+static lt_tensor *slab(lt_context *ctx, lt_tensor *X, size_t off, size_t len) {
+  return lt_dense_narrow(ctx, X, 0, off, len);
+}
+
+/* Copies Y (len×c) into rows [off, off+len) of the contiguous out. */
+static int place(lt_context *ctx, lt_tensor *out, size_t off, lt_tensor *Y) {
+  lt_tensor *c = lt_dense_contiguous(ctx, Y);
+  if (c == NULL) return LT_ERR;
+  size_t k = out->shape[1];
+  memcpy(lt_dense_data(out) + off * k, lt_dense_data(c), lt_numel(c) * sizeof(double));
+  lt_release(ctx, c);
+  return LT_OK;
+}
+
+typedef lt_tensor *(*block_fn)(lt_context *ctx, lt_tensor *A, lt_tensor *X, void *ud);
+
+/* out = diag(f(Aᵢ, Xᵢ)) stacked: Xᵢ are the slabs of X at in[], results
+ * placed at out_off[]. */
+static lt_tensor *blockwise(lt_context *ctx, lt_tensor *self, lt_tensor *X, const size_t *in,
+                            const size_t *out_off, size_t out_rows, block_fn f, void *ud) {
+  size_t k = X->shape[1];
+  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){out_rows, k});
+  if (out == NULL) return NULL;
+  for (int i = 0; i < nblocks(self); i++) {
+    size_t len = in[i + 1] - in[i];
+    if (out_off[i + 1] == out_off[i]) continue;
+    if (len == 0) continue; /* an empty input: the block's product is zero */
+    lt_tensor *Xi = slab(ctx, X, in[i], len);
+    lt_tensor *Yi = Xi ? f(ctx, block(self, i), Xi, ud) : NULL;
+    lt_release(ctx, Xi);
+    if (Yi == NULL || place(ctx, out, out_off[i], Yi) != LT_OK) {
+      lt_release(ctx, Yi);
+      lt_release(ctx, out);
+      return NULL;
+    }
+    lt_release(ctx, Yi);
+  }
+  return out;
+}
+
+static lt_tensor *fn_apply(lt_context *ctx, lt_tensor *A, lt_tensor *X, void *ud) {
+  (void)ud;
+  return lt_apply(ctx, A, X);
+}
+
+static lt_tensor *fn_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X, void *ud) {
+  (void)ud;
+  return lt_apply_t(ctx, A, X);
+}
+
+static lt_tensor *bd_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return blockwise(ctx, self, X, offs(self)->coff, offs(self)->roff, self->shape[0], fn_apply,
+                   NULL);
+}
+
+static lt_tensor *bd_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return blockwise(ctx, self, X, offs(self)->roff, offs(self)->coff, self->shape[1], fn_apply_t,
+                   NULL);
+}
+
+/* The block holding row i (the last block whose rows start at or before
+ * i and that has rows). */
+static int block_of_row(const lt_tensor *self, size_t i) {
+  const size_t *r = offs(self)->roff;
+  int lo = 0, hi = nblocks(self) - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (r[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+static int bd_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  int b = block_of_row(self, i);
+  const offsets *o = offs(self);
+  if (j < o->coff[b] || j >= o->coff[b + 1]) {
+    *out = 0;
+    return LT_OK;
+  }
+  return lt_get(ctx, block(self, b), i - o->roff[b], j - o->coff[b], out);
+}
+
+static int bd_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  int b = block_of_row(self, i);
+  const offsets *o = offs(self);
+  memset(out, 0, self->shape[1] * sizeof(double));
+  if (o->coff[b + 1] == o->coff[b]) return LT_OK;
+  lt_tensor *r = lt_row(ctx, block(self, b), i - o->roff[b]);
+  if (r == NULL) return LT_ERR;
+  for (size_t j = 0; j < r->shape[0]; j++)
+    out[o->coff[b] + j] = lt_dense_data(r)[(ptrdiff_t)j * r->strides[0]];
+  lt_release(ctx, r);
+  return LT_OK;
+}
+
+static void offsets_free(lt_context *ctx, offsets *o) {
+  if (o == NULL) return;
+  lt_free(ctx, o->roff, (size_t)(o->n + 1) * sizeof(size_t));
+  lt_free(ctx, o->coff, (size_t)(o->n + 1) * sizeof(size_t));
+  lt_free(ctx, o, sizeof *o);
+}
+
+static void bd_destroy(lt_context *ctx, lt_tensor *self) { offsets_free(ctx, self->payload); }
+
+static size_t bd_payload_bytes(const lt_tensor *self) {
+  return sizeof(offsets) + 2 * (size_t)(offs(self)->n + 1) * sizeof(size_t);
+}
+
+const lt_type lt_blockdiag_type = {
+    .name = "blockdiag",
+    .matmul = bd_matmul,
+    .t_matmul = bd_t_matmul,
+    .entry = bd_entry,
+    .row = bd_row,
+    .destroy = bd_destroy,
+    .payload_bytes = bd_payload_bytes,
+};
+
+/* ------------------------------------------------------------ construction */
+
+/* From private blocks (retained, not copied). */
+static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n) {
+  offsets *o = lt_calloc(ctx, 1, sizeof *o);
+  if (o == NULL) return NULL;
+  o->n = n;
+  o->roff = lt_malloc(ctx, (size_t)(n + 1) * sizeof(size_t));
+  o->coff = lt_malloc(ctx, (size_t)(n + 1) * sizeof(size_t));
+  if (o->roff == NULL || o->coff == NULL) {
+    if (o->roff) lt_free(ctx, o->roff, (size_t)(n + 1) * sizeof(size_t));
+    if (o->coff) lt_free(ctx, o->coff, (size_t)(n + 1) * sizeof(size_t));
+    lt_free(ctx, o, sizeof *o);
+    return NULL;
+  }
+  o->roff[0] = o->coff[0] = 0;
+  for (int i = 0; i < n; i++) {
+    o->roff[i + 1] = o->roff[i] + b[i]->shape[0];
+    o->coff[i + 1] = o->coff[i] + b[i]->shape[1];
+    if (o->roff[i + 1] < o->roff[i] || o->coff[i + 1] < o->coff[i]) {
+      offsets_free(ctx, o);
+      lt_error(ctx, "blockdiag: size overflow");
+      return NULL;
+    }
+  }
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_BLOCKDIAG, o->roff[n], o->coff[n], b, n, o);
+  if (t == NULL) {
+    offsets_free(ctx, o);
+    return NULL;
+  }
+  int square = 1, sym = 1, asym = 0, psd = 1, notpsd = 0, lower = 1, upper = 1;
+  for (int i = 0; i < n; i++) {
+    if (!lt_is_square(b[i])) {
+      square = 0;
+      break;
+    }
+    lt_tristate s = lt_is_symmetric(ctx, b[i]), p = lt_is_psd(ctx, b[i]);
+    if (s != LT_YES) sym = 0;
+    if (s == LT_NO) asym = 1;
+    if (p != LT_YES) psd = 0;
+    if (p == LT_NO) notpsd = 1;
+    if (lt_prop_get(b[i], LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(b[i], LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  if (square) {
+    /* diag(Aᵢ) is symmetric (PSD) exactly when every block is. */
+    t->props[LT_PROP_SYMMETRIC] = sym ? LT_YES : asym ? LT_NO : LT_UNKNOWN;
+    t->props[LT_PROP_PSD] = psd ? LT_YES : notpsd ? LT_NO : LT_UNKNOWN;
+    if (lower) t->props[LT_PROP_LOWER] = LT_YES;
+    if (upper) t->props[LT_PROP_UPPER] = LT_YES;
+  }
+  return t;
+}
+
+static lt_tensor *private_block(lt_context *ctx, lt_tensor *f) {
+  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
+  lt_tensor *c = lt_dense_clone(ctx, f);
+  if (c == NULL) return NULL;
+  if (lt_is_square(f)) {
+    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
+    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
+  }
+  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
+  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
+  return c;
+}
+
+lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n) {
+  if (n < 1) {
+    lt_error(ctx, "blockdiag: needs at least one block");
+    return NULL;
+  }
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (blocks[i]->ndim != 2) {
+      char buf[64];
+      lt_error(ctx, "blockdiag: block %d must be a matrix, got %s", i + 1,
+               lt_shape_string(blocks[i], buf, sizeof buf));
+      return NULL;
+    }
+    total += blocks[i]->type_id == LT_TYPE_BLOCKDIAG ? (size_t)blocks[i]->nchildren : 1;
+  }
+  if (total > 1000000) {
+    lt_error(ctx, "blockdiag: too many blocks (%zu)", total);
+    return NULL;
+  }
+  lt_tensor **b = lt_malloc(ctx, total * sizeof *b);
+  if (b == NULL) return NULL;
+  int k = 0, ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    if (blocks[i]->type_id == LT_TYPE_BLOCKDIAG) {
+      for (int j = 0; j < blocks[i]->nchildren; j++) b[k++] = lt_retain(blocks[i]->children[j]);
+    } else if ((b[k] = private_block(ctx, blocks[i])) != NULL) {
+      k++;
+    } else {
+      ok = 0;
+    }
+  }
+  lt_tensor *t = ok ? blockdiag_from(ctx, b, k) : NULL;
+  for (int i = 0; i < k; i++) lt_release(ctx, b[i]);
+  lt_free(ctx, b, total * sizeof *b);
+  return t;
+}
+
+/* blockdiag of op(block i) for every i. */
+typedef lt_tensor *(*block_op)(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *self,
+                               void *ud);
+
+static lt_tensor *map_blocks(lt_context *ctx, const lt_tensor *self, block_op op, void *ud) {
+  int n = nblocks(self), done = 0;
+  lt_tensor **b = lt_malloc(ctx, (size_t)n * sizeof *b);
+  if (b == NULL) return NULL;
+  for (; done < n; done++)
+    if ((b[done] = op(ctx, block(self, done), done, self, ud)) == NULL) break;
+  lt_tensor *t = done == n ? lt_blockdiag_new(ctx, b, n) : NULL;
+  for (int i = 0; i < done; i++) lt_release(ctx, b[i]);
+  lt_free(ctx, b, (size_t)n * sizeof *b);
+  return t;
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s, (void)u;
+  return lt_transpose(ctx, A);
+}
+static lt_tensor *op_scale(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s;
+  return lt_scale(ctx, A, *(const double *)u);
+}
+static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s;
+  return lt_cholesky(ctx, A, *(const int *)u);
+}
+static lt_tensor *op_root(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s;
+  lt_info info = {0};
+  lt_tensor *r = lt_root(ctx, A, &info);
+  st_merge_info(u, &info);
+  return r;
+}
+static lt_tensor *op_root_inv(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s;
+  lt_info info = {0};
+  lt_tensor *r = lt_root_inv(ctx, A, &info);
+  st_merge_info(u, &info);
+  return r;
+}
+static lt_tensor *op_inverse(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  (void)i, (void)s, (void)u;
+  return lt_inverse(ctx, A);
+}
+/* A + diag(d[block slice]) or A + c·I. */
+static lt_tensor *op_add_diag(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
+  lt_tensor *d = u;
+  if (d->ndim == 0) return lt_add_diag(ctx, A, d);
+  lt_tensor *slice = lt_dense_narrow(ctx, d, 0, offs(s)->roff[i], A->shape[0]);
+  lt_tensor *out = slice ? lt_add_diag(ctx, A, slice) : NULL;
+  lt_release(ctx, slice);
+  return out;
+}
+
+static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return st_done(res, lt_retain(args->a));
+  return st_done(res, map_blocks(ctx, args->a, op_transpose, NULL));
+}
+
+static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double c = args->scalar;
+  return st_done(res, map_blocks(ctx, args->a, op_scale, &c));
+}
+
+static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  int upper = args->flag;
+  return st_done(res, map_blocks(ctx, args->a, op_cholesky, &upper));
+}
+
+static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  lt_info info = {0};
+  lt_tensor *t = map_blocks(ctx, args->a, ud ? op_root_inv : op_root, &info);
+  res->info = info;
+  return st_done(res, t);
+}
+
+static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  return st_done(res, map_blocks(ctx, args->a, op_inverse, NULL));
+}
+
+static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  return st_done(res, map_blocks(ctx, args->a, op_add_diag, args->b));
+}
+
+/* blockdiag + diag / identity: add_diag block by block. */
+static int rule_add_diagonal_op(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *d;
+  if (args->b->type_id == LT_TYPE_DIAG) {
+    d = lt_retain(args->b->children[0]);
+  } else {
+    double c;
+    if (lt_get(ctx, args->b, 0, 0, &c) != LT_OK) return LT_ERR;
+    d = lt_dense_scalar(ctx, c);
+  }
+  if (d == NULL) return LT_ERR;
+  lt_tensor *t = map_blocks(ctx, args->a, op_add_diag, d);
+  lt_release(ctx, d);
+  return st_done(res, t);
+}
+
+/* Blocks conform pairwise: same count, and for add the same shapes, for
+ * matmul cols(Aᵢ) = rows(Bᵢ). */
+static int conforming(const lt_tensor *a, const lt_tensor *b, int matmul) {
+  if (nblocks(a) != nblocks(b)) return 0;
+  for (int i = 0; i < nblocks(a); i++) {
+    const lt_tensor *x = block(a, i), *y = block(b, i);
+    if (matmul ? x->shape[1] != y->shape[0]
+               : (x->shape[0] != y->shape[0] || x->shape[1] != y->shape[1]))
+      return 0;
+  }
+  return 1;
+}
+
+/* diag(Aᵢ) ∘ diag(Bᵢ) = diag(Aᵢ ∘ Bᵢ) for +, -, matmul. */
+static int rule_pairwise(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  int op = (int)(intptr_t)ud;
+  lt_tensor *a = args->a, *b = args->b;
+  if (!conforming(a, b, op == LT_OP_MATMUL)) return LT_NOT_IMPLEMENTED;
+  int n = nblocks(a), done = 0;
+  lt_tensor **c = lt_malloc(ctx, (size_t)n * sizeof *c);
+  if (c == NULL) return LT_ERR;
+  for (; done < n; done++) {
+    lt_tensor *x = block(a, done), *y = block(b, done);
+    c[done] = op == LT_OP_ADD ? lt_add(ctx, x, y)
+              : op == LT_OP_SUB ? lt_sub(ctx, x, y)
+                                : lt_matmul(ctx, x, y);
+    if (c[done] == NULL) break;
+  }
+  lt_tensor *t = done == n ? lt_blockdiag_new(ctx, c, n) : NULL;
+  for (int i = 0; i < done; i++) lt_release(ctx, c[i]);
+  lt_free(ctx, c, (size_t)n * sizeof *c);
+  return st_done(res, t);
+}
+
+static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *out = lt_dense_vector(ctx, a->shape[0]);
+  if (out == NULL) return LT_ERR;
+  for (int i = 0; i < nblocks(a); i++) {
+    if (block(a, i)->shape[0] == 0) continue;
+    lt_tensor *d = lt_diagonal(ctx, block(a, i));
+    lt_tensor *dc = d ? lt_dense_contiguous(ctx, d) : NULL;
+    lt_release(ctx, d);
+    if (dc == NULL) {
+      lt_release(ctx, out);
+      return LT_ERR;
+    }
+    memcpy(lt_dense_data(out) + offs(a)->roff[i], lt_dense_data(dc),
+           dc->shape[0] * sizeof(double));
+    lt_release(ctx, dc);
+  }
+  return st_done(res, out);
+}
+
+static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  double s = 0;
+  for (int i = 0; i < nblocks(args->a); i++) {
+    double t;
+    if (block(args->a, i)->shape[0] == 0) continue;
+    if (lt_trace(ctx, block(args->a, i), &t) != LT_OK) return LT_ERR;
+    s += t;
+  }
+  res->x[0] = s;
+  return LT_OK;
+}
+
+static lt_tensor *fn_solve(lt_context *ctx, lt_tensor *A, lt_tensor *X, void *ud) {
+  lt_info info = {0};
+  lt_tensor *out = lt_solve(ctx, A, X, &info);
+  if (out) st_merge_info(ud, &info);
+  return out;
+}
+
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *B = st_rhs(ctx, args->b);
+  if (B == NULL) return LT_ERR;
+  lt_info info = {0};
+  lt_tensor *X =
+      blockwise(ctx, a, B, offs(a)->roff, offs(a)->roff, a->shape[0], fn_solve, &info);
+  lt_release(ctx, B);
+  if (X == NULL) return LT_ERR;
+  res->info = info;
+  return st_done(res, st_like_rhs(ctx, X, args->b));
+}
+
+/* Σ over blocks of logdet (which == LT_OP_LOGDET), inv_quad or both. A
+ * block with a negative determinant (NaN) leaves the sign to the generic
+ * rule. */
+static int rule_sums(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  int op = args->op;
+  lt_tensor *B = op == LT_OP_LOGDET ? NULL : st_rhs(ctx, args->b);
+  if (op != LT_OP_LOGDET && B == NULL) return LT_ERR;
+  double q = 0, l = 0;
+  lt_info all = {0};
+  int rc = LT_OK;
+  for (int i = 0; i < nblocks(a) && rc == LT_OK; i++) {
+    lt_tensor *A = block(a, i);
+    if (A->shape[0] == 0) continue;
+    lt_info info = {0};
+    double qi = 0, li = 0;
+    lt_tensor *Bi = B ? slab(ctx, B, offs(a)->roff[i], A->shape[0]) : NULL;
+    if (B && Bi == NULL) {
+      rc = LT_ERR;
+      break;
+    }
+    if (op == LT_OP_LOGDET) rc = lt_logdet(ctx, A, &li, &info);
+    else if (op == LT_OP_INV_QUAD) rc = lt_inv_quad(ctx, A, Bi, &qi, &info);
+    else rc = lt_inv_quad_logdet(ctx, A, Bi, &qi, &li, &info);
+    lt_release(ctx, Bi);
+    if (rc == LT_OK && li != li) rc = LT_NOT_IMPLEMENTED;
+    st_merge_info(&all, &info);
+    q += qi;
+    l += li;
+  }
+  lt_release(ctx, B);
+  if (rc != LT_OK) return rc;
+  if (op == LT_OP_LOGDET) {
+    res->x[0] = l;
+  } else {
+    res->x[0] = q;
+    res->x[1] = l;
+  }
+  res->info = all;
+  return LT_OK;
+}
+
+/* Stacks per-block spectra: values into one vector, vectors into a
+ * blockdiag, then sorts (eigh: ascending; svd: descending). */
+static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  int n = nblocks(a), done = 0, rc = LT_ERR;
+  lt_tensor **q = lt_calloc(ctx, (size_t)n, sizeof *q);
+  lt_tensor *w = lt_dense_vector(ctx, a->shape[0]), *Q = NULL;
+  lt_info all = {0};
+  if (q == NULL || w == NULL) goto out;
+  for (; done < n; done++) {
+    lt_tensor *wi;
+    lt_info info = {0};
+    if (lt_eigh(ctx, block(a, done), &wi, &q[done], &info) != LT_OK) goto out;
+    st_merge_info(&all, &info);
+    lt_tensor *wc = lt_dense_contiguous(ctx, wi);
+    lt_release(ctx, wi);
+    if (wc == NULL) goto out;
+    memcpy(lt_dense_data(w) + offs(a)->roff[done], lt_dense_data(wc),
+           wc->shape[0] * sizeof(double));
+    lt_release(ctx, wc);
+  }
+  Q = lt_blockdiag_new(ctx, q, n);
+  if (Q == NULL) goto out;
+  rc = st_sort_spectrum(ctx, lt_dense_data(w), a->shape[0], 0, Q, NULL, &res->t[0], &res->t[1],
+                        NULL);
+  res->info = all;
+out:
+  if (q)
+    for (int i = 0; i < n; i++) lt_release(ctx, q[i]);
+  if (q) lt_free(ctx, q, (size_t)n * sizeof *q);
+  lt_release(ctx, w);
+  lt_release(ctx, Q);
+  return rc;
+}
+
+static int rule_svd(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a;
+  int n = nblocks(a);
+  size_t r = 0;
+  for (int i = 0; i < n; i++) {
+    size_t m = block(a, i)->shape[0], c = block(a, i)->shape[1];
+    r += m < c ? m : c;
+  }
+  if (r != (a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1])) return LT_NOT_IMPLEMENTED;
+  for (int i = 0; i < n; i++)
+    if (block(a, i)->shape[0] == 0 || block(a, i)->shape[1] == 0) return LT_NOT_IMPLEMENTED;
+  lt_tensor **u = lt_calloc(ctx, (size_t)n, sizeof *u);
+  lt_tensor **v = lt_calloc(ctx, (size_t)n, sizeof *v);
+  lt_tensor *S = lt_dense_vector(ctx, r), *U = NULL, *V = NULL;
+  int rc = LT_ERR;
+  size_t at = 0;
+  if (u == NULL || v == NULL || S == NULL) goto out;
+  for (int i = 0; i < n; i++) {
+    lt_tensor *si;
+    if (lt_svd(ctx, block(a, i), &u[i], &si, &v[i]) != LT_OK) goto out;
+    lt_tensor *sc = lt_dense_contiguous(ctx, si);
+    lt_release(ctx, si);
+    if (sc == NULL) goto out;
+    memcpy(lt_dense_data(S) + at, lt_dense_data(sc), sc->shape[0] * sizeof(double));
+    at += sc->shape[0];
+    lt_release(ctx, sc);
+  }
+  if ((U = lt_blockdiag_new(ctx, u, n)) == NULL || (V = lt_blockdiag_new(ctx, v, n)) == NULL)
+    goto out;
+  rc = st_sort_spectrum(ctx, lt_dense_data(S), r, 1, U, V, &res->t[1], &res->t[0], &res->t[2]);
+out:
+  for (int i = 0; i < n; i++) {
+    if (u) lt_release(ctx, u[i]);
+    if (v) lt_release(ctx, v[i]);
+  }
+  if (u) lt_free(ctx, u, (size_t)n * sizeof *u);
+  if (v) lt_free(ctx, v, (size_t)n * sizeof *v);
+  lt_release(ctx, S);
+  lt_release(ctx, U);
+  lt_release(ctx, V);
+  return rc;
+}
+
+int lt_register_blockdiag_rules(lt_context *ctx) {
+  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY;
+  struct {
+    int op, a, b;
+    lt_rule_fn fn;
+    void *ud;
+    int symmetric;
+    const char *name;
+  } rules[] = {
+      {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
+      {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},
+      {LT_OP_ADD, B, B, rule_pairwise, (void *)(intptr_t)LT_OP_ADD, 0,
+       "blockdiag + blockdiag (matching blocks)"},
+      {LT_OP_SUB, B, B, rule_pairwise, (void *)(intptr_t)LT_OP_SUB, 0,
+       "blockdiag - blockdiag (matching blocks)"},
+      {LT_OP_MATMUL, B, B, rule_pairwise, (void *)(intptr_t)LT_OP_MATMUL, 0,
+       "blockdiag * blockdiag (conforming blocks)"},
+      {LT_OP_ADD_DIAG, B, ANY, rule_add_diag, NULL, 0, "blockdiag add_diag (blockwise)"},
+      {LT_OP_ADD, B, LT_TYPE_DIAG, rule_add_diagonal_op, NULL, 1, "blockdiag + diag (blockwise)"},
+      {LT_OP_ADD, B, LT_TYPE_IDENTITY, rule_add_diagonal_op, NULL, 1,
+       "blockdiag + identity (blockwise)"},
+      {LT_OP_DIAGONAL, B, ANY, rule_diagonal, NULL, 0, "blockdiag diagonal (blockwise)"},
+      {LT_OP_TRACE, B, ANY, rule_trace, NULL, 0, "blockdiag trace (sum of blocks)"},
+      {LT_OP_SOLVE, B, ANY, rule_solve, NULL, 0, "blockdiag solve (blockwise)"},
+      {LT_OP_LOGDET, B, ANY, rule_sums, NULL, 0, "blockdiag logdet (sum of blocks)"},
+      {LT_OP_INV_QUAD, B, ANY, rule_sums, NULL, 0, "blockdiag inv_quad (sum of blocks)"},
+      {LT_OP_INV_QUAD_LOGDET, B, ANY, rule_sums, NULL, 0,
+       "blockdiag inv_quad_logdet (sum of blocks)"},
+      {LT_OP_CHOLESKY, B, ANY, rule_cholesky, NULL, 0, "blockdiag cholesky (blockwise)"},
+      {LT_OP_ROOT, B, ANY, rule_root, NULL, 0, "blockdiag root (blockwise)"},
+      {LT_OP_ROOT_INV, B, ANY, rule_root, (void *)1, 0, "blockdiag root_inv (blockwise)"},
+      {LT_OP_INVERSE, B, ANY, rule_inverse, NULL, 0, "blockdiag inverse (blockwise)"},
+      {LT_OP_EIGH, B, ANY, rule_eigh, NULL, 0, "blockdiag eigh (blockwise, sorted)"},
+      {LT_OP_SVD, B, ANY, rule_svd, NULL, 0, "blockdiag svd (blockwise, sorted)"},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
+                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
+      return LT_ERR;
+  return LT_OK;
+}

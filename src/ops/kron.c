@@ -1,0 +1,889 @@
+/*
+ * ops/kron.c — Kronecker products F₁ ⊗ F₂ ⊗ ... ⊗ F_p of any operators
+ * (children, dense ones as private copies; nested krons are flattened).
+ * Row index i of the product is the mixed-radix number (i₁, ..., i_p) with
+ * the first factor most significant, as in numpy.kron.
+ *
+ * Nothing of the full size is ever formed: products, solves and the
+ * eigenvector transforms act factor by factor on the right-hand side viewed
+ * as a p+1-dimensional array (the "vec trick"): for factor i the array is
+ * permuted so that axis i leads, multiplied by Fᵢ (or Fᵢ⁻¹, Qᵢᵀ, ...) in one
+ * call, and permuted back. Memory: a few copies of the right-hand side.
+ *
+ * kron + s·I ("kron_plus_identity", see below) is solved through the
+ * factors' eigendecompositions: K = Q Λ Qᵀ with Q = ⊗Qᵢ, Λ = ⊗Λᵢ, so
+ * (K + sI)⁻¹ = Q (Λ + s)⁻¹ Qᵀ and log det = Σ log(λ + s).
+ *
+ * eigh returns eigenvalues sorted ascending and Q as the lazy product of
+ * ⊗Qᵢ with a permutation (O(n) memory); svd likewise, descending.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "structured.h"
+#include "ops.h"
+
+#define KRON_MAX_FACTORS 64
+
+static int nfactors(const lt_tensor *k) { return k->nchildren; }
+static lt_tensor *factor(const lt_tensor *k, int i) { return k->children[i]; }
+
+static int all_square(const lt_tensor *k) {
+  for (int i = 0; i < nfactors(k); i++)
+    if (!lt_is_square(factor(k, i))) return 0;
+  return 1;
+}
+
+/* ------------------------------------------------------- the vec trick */
+
+/* What to do with one factor: map the in×m matrix X to an out×m one. */
+typedef lt_tensor *(*factor_fn)(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud);
+
+/* Applies fn(F_i) along axis i of X (contiguous, viewed as in₁×...×in_p×c),
+ * for i = 1..p; out_i is the size fn gives axis i. Returns (Π out)×c. */
+static lt_tensor *apply_factors(lt_context *ctx, int p, lt_tensor *const *F, const size_t *in,
+                                const size_t *out, lt_tensor *X, factor_fn fn, void *ud) {
+  size_t c = X->shape[1];
+  lt_tensor *T = lt_retain(X);
+  for (int i = 0; i < p; i++) {
+    size_t A = 1, B = c;
+    for (int j = 0; j < i; j++) A *= out[j];
+    for (int j = i + 1; j < p; j++) B *= in[j];
+    /* T is (A, in_i, B); bring axis i to the front: (in_i, A·B). */
+    lt_tensor *P;
+    if (A == 1) {
+      P = lt_retain(T);
+    } else {
+      P = lt_dense_matrix(ctx, in[i], A * B);
+      if (P == NULL) goto fail;
+      const double *t = lt_dense_data(T);
+      double *q = lt_dense_data(P);
+      for (size_t a = 0; a < A; a++)
+        for (size_t r = 0; r < in[i]; r++)
+          memcpy(q + r * (A * B) + a * B, t + (a * in[i] + r) * B, B * sizeof(double));
+    }
+    if (P->ndim != 2 || P->shape[0] != in[i] || P->shape[1] != A * B) {
+      /* a retained T viewed with another 2-d shape: reshape it */
+      lt_tensor *r = lt_dense_reshape(ctx, P, 2, (size_t[]){in[i], A * B});
+      lt_release(ctx, P);
+      if ((P = r) == NULL) goto fail;
+    }
+    lt_tensor *Y = fn(ctx, F[i], P, ud);
+    lt_release(ctx, P);
+    if (Y == NULL) goto fail;
+    lt_tensor *Yc = lt_dense_contiguous(ctx, Y);
+    lt_release(ctx, Y);
+    if (Yc == NULL) goto fail;
+    lt_release(ctx, T);
+    if (A == 1) {
+      T = Yc;
+      continue;
+    }
+    /* Y is (out_i, A, B); back to (A, out_i, B). */
+    T = lt_dense_matrix(ctx, A * out[i], B);
+    if (T == NULL) {
+      lt_release(ctx, Yc);
+      return NULL;
+    }
+    const double *y = lt_dense_data(Yc);
+    double *t = lt_dense_data(T);
+    for (size_t a = 0; a < A; a++)
+      for (size_t r = 0; r < out[i]; r++)
+        memcpy(t + (a * out[i] + r) * B, y + r * (A * B) + a * B, B * sizeof(double));
+    lt_release(ctx, Yc);
+  }
+  size_t rows = lt_numel(T) / (c ? c : 1);
+  if (T->shape[0] == rows && T->ndim == 2) return T;
+  lt_tensor *r = c ? lt_dense_reshape(ctx, T, 2, (size_t[]){rows, c}) : lt_retain(T);
+  lt_release(ctx, T);
+  return r;
+fail:
+  lt_release(ctx, T);
+  return NULL;
+}
+
+static void factor_dims(const lt_tensor *k, size_t *rows, size_t *cols) {
+  for (int i = 0; i < nfactors(k); i++) {
+    rows[i] = factor(k, i)->shape[0];
+    cols[i] = factor(k, i)->shape[1];
+  }
+}
+
+static lt_tensor *fn_apply(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud) {
+  (void)ud;
+  return lt_apply(ctx, F, X);
+}
+
+static lt_tensor *fn_apply_t(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud) {
+  (void)ud;
+  return lt_apply_t(ctx, F, X);
+}
+
+static lt_tensor *kron_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS];
+  factor_dims(self, rows, cols);
+  return apply_factors(ctx, nfactors(self), self->children, cols, rows, X, fn_apply, NULL);
+}
+
+static lt_tensor *kron_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS];
+  factor_dims(self, rows, cols);
+  return apply_factors(ctx, nfactors(self), self->children, rows, cols, X, fn_apply_t, NULL);
+}
+
+/* Splits a flat index into the factors' indices (first factor most
+ * significant); dims[i] is the radix of factor i. */
+static void split_index(size_t idx, int p, const size_t *dims, size_t *parts) {
+  for (int i = p - 1; i >= 0; i--) {
+    parts[i] = idx % dims[i];
+    idx /= dims[i];
+  }
+}
+
+static int kron_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  int p = nfactors(self);
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS], ii[KRON_MAX_FACTORS], jj[KRON_MAX_FACTORS];
+  factor_dims(self, rows, cols);
+  split_index(i, p, rows, ii);
+  split_index(j, p, cols, jj);
+  double v = 1;
+  for (int f = 0; f < p && v != 0; f++) {
+    double e;
+    if (lt_get(ctx, factor(self, f), ii[f], jj[f], &e) != LT_OK) return LT_ERR;
+    v *= e;
+  }
+  *out = v;
+  return LT_OK;
+}
+
+/* out ← a ⊗ b (lengths na, nb); out must not alias a or b. */
+static void kron_vectors(const double *a, size_t na, const double *b, size_t nb, double *out) {
+  for (size_t i = 0; i < na; i++)
+    for (size_t j = 0; j < nb; j++) out[i * nb + j] = a[i] * b[j];
+}
+
+/* Kronecker product of 1-d vectors v[0..p) (any strides) into out. */
+static int kron_of_vectors(lt_context *ctx, lt_tensor *const *v, int p, double *out,
+                           size_t total) {
+  if (total == 0) return LT_OK; /* an empty vector: nothing to write */
+  size_t bytes = total * sizeof(double);
+  double *tmp = lt_malloc(ctx, bytes > 0 ? bytes : 1);
+  if (tmp == NULL) return LT_ERR;
+  size_t len = 1;
+  out[0] = 1;
+  for (int f = 0; f < p; f++) {
+    lt_tensor *c = lt_dense_contiguous(ctx, v[f]);
+    if (c == NULL) {
+      lt_free(ctx, tmp, bytes > 0 ? bytes : 1);
+      return LT_ERR;
+    }
+    size_t n = c->shape[0];
+    memcpy(tmp, out, len * sizeof(double));
+    kron_vectors(tmp, len, lt_dense_data(c), n, out);
+    len *= n;
+    lt_release(ctx, c);
+  }
+  lt_free(ctx, tmp, bytes > 0 ? bytes : 1);
+  return LT_OK;
+}
+
+/* Row i of ⊗Fᶠ is ⊗ (row iᶠ of Fᶠ). */
+static int kron_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  int p = nfactors(self);
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS], ii[KRON_MAX_FACTORS];
+  lt_tensor *r[KRON_MAX_FACTORS] = {0};
+  factor_dims(self, rows, cols);
+  split_index(i, p, rows, ii);
+  int rc = LT_OK;
+  for (int f = 0; f < p && rc == LT_OK; f++)
+    if ((r[f] = lt_row(ctx, factor(self, f), ii[f])) == NULL) rc = LT_ERR;
+  if (rc == LT_OK) rc = kron_of_vectors(ctx, r, p, out, self->shape[1]);
+  for (int f = 0; f < p; f++) lt_release(ctx, r[f]);
+  return rc;
+}
+
+const lt_type lt_kron_type = {
+    .name = "kron",
+    .matmul = kron_matmul,
+    .t_matmul = kron_t_matmul,
+    .entry = kron_entry,
+    .row = kron_row,
+};
+
+/* ------------------------------------------------------------ construction */
+
+/* From factors that are already private (retained, not copied). */
+static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
+  size_t rows = 1, cols = 1;
+  for (int i = 0; i < n; i++)
+    if (!lt_mul_size(ctx, "kron", rows, f[i]->shape[0], &rows) ||
+        !lt_mul_size(ctx, "kron", cols, f[i]->shape[1], &cols))
+      return NULL;
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON, rows, cols, f, n, NULL);
+  if (t == NULL) return NULL;
+  int sym = 1, psd = 1, lower = 1, upper = 1;
+  for (int i = 0; i < n; i++) {
+    if (!lt_is_square(f[i]) || lt_is_symmetric(ctx, f[i]) != LT_YES) sym = 0;
+    if (!lt_is_square(f[i]) || lt_is_psd(ctx, f[i]) != LT_YES) psd = 0;
+    if (lt_prop_get(f[i], LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(f[i], LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  if (sym) t->props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (psd) t->props[LT_PROP_PSD] = LT_YES; /* ⊗ of PSD factors is PSD */
+  if (lower) t->props[LT_PROP_LOWER] = LT_YES;
+  if (upper) t->props[LT_PROP_UPPER] = LT_YES;
+  return t;
+}
+
+/* A private version of a factor: dense ones are copied (keeping what is
+ * known of their properties), lazy ones are immutable and retained. */
+static lt_tensor *private_factor(lt_context *ctx, lt_tensor *f) {
+  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
+  lt_tensor *c = lt_dense_clone(ctx, f);
+  if (c == NULL) return NULL;
+  if (lt_is_square(f)) {
+    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
+    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
+  }
+  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
+  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
+  return c;
+}
+
+lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
+  if (n < 1) {
+    lt_error(ctx, "kron: needs at least one factor");
+    return NULL;
+  }
+  int total = 0;
+  for (int i = 0; i < n; i++) {
+    if (factors[i]->ndim != 2) {
+      char buf[64];
+      lt_error(ctx, "kron: factor %d must be a matrix, got %s", i + 1,
+               lt_shape_string(factors[i], buf, sizeof buf));
+      return NULL;
+    }
+    total += factors[i]->type_id == LT_TYPE_KRON ? factors[i]->nchildren : 1;
+  }
+  if (total > KRON_MAX_FACTORS) {
+    lt_error(ctx, "kron: too many factors (%d, at most %d)", total, KRON_MAX_FACTORS);
+    return NULL;
+  }
+  lt_tensor *f[KRON_MAX_FACTORS];
+  int k = 0, ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    if (factors[i]->type_id == LT_TYPE_KRON) {
+      for (int j = 0; j < factors[i]->nchildren; j++) f[k++] = lt_retain(factors[i]->children[j]);
+    } else if ((f[k] = private_factor(ctx, factors[i])) != NULL) {
+      k++;
+    } else {
+      ok = 0;
+    }
+  }
+  lt_tensor *t = ok ? kron_from(ctx, f, k) : NULL;
+  for (int i = 0; i < k; i++) lt_release(ctx, f[i]);
+  return t;
+}
+
+/* A kron of the results of op on each factor (each a new reference). */
+typedef lt_tensor *(*factor_op)(lt_context *ctx, lt_tensor *F, void *ud);
+
+static lt_tensor *kron_map(lt_context *ctx, const lt_tensor *k, factor_op op, void *ud) {
+  lt_tensor *f[KRON_MAX_FACTORS] = {0};
+  int p = nfactors(k), done = 0;
+  for (; done < p; done++)
+    if ((f[done] = op(ctx, factor(k, done), ud)) == NULL) break;
+  lt_tensor *t = done == p ? lt_kron_new(ctx, f, p) : NULL;
+  for (int i = 0; i < done; i++) lt_release(ctx, f[i]);
+  return t;
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *F, void *ud) {
+  (void)ud;
+  return lt_transpose(ctx, F);
+}
+static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *F, void *ud) {
+  return lt_cholesky(ctx, F, *(const int *)ud);
+}
+static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) {
+  return lt_root(ctx, F, ud);
+}
+static lt_tensor *op_root_inv(lt_context *ctx, lt_tensor *F, void *ud) {
+  return lt_root_inv(ctx, F, ud);
+}
+static lt_tensor *op_inverse(lt_context *ctx, lt_tensor *F, void *ud) {
+  (void)ud;
+  return lt_inverse(ctx, F);
+}
+
+static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return st_done(res, lt_retain(args->a));
+  return st_done(res, kron_map(ctx, args->a, op_transpose, NULL));
+}
+
+static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  int upper = args->flag;
+  return st_done(res, kron_map(ctx, args->a, op_cholesky, &upper));
+}
+
+static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  lt_info info = {0};
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *t = kron_map(ctx, args->a, ud ? op_root_inv : op_root, &info);
+  res->info = info;
+  return st_done(res, t);
+}
+
+static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  return st_done(res, kron_map(ctx, args->a, op_inverse, NULL));
+}
+
+/* c·(F₁ ⊗ ...) = (c·F₁) ⊗ ... */
+static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a, *f[KRON_MAX_FACTORS] = {0};
+  int p = nfactors(k);
+  f[0] = lt_scale(ctx, factor(k, 0), args->scalar);
+  if (f[0] == NULL) return LT_ERR;
+  for (int i = 1; i < p; i++) f[i] = factor(k, i);
+  lt_tensor *t = lt_kron_new(ctx, f, p);
+  lt_release(ctx, f[0]);
+  return st_done(res, t);
+}
+
+/* (⊗Aᵢ)(⊗Bᵢ) = ⊗(AᵢBᵢ) when the factors conform pairwise. */
+static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a, *b = args->b, *f[KRON_MAX_FACTORS] = {0};
+  int p = nfactors(a);
+  if (nfactors(b) != p) return LT_NOT_IMPLEMENTED;
+  for (int i = 0; i < p; i++)
+    if (factor(a, i)->shape[1] != factor(b, i)->shape[0]) return LT_NOT_IMPLEMENTED;
+  int done = 0;
+  for (; done < p; done++)
+    if ((f[done] = lt_matmul(ctx, factor(a, done), factor(b, done))) == NULL) break;
+  lt_tensor *t = done == p ? lt_kron_new(ctx, f, p) : NULL;
+  for (int i = 0; i < done; i++) lt_release(ctx, f[i]);
+  return st_done(res, t);
+}
+
+static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a, *d[KRON_MAX_FACTORS] = {0};
+  if (!all_square(k)) return LT_NOT_IMPLEMENTED;
+  int p = nfactors(k), done = 0, rc = LT_ERR;
+  for (; done < p; done++)
+    if ((d[done] = lt_diagonal(ctx, factor(k, done))) == NULL) break;
+  lt_tensor *out = done == p ? lt_dense_vector(ctx, k->shape[0]) : NULL;
+  if (out) rc = kron_of_vectors(ctx, d, p, lt_dense_data(out), k->shape[0]);
+  for (int i = 0; i < done; i++) lt_release(ctx, d[i]);
+  if (rc != LT_OK) {
+    lt_release(ctx, out);
+    return LT_ERR;
+  }
+  return st_done(res, out);
+}
+
+static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
+  double t = 1;
+  for (int i = 0; i < nfactors(args->a); i++) {
+    double ti;
+    if (lt_trace(ctx, factor(args->a, i), &ti) != LT_OK) return LT_ERR;
+    t *= ti;
+  }
+  res->x[0] = t;
+  return LT_OK;
+}
+
+static lt_tensor *fn_solve(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud) {
+  lt_info info = {0};
+  lt_tensor *out = lt_solve(ctx, F, X, &info);
+  if (out) st_merge_info(ud, &info);
+  return out;
+}
+
+/* (⊗Fᵢ)⁻¹ B = (⊗Fᵢ⁻¹) B, factor by factor. */
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a;
+  if (!all_square(k)) return LT_NOT_IMPLEMENTED;
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS];
+  factor_dims(k, rows, cols);
+  lt_tensor *B = st_rhs(ctx, args->b);
+  if (B == NULL) return LT_ERR;
+  lt_info info = {0};
+  lt_tensor *X = apply_factors(ctx, nfactors(k), k->children, cols, rows, B, fn_solve, &info);
+  lt_release(ctx, B);
+  if (X == NULL) return LT_ERR;
+  res->info = info;
+  return st_done(res, st_like_rhs(ctx, X, args->b));
+}
+
+/* log det(⊗Fᵢ) = Σ (N/nᵢ) log det Fᵢ. A factor with a negative determinant
+ * (NaN) is left to the generic rule, which knows the overall sign. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a;
+  if (!all_square(k)) return LT_NOT_IMPLEMENTED;
+  double total = 0;
+  if (k->shape[0] == 0) { /* an empty factor: the empty matrix, det 1 */
+    res->x[0] = 0;
+    return LT_OK;
+  }
+  lt_info all = {0};
+  for (int i = 0; i < nfactors(k); i++) {
+    double li;
+    lt_info info = {0};
+    if (lt_logdet(ctx, factor(k, i), &li, &info) != LT_OK) return LT_ERR;
+    if (li != li) return LT_NOT_IMPLEMENTED;
+    st_merge_info(&all, &info);
+    total += (double)(k->shape[0] / factor(k, i)->shape[0]) * li;
+  }
+  res->x[0] = total;
+  res->info = all;
+  return LT_OK;
+}
+
+/* --------------------------------------------------- spectra of factors */
+
+typedef struct spectrum {
+  int p;
+  lt_tensor *w[KRON_MAX_FACTORS]; /* eigenvalues of each factor (1-d) */
+  lt_tensor *q[KRON_MAX_FACTORS]; /* eigenvectors (columns) */
+  lt_info info;
+} spectrum;
+
+static void spectrum_free(lt_context *ctx, spectrum *s) {
+  for (int i = 0; i < s->p; i++) {
+    lt_release(ctx, s->w[i]);
+    lt_release(ctx, s->q[i]);
+  }
+  s->p = 0;
+}
+
+/* LT_NOT_IMPLEMENTED unless every factor is square and known symmetric. */
+static int spectrum_init(lt_context *ctx, lt_tensor *k, spectrum *s) {
+  memset(s, 0, sizeof *s);
+  for (int i = 0; i < nfactors(k); i++)
+    if (!lt_is_square(factor(k, i)) || lt_is_symmetric(ctx, factor(k, i)) != LT_YES)
+      return LT_NOT_IMPLEMENTED;
+  for (int i = 0; i < nfactors(k); i++) {
+    lt_info info = {0};
+    if (lt_eigh(ctx, factor(k, i), &s->w[i], &s->q[i], &info) != LT_OK) {
+      spectrum_free(ctx, s);
+      return LT_ERR;
+    }
+    s->p = i + 1;
+    st_merge_info(&s->info, &info);
+  }
+  return LT_OK;
+}
+
+/* The N eigenvalues ⊗wᵢ + shift, as a new 1-d dense. */
+static lt_tensor *spectrum_values(lt_context *ctx, const spectrum *s, size_t n, double shift) {
+  lt_tensor *lam = lt_dense_vector(ctx, n);
+  if (lam == NULL) return NULL;
+  if (kron_of_vectors(ctx, s->w, s->p, lt_dense_data(lam), n) != LT_OK) {
+    lt_release(ctx, lam);
+    return NULL;
+  }
+  double *l = lt_dense_data(lam);
+  for (size_t i = 0; i < n; i++) l[i] += shift;
+  return lam;
+}
+
+/* ⊗Qᵢ as a kron operator. */
+static lt_tensor *spectrum_vectors(lt_context *ctx, const spectrum *s) {
+  return lt_kron_new(ctx, s->q, s->p);
+}
+
+/* X = Q diag(1/(λ+s)) Qᵀ B. */
+static lt_tensor *spectral_solve(lt_context *ctx, const spectrum *s, const lt_tensor *lam,
+                                 lt_tensor *B) {
+  size_t dims[KRON_MAX_FACTORS];
+  for (int i = 0; i < s->p; i++) dims[i] = s->q[i]->shape[0];
+  const double *l = lt_dense_data(lam);
+  for (size_t i = 0; i < lam->shape[0]; i++)
+    if (l[i] == 0) {
+      lt_error(ctx, "solve: the matrix is singular");
+      return NULL;
+    }
+  lt_tensor *Y = apply_factors(ctx, s->p, s->q, dims, dims, B, fn_apply_t, NULL);
+  if (Y == NULL) return NULL;
+  size_t c = Y->shape[1];
+  double *y = lt_dense_data(Y);
+  for (size_t i = 0; i < lam->shape[0]; i++)
+    for (size_t j = 0; j < c; j++) y[i * c + j] /= l[i];
+  lt_tensor *X = apply_factors(ctx, s->p, s->q, dims, dims, Y, fn_apply, NULL);
+  lt_release(ctx, Y);
+  return X;
+}
+
+/* log det from eigenvalues: NaN for a negative determinant, -inf singular. */
+static double spectral_logdet(const lt_tensor *lam) {
+  const double *l = lt_dense_data(lam);
+  double s = 0;
+  int negative = 0;
+  for (size_t i = 0; i < lam->shape[0]; i++) {
+    if (l[i] != l[i]) return NAN;
+    if (l[i] < 0) negative ^= 1;
+    s += log(fabs(l[i]));
+  }
+  return negative && s != -INFINITY ? NAN : s;
+}
+
+/* eigh of a kron (shift 0) or kron + sI: sorted ascending. */
+static int spectral_eigh(lt_context *ctx, lt_tensor *k, double shift, lt_result *res) {
+  spectrum s;
+  int rc = spectrum_init(ctx, k, &s);
+  if (rc != LT_OK) return rc;
+  lt_tensor *lam = spectrum_values(ctx, &s, k->shape[0], shift);
+  lt_tensor *Q = lam ? spectrum_vectors(ctx, &s) : NULL;
+  rc = Q ? st_sort_spectrum(ctx, lt_dense_data(lam), k->shape[0], 0, Q, NULL, &res->t[0],
+                            &res->t[1], NULL)
+         : LT_ERR;
+  res->info = s.info;
+  lt_release(ctx, lam);
+  lt_release(ctx, Q);
+  spectrum_free(ctx, &s);
+  return rc;
+}
+
+static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return spectral_eigh(ctx, args->a, 0, res);
+}
+
+/* ⊗(Uᵢ Sᵢ Vᵢᵀ) = (⊗Uᵢ)(⊗Sᵢ)(⊗Vᵢ)ᵀ, sorted descending, when the thin ranks
+ * multiply to the thin rank of the product. */
+static int rule_svd(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a;
+  int p = nfactors(k);
+  size_t r = 1;
+  for (int i = 0; i < p; i++) {
+    size_t m = factor(k, i)->shape[0], n = factor(k, i)->shape[1];
+    r *= m < n ? m : n;
+  }
+  if (r != (k->shape[0] < k->shape[1] ? k->shape[0] : k->shape[1])) return LT_NOT_IMPLEMENTED;
+  lt_tensor *u[KRON_MAX_FACTORS] = {0}, *s[KRON_MAX_FACTORS] = {0}, *v[KRON_MAX_FACTORS] = {0};
+  lt_tensor *U = NULL, *V = NULL, *S = NULL;
+  int rc = LT_ERR, done = 0;
+  for (; done < p; done++)
+    if (lt_svd(ctx, factor(k, done), &u[done], &s[done], &v[done]) != LT_OK) break;
+  if (done == p && (U = lt_kron_new(ctx, u, p)) != NULL && (V = lt_kron_new(ctx, v, p)) != NULL &&
+      (S = lt_dense_vector(ctx, r)) != NULL &&
+      kron_of_vectors(ctx, s, p, lt_dense_data(S), r) == LT_OK)
+    rc = st_sort_spectrum(ctx, lt_dense_data(S), r, 1, U, V, &res->t[1], &res->t[0], &res->t[2]);
+  for (int i = 0; i < done; i++) {
+    lt_release(ctx, u[i]);
+    lt_release(ctx, s[i]);
+    lt_release(ctx, v[i]);
+  }
+  lt_release(ctx, U);
+  lt_release(ctx, V);
+  lt_release(ctx, S);
+  return rc;
+}
+
+/* ----------------------------------------------------- kron + s·I */
+
+static double shift_of(const lt_tensor *self) { return *(const double *)self->payload; }
+static lt_tensor *kron_part(const lt_tensor *self) { return self->children[0]; }
+
+static lt_tensor *add_shift(lt_tensor *out, const lt_tensor *X, double s) {
+  if (out == NULL) return NULL;
+  double *o = lt_dense_data(out);
+  const double *x = lt_dense_data(X);
+  for (size_t i = 0, n = lt_numel(out); i < n; i++) o[i] += s * x[i];
+  return out;
+}
+
+static lt_tensor *kpi_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return add_shift(lt_apply(ctx, kron_part(self), X), X, shift_of(self));
+}
+
+static lt_tensor *kpi_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  return add_shift(lt_apply_t(ctx, kron_part(self), X), X, shift_of(self));
+}
+
+static int kpi_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  if (lt_get(ctx, kron_part(self), i, j, out) != LT_OK) return LT_ERR;
+  if (i == j) *out += shift_of(self);
+  return LT_OK;
+}
+
+static int kpi_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  if (kron_row(ctx, kron_part(self), i, out) != LT_OK) return LT_ERR;
+  out[i] += shift_of(self);
+  return LT_OK;
+}
+
+static void kpi_destroy(lt_context *ctx, lt_tensor *self) {
+  lt_free(ctx, self->payload, sizeof(double));
+}
+
+const lt_type lt_kron_identity_type = {
+    .name = "kron_plus_identity",
+    .matmul = kpi_matmul,
+    .t_matmul = kpi_t_matmul,
+    .entry = kpi_entry,
+    .row = kpi_row,
+    .destroy = kpi_destroy,
+};
+
+lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
+  if (kron->type_id != LT_TYPE_KRON || !lt_is_square(kron)) {
+    lt_error(ctx, "kron_plus_identity: expected a square kron");
+    return NULL;
+  }
+  double *payload = lt_malloc(ctx, sizeof(double));
+  if (payload == NULL) return NULL;
+  *payload = s;
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON_PLUS_IDENTITY, kron->shape[0], kron->shape[1],
+                             &kron, 1, payload);
+  if (t == NULL) {
+    lt_free(ctx, payload, sizeof(double));
+    return NULL;
+  }
+  if (lt_prop_get(kron, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && s >= 0) t->props[LT_PROP_PSD] = LT_YES;
+  return t;
+}
+
+static void spectral_info(lt_result *res, const spectrum *s) {
+  res->info = s->info;
+  if (res->info.method == NULL) res->info.method = "eigh";
+  res->info.converged = 1;
+}
+
+static int rule_kpi_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  spectrum s;
+  int rc = spectrum_init(ctx, kron_part(args->a), &s);
+  if (rc != LT_OK) return rc;
+  lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  lt_tensor *B = lam ? st_rhs(ctx, args->b) : NULL;
+  lt_tensor *X = B ? spectral_solve(ctx, &s, lam, B) : NULL;
+  spectral_info(res, &s);
+  lt_release(ctx, B);
+  lt_release(ctx, lam);
+  spectrum_free(ctx, &s);
+  if (X == NULL) return LT_ERR;
+  return st_done(res, st_like_rhs(ctx, X, args->b));
+}
+
+static int rule_kpi_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  spectrum s;
+  int rc = spectrum_init(ctx, kron_part(args->a), &s);
+  if (rc != LT_OK) return rc;
+  lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  if (lam) res->x[0] = spectral_logdet(lam);
+  spectral_info(res, &s);
+  lt_release(ctx, lam);
+  spectrum_free(ctx, &s);
+  return lam ? LT_OK : LT_ERR;
+}
+
+/* inv_quad (ud NULL) or inv_quad_logdet from one set of eigendecompositions. */
+static int rule_kpi_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  spectrum s;
+  int rc = spectrum_init(ctx, kron_part(args->a), &s);
+  if (rc != LT_OK) return rc;
+  lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  lt_tensor *B = lam ? st_rhs(ctx, args->b) : NULL;
+  lt_tensor *X = B ? spectral_solve(ctx, &s, lam, B) : NULL;
+  if (X != NULL) {
+    const double *b = lt_dense_data(B), *x = lt_dense_data(X);
+    double q = 0;
+    for (size_t i = 0, n = lt_numel(B); i < n; i++) q += b[i] * x[i];
+    res->x[0] = q;
+    if (ud) res->x[1] = spectral_logdet(lam);
+  }
+  spectral_info(res, &s);
+  lt_release(ctx, X);
+  lt_release(ctx, B);
+  lt_release(ctx, lam);
+  spectrum_free(ctx, &s);
+  return X ? LT_OK : LT_ERR;
+}
+
+static int rule_kpi_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  return spectral_eigh(ctx, kron_part(args->a), shift_of(args->a), res);
+}
+
+/* root (ud NULL): Q diag(√(λ+s)); root_inv: Q diag(1/√(λ+s)). Lazy. */
+static int rule_kpi_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  const char *op = ud ? "root_inv" : "root";
+  spectrum s;
+  int rc = spectrum_init(ctx, kron_part(args->a), &s);
+  if (rc != LT_OK) return rc;
+  lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  lt_tensor *out = NULL;
+  if (lam != NULL) {
+    double *l = lt_dense_data(lam);
+    size_t n = lam->shape[0];
+    int bad = 0;
+    for (size_t i = 0; i < n && !bad; i++) {
+      if (l[i] < 0 || (ud && l[i] == 0) || l[i] != l[i]) bad = 1;
+      else l[i] = ud ? 1 / sqrt(l[i]) : sqrt(l[i]);
+    }
+    if (bad) {
+      lt_error(ctx, "%s: the matrix is not positive %s", op, ud ? "definite" : "semi-definite");
+    } else {
+      lt_tensor *Q = spectrum_vectors(ctx, &s);
+      lt_tensor *D = Q ? lt_diag_new(ctx, lam) : NULL;
+      out = D ? lt_product_new(ctx, Q, D) : NULL;
+      lt_release(ctx, Q);
+      lt_release(ctx, D);
+    }
+  }
+  spectral_info(res, &s);
+  lt_release(ctx, lam);
+  spectrum_free(ctx, &s);
+  return st_done(res, out);
+}
+
+static int rule_kpi_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *d = lt_diagonal(ctx, kron_part(args->a));
+  lt_tensor *out = d ? lt_dense_add_scalar(ctx, d, shift_of(args->a)) : NULL;
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
+static int rule_kpi_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (lt_trace(ctx, kron_part(args->a), &res->x[0]) != LT_OK) return LT_ERR;
+  res->x[0] += (double)args->a->shape[0] * shift_of(args->a);
+  return LT_OK;
+}
+
+static int rule_kpi_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return st_done(res, lt_retain(args->a));
+  lt_tensor *kt = lt_transpose(ctx, kron_part(args->a));
+  lt_tensor *out = NULL;
+  if (kt && kt->type_id == LT_TYPE_KRON) out = lt_kron_identity_new(ctx, kt, shift_of(args->a));
+  else if (kt) lt_error(ctx, "t: the transposed kron is not a kron");
+  lt_release(ctx, kt);
+  return st_done(res, out);
+}
+
+static int rule_kpi_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = lt_scale(ctx, kron_part(args->a), args->scalar);
+  if (k == NULL) return LT_ERR;
+  lt_tensor *out = NULL;
+  if (k->type_id == LT_TYPE_KRON) {
+    out = lt_kron_identity_new(ctx, k, args->scalar * shift_of(args->a));
+    lt_release(ctx, k);
+    return st_done(res, out);
+  }
+  lt_release(ctx, k);
+  return LT_NOT_IMPLEMENTED;
+}
+
+/* The constant c when t is c·I: an identity, a diag with equal entries, or
+ * a 0-d/1-d dense diagonal operand with equal entries. */
+static int constant_diagonal(lt_context *ctx, lt_tensor *t, double *c) {
+  const lt_tensor *v = NULL;
+  if (t->type_id == LT_TYPE_IDENTITY) return lt_get(ctx, t, 0, 0, c) == LT_OK;
+  if (t->type_id == LT_TYPE_DIAG) v = t->children[0];
+  else if (t->type_id == LT_TYPE_DENSE && t->ndim <= 1) v = t;
+  if (v == NULL) return 0;
+  if (v->ndim == 0) {
+    *c = lt_dense_data(v)[0];
+    return 1;
+  }
+  const double *p = lt_dense_data(v);
+  for (size_t i = 1; i < v->shape[0]; i++)
+    if (p[(ptrdiff_t)i * v->strides[0]] != p[0]) return 0;
+  *c = v->shape[0] ? p[0] : 0;
+  return 1;
+}
+
+/* kron + c·I, kron:add_diag(c) (and a diag with equal entries). */
+static int rule_kron_shift(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double c;
+  if (!lt_is_square(args->a) || !constant_diagonal(ctx, args->b, &c)) return LT_NOT_IMPLEMENTED;
+  return st_done(res, lt_kron_identity_new(ctx, args->a, c));
+}
+
+/* (kron + sI) + c·I = kron + (s + c)I. */
+static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double c;
+  if (!constant_diagonal(ctx, args->b, &c)) return LT_NOT_IMPLEMENTED;
+  return st_done(res, lt_kron_identity_new(ctx, kron_part(args->a), shift_of(args->a) + c));
+}
+
+int lt_register_kron_rules(lt_context *ctx) {
+  const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
+  struct {
+    int op, a, b;
+    lt_rule_fn fn;
+    void *ud;
+    int symmetric;
+    const char *name;
+  } rules[] = {
+      {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
+      {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
+      {LT_OP_MATMUL, K, K, rule_matmul, NULL, 0, "kron * kron (factor-wise products)"},
+      {LT_OP_DIAGONAL, K, ANY, rule_diagonal, NULL, 0, "kron diagonal (kron of diagonals)"},
+      {LT_OP_TRACE, K, ANY, rule_trace, NULL, 0, "kron trace (product of traces)"},
+      {LT_OP_SOLVE, K, ANY, rule_solve, NULL, 0, "kron solve (factor by factor)"},
+      {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (sum n/n_i logdet F_i)"},
+      {LT_OP_CHOLESKY, K, ANY, rule_cholesky, NULL, 0, "kron cholesky (kron of choleskys)"},
+      {LT_OP_ROOT, K, ANY, rule_root, NULL, 0, "kron root (kron of roots)"},
+      {LT_OP_ROOT_INV, K, ANY, rule_root, (void *)1, 0, "kron root_inv (kron of root_invs)"},
+      {LT_OP_INVERSE, K, ANY, rule_inverse, NULL, 0, "kron inverse (kron of inverses)"},
+      {LT_OP_EIGH, K, ANY, rule_eigh, NULL, 0, "kron eigh (factors' eigh, sorted)"},
+      {LT_OP_SVD, K, ANY, rule_svd, NULL, 0, "kron svd (factors' svd, sorted)"},
+      {LT_OP_ADD, K, LT_TYPE_IDENTITY, rule_kron_shift, NULL, 1,
+       "kron + c*I (kron_plus_identity)"},
+      {LT_OP_ADD, K, LT_TYPE_DIAG, rule_kron_shift, NULL, 1,
+       "kron + constant diag (kron_plus_identity)"},
+      {LT_OP_ADD_DIAG, K, ANY, rule_kron_shift, NULL, 0,
+       "kron add_diag constant (kron_plus_identity)"},
+      {LT_OP_SOLVE, KI, ANY, rule_kpi_solve, NULL, 0,
+       "kron_plus_identity solve (factor eigendecompositions)"},
+      {LT_OP_LOGDET, KI, ANY, rule_kpi_logdet, NULL, 0,
+       "kron_plus_identity logdet (factor eigenvalues)"},
+      {LT_OP_INV_QUAD, KI, ANY, rule_kpi_inv_quad, NULL, 0,
+       "kron_plus_identity inv_quad (factor eigendecompositions)"},
+      {LT_OP_INV_QUAD_LOGDET, KI, ANY, rule_kpi_inv_quad, (void *)1, 0,
+       "kron_plus_identity inv_quad_logdet (factor eigendecompositions)"},
+      {LT_OP_EIGH, KI, ANY, rule_kpi_eigh, NULL, 0, "kron_plus_identity eigh (shifted, sorted)"},
+      {LT_OP_ROOT, KI, ANY, rule_kpi_root, NULL, 0, "kron_plus_identity root (Q sqrt(L+s))"},
+      {LT_OP_ROOT_INV, KI, ANY, rule_kpi_root, (void *)1, 0,
+       "kron_plus_identity root_inv (Q / sqrt(L+s))"},
+      {LT_OP_DIAGONAL, KI, ANY, rule_kpi_diagonal, NULL, 0, "kron_plus_identity diagonal"},
+      {LT_OP_TRACE, KI, ANY, rule_kpi_trace, NULL, 0, "kron_plus_identity trace"},
+      {LT_OP_TRANSPOSE, KI, ANY, rule_kpi_transpose, NULL, 0, "kron_plus_identity transpose"},
+      {LT_OP_SCALE, KI, ANY, rule_kpi_scale, NULL, 0, "kron_plus_identity scale"},
+      {LT_OP_ADD, KI, LT_TYPE_IDENTITY, rule_kpi_shift, NULL, 1,
+       "kron_plus_identity + c*I (shift adds)"},
+      {LT_OP_ADD, KI, LT_TYPE_DIAG, rule_kpi_shift, NULL, 1,
+       "kron_plus_identity + constant diag (shift adds)"},
+      {LT_OP_ADD_DIAG, KI, ANY, rule_kpi_shift, NULL, 0,
+       "kron_plus_identity add_diag constant (shift adds)"},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
+                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
+      return LT_ERR;
+  return LT_OK;
+}

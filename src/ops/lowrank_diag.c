@@ -1,0 +1,554 @@
+/*
+ * ops/lowrank_diag.c — D + U·Vᵀ (a diagonal plus a low-rank operator), the
+ * result of lowrank + diag, lowrank + c·I and lowrank:add_diag(d).
+ * Children {lowrank, diag}. Solves and determinants use Woodbury and the
+ * matrix determinant lemma with the k×k capacitance C = I + Vᵀ D⁻¹ U:
+ *   (D + U Vᵀ)⁻¹ = D⁻¹ − D⁻¹ U C⁻¹ Vᵀ D⁻¹,   det(D + U Vᵀ) = det D · det C,
+ * so the work is O(n k² + k³) and the memory O(n k), never n×n.
+ * C is factored by Cholesky when U = V and D > 0 (C is then SPD), by LU
+ * otherwise.
+ */
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <string.h>
+
+#include "structured.h"
+#include "ops.h"
+
+static lt_tensor *lr_part(const lt_tensor *self) { return self->children[0]; }
+static lt_tensor *diag_part(const lt_tensor *self) { return self->children[1]; }
+static const double *diag_values(const lt_tensor *self) {
+  return lt_dense_data(diag_part(self)->children[0]);
+}
+
+static lt_tensor *lrd_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  lt_tensor *out = lt_apply(ctx, lr_part(self), X);
+  if (out == NULL) return NULL;
+  size_t n = X->shape[0], k = X->shape[1];
+  const double *d = diag_values(self), *x = lt_dense_data(X);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) o[i * k + j] += d[i] * x[i * k + j];
+  return out;
+}
+
+static lt_tensor *lrd_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  lt_tensor *out = lt_apply_t(ctx, lr_part(self), X);
+  if (out == NULL) return NULL;
+  size_t n = X->shape[0], k = X->shape[1];
+  const double *d = diag_values(self), *x = lt_dense_data(X);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) o[i * k + j] += d[i] * x[i * k + j];
+  return out;
+}
+
+static int lrd_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  if (lt_get(ctx, lr_part(self), i, j, out) != LT_OK) return LT_ERR;
+  if (i == j) *out += diag_values(self)[i];
+  return LT_OK;
+}
+
+static int lrd_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  lt_tensor *r = lt_row(ctx, lr_part(self), i);
+  if (r == NULL) return LT_ERR;
+  for (size_t j = 0; j < self->shape[1]; j++)
+    out[j] = lt_dense_data(r)[(ptrdiff_t)j * r->strides[0]];
+  lt_release(ctx, r);
+  out[i] += diag_values(self)[i];
+  return LT_OK;
+}
+
+const lt_type lt_lowrank_diag_type = {
+    .name = "lowrank_plus_diag",
+    .matmul = lrd_matmul,
+    .t_matmul = lrd_t_matmul,
+    .entry = lrd_entry,
+    .row = lrd_row,
+};
+
+/* D + L for a lowrank L and a diag D (both square, same size). */
+lt_tensor *lt_lowrank_diag_new(lt_context *ctx, lt_tensor *lowrank, lt_tensor *diag) {
+  if (lowrank->type_id != LT_TYPE_LOWRANK || diag->type_id != LT_TYPE_DIAG ||
+      !lt_is_square(lowrank) || diag->shape[0] != lowrank->shape[0]) {
+    lt_error(ctx, "lowrank_plus_diag: expected a square lowrank and a diag of its size");
+    return NULL;
+  }
+  lt_tensor *children[2] = {lowrank, diag};
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_LOWRANK_DIAG, lowrank->shape[0], lowrank->shape[1],
+                             children, 2, NULL);
+  if (t == NULL) return NULL;
+  if (lt_prop_get(lowrank, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(lowrank, LT_PROP_PSD) == LT_YES && lt_prop_get(diag, LT_PROP_PSD) == LT_YES)
+    t->props[LT_PROP_PSD] = LT_YES;
+  return t;
+}
+
+/* diag(d) for d a 1-d dense or a 0-d (constant) of size n. */
+static lt_tensor *diag_of(lt_context *ctx, lt_tensor *d, size_t n) {
+  if (d->ndim == 1) return lt_diag_new(ctx, d);
+  lt_tensor *v = lt_dense_full(ctx, 1, &n, lt_dense_data(d)[0]);
+  lt_tensor *t = v ? lt_diag_new(ctx, v) : NULL;
+  lt_release(ctx, v);
+  return t;
+}
+
+/* ------------------------------------------------------------ Woodbury */
+
+typedef struct woodbury {
+  size_t n, k;
+  const double *d;
+  lt_tensor *u, *v; /* the factors (borrowed) */
+  lt_tensor *w;     /* D⁻¹ U, n×k */
+  double *c;        /* k×k: Cholesky factor (row-major lower) or LU of Cᵀ */
+  lapack_int *ipiv; /* LU pivots, NULL for Cholesky */
+  double logabs;    /* log |det A| */
+  int sign;         /* sign of det A: 1, -1 or 0 (singular) */
+} woodbury;
+
+static void woodbury_free(lt_context *ctx, woodbury *f) {
+  lt_release(ctx, f->w);
+  if (f->c) lt_free(ctx, f->c, f->k * f->k * sizeof(double));
+  if (f->ipiv) lt_free(ctx, f->ipiv, f->k * sizeof(lapack_int));
+}
+
+/* Factors C = I + Vᵀ D⁻¹ U. LT_NOT_IMPLEMENTED when D has a zero entry
+ * (Woodbury needs D⁻¹; the generic rules handle that case). */
+static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodbury *f) {
+  memset(f, 0, sizeof *f);
+  lt_tensor *lr = lr_part(self);
+  f->u = lr->children[0];
+  f->v = lr->children[lr->nchildren > 1 ? 1 : 0];
+  f->n = self->shape[0];
+  f->k = f->u->shape[1];
+  f->d = diag_values(self);
+  if (f->k > (size_t)INT32_MAX || f->n > (size_t)INT32_MAX)
+    return lt_error(ctx, "%s: dimensions too large for LAPACK", op);
+  int positive = 1;
+  double logd = 0;
+  int sign = 1;
+  for (size_t i = 0; i < f->n; i++) {
+    double di = f->d[i];
+    if (di == 0 || di != di) return LT_NOT_IMPLEMENTED;
+    if (di < 0) {
+      positive = 0;
+      sign = -sign;
+    }
+    logd += log(fabs(di));
+  }
+  size_t n = f->n, k = f->k;
+  f->w = lt_dense_matrix(ctx, n, k);
+  f->c = lt_malloc(ctx, k * k * sizeof(double));
+  if (f->w == NULL || f->c == NULL) goto fail;
+  const double *u = lt_dense_data(f->u);
+  double *w = lt_dense_data(f->w);
+  for (size_t i = 0; i < n; i++)
+    for (size_t l = 0; l < k; l++) w[i * k + l] = u[i * k + l] / f->d[i];
+  /* C = I + Vᵀ W */
+  for (size_t i = 0; i < k * k; i++) f->c[i] = 0;
+  for (size_t i = 0; i < k; i++) f->c[i * k + i] = 1;
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)n, 1.0,
+              lt_dense_data(f->v), (int)k, w, (int)k, 1.0, f->c, (int)k);
+  double logc = 0;
+  int sign_c = 1;
+  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) == LT_YES && positive) {
+    /* C symmetric positive definite: Cholesky. The row-major buffer read as
+     * column-major is the same symmetric C; its 'U' factor (col-major) is
+     * the row-major lower L with C = L Lᵀ. */
+    lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, f->c, (lapack_int)k);
+    if (info == 0) {
+      for (size_t i = 0; i < k; i++) logc += 2 * log(f->c[i * k + i]);
+      for (size_t i = 0; i < k; i++)
+        for (size_t j = i + 1; j < k; j++) f->c[i * k + j] = 0;
+      goto finish;
+    }
+    /* rounding made it indefinite: rebuild and use LU */
+    for (size_t i = 0; i < k * k; i++) f->c[i] = 0;
+    for (size_t i = 0; i < k; i++) f->c[i * k + i] = 1;
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)n, 1.0,
+                lt_dense_data(f->v), (int)k, w, (int)k, 1.0, f->c, (int)k);
+  }
+  f->ipiv = lt_malloc(ctx, k * sizeof(lapack_int));
+  if (f->ipiv == NULL) goto fail;
+  /* LU of the buffer read column-major, i.e. of Cᵀ; det Cᵀ = det C. */
+  lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)k, (lapack_int)k, f->c,
+                                   (lapack_int)k, f->ipiv);
+  if (info < 0) {
+    lt_error(ctx, "%s: LAPACK dgetrf failed (%d)", op, (int)info);
+    goto fail;
+  }
+  for (size_t i = 0; i < k; i++) {
+    double p = f->c[i + i * k]; /* diagonal of U (col-major) */
+    if (p == 0) {
+      sign_c = 0;
+      logc = -INFINITY;
+      break;
+    }
+    if (p < 0) sign_c = -sign_c;
+    if (f->ipiv[i] != (lapack_int)(i + 1)) sign_c = -sign_c;
+    logc += log(fabs(p));
+  }
+finish:
+  f->sign = sign * sign_c;
+  f->logabs = sign_c == 0 ? -INFINITY : logd + logc;
+  return LT_OK;
+fail:
+  woodbury_free(ctx, f);
+  return LT_ERR;
+}
+
+/* T ← C⁻¹ T for a contiguous k×m T. */
+static int capacitance_solve(lt_context *ctx, const woodbury *f, lt_tensor *T) {
+  size_t k = f->k, m = T->shape[1];
+  double *t = lt_dense_data(T);
+  if (m == 0) return LT_OK;
+  if (f->ipiv == NULL) {
+    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)m,
+                1.0, f->c, (int)k, t, (int)m);
+    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)m,
+                1.0, f->c, (int)k, t, (int)m);
+    return LT_OK;
+  }
+  /* LAPACK holds Cᵀ = P L U (column-major); C z = t is the transposed solve.
+   * The right-hand sides go column-major: the row-major m×k transpose. */
+  lt_tensor *tt = st_transposed_copy(ctx, T);
+  if (tt == NULL) return LT_ERR;
+  lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'T', (lapack_int)k, (lapack_int)m, f->c,
+                                   (lapack_int)k, f->ipiv, lt_dense_data(tt), (lapack_int)k);
+  if (info == 0) {
+    const double *s = lt_dense_data(tt);
+    for (size_t i = 0; i < k; i++)
+      for (size_t j = 0; j < m; j++) t[i * m + j] = s[j * k + i];
+  }
+  lt_release(ctx, tt);
+  if (info != 0) return lt_error(ctx, "solve: LAPACK dgetrs failed (%d)", (int)info);
+  return LT_OK;
+}
+
+/* X = A⁻¹ B for a contiguous n×m B: Y = D⁻¹B, X = Y − W C⁻¹ Vᵀ Y. */
+static lt_tensor *woodbury_solve(lt_context *ctx, const char *op, const woodbury *f,
+                                 lt_tensor *B) {
+  if (f->sign == 0) {
+    lt_error(ctx, "%s: the matrix is singular", op);
+    return NULL;
+  }
+  size_t n = f->n, k = f->k, m = B->shape[1];
+  lt_tensor *Y = lt_dense_matrix(ctx, n, m);
+  lt_tensor *T = lt_dense_matrix(ctx, k, m);
+  if (Y == NULL || T == NULL) goto fail;
+  const double *b = lt_dense_data(B);
+  double *y = lt_dense_data(Y);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < m; j++) y[i * m + j] = b[i * m + j] / f->d[i];
+  if (m > 0) {
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)m, (int)n, 1.0,
+                lt_dense_data(f->v), (int)k, y, (int)m, 0.0, lt_dense_data(T), (int)m);
+    if (capacitance_solve(ctx, f, T) != LT_OK) goto fail;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)k, -1.0,
+                lt_dense_data(f->w), (int)k, lt_dense_data(T), (int)m, 1.0, y, (int)m);
+  }
+  lt_release(ctx, T);
+  return Y;
+fail:
+  lt_release(ctx, Y);
+  lt_release(ctx, T);
+  return NULL;
+}
+
+static double logdet_of(const woodbury *f) { return f->sign < 0 ? NAN : f->logabs; }
+
+static void woodbury_info(lt_result *res) {
+  res->info.method = "woodbury";
+  res->info.iterations = 0;
+  res->info.residual = 0;
+  res->info.converged = 1;
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  woodbury f;
+  int rc = woodbury_init(ctx, "solve", args->a, &f);
+  if (rc != LT_OK) return rc;
+  lt_tensor *B = st_rhs(ctx, args->b);
+  lt_tensor *X = B ? woodbury_solve(ctx, "solve", &f, B) : NULL;
+  lt_release(ctx, B);
+  woodbury_free(ctx, &f);
+  if (X == NULL) return LT_ERR;
+  woodbury_info(res);
+  return st_done(res, st_like_rhs(ctx, X, args->b));
+}
+
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  woodbury f;
+  int rc = woodbury_init(ctx, "logdet", args->a, &f);
+  if (rc != LT_OK) return rc;
+  res->x[0] = logdet_of(&f);
+  woodbury_free(ctx, &f);
+  woodbury_info(res);
+  return LT_OK;
+}
+
+/* bᵀA⁻¹b (summed over columns) and, with ud set, log det A: one factorisation. */
+static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  int with_logdet = ud != NULL;
+  const char *op = with_logdet ? "inv_quad_logdet" : "inv_quad";
+  woodbury f;
+  int rc = woodbury_init(ctx, op, args->a, &f);
+  if (rc != LT_OK) return rc;
+  lt_tensor *B = st_rhs(ctx, args->b);
+  lt_tensor *X = B ? woodbury_solve(ctx, op, &f, B) : NULL;
+  if (X != NULL) {
+    res->x[0] = cblas_ddot((int)lt_numel(B), lt_dense_data(B), 1, lt_dense_data(X), 1);
+    if (with_logdet) res->x[1] = logdet_of(&f);
+  }
+  lt_release(ctx, X);
+  lt_release(ctx, B);
+  woodbury_free(ctx, &f);
+  if (X == NULL) return LT_ERR;
+  woodbury_info(res);
+  return LT_OK;
+}
+
+static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *d = lt_diagonal(ctx, lr_part(args->a));
+  if (d == NULL) return LT_ERR;
+  lt_tensor *out = lt_dense_binary(ctx, LT_EW_ADD, d, diag_part(args->a)->children[0]);
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
+static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double a, b;
+  if (lt_trace(ctx, lr_part(args->a), &a) != LT_OK ||
+      lt_trace(ctx, diag_part(args->a), &b) != LT_OK)
+    return LT_ERR;
+  res->x[0] = a + b;
+  return LT_OK;
+}
+
+/* Rebuilds D + L from new parts (each may be the old one). */
+static lt_tensor *rebuild(lt_context *ctx, lt_tensor *lr, lt_tensor *diag) {
+  if (lr == NULL || diag == NULL) return NULL;
+  return lt_lowrank_diag_new(ctx, lr, diag);
+}
+
+static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *lt_ = lt_transpose(ctx, lr_part(args->a));
+  lt_tensor *out = rebuild(ctx, lt_, diag_part(args->a));
+  lt_release(ctx, lt_);
+  return st_done(res, out);
+}
+
+/* c·(D + L) = cD + cL: both parts keep their types under scaling. */
+static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *l = lt_scale(ctx, lr_part(args->a), args->scalar);
+  lt_tensor *d = l ? lt_scale(ctx, diag_part(args->a), args->scalar) : NULL;
+  lt_tensor *out = NULL;
+  if (d != NULL) {
+    if (l->type_id == LT_TYPE_LOWRANK && d->type_id == LT_TYPE_DIAG) {
+      out = lt_lowrank_diag_new(ctx, l, d);
+    } else {
+      lt_tensor *terms[2] = {l, d};
+      out = lt_sum_new(ctx, terms, 2);
+    }
+  }
+  lt_release(ctx, l);
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
+/* (D + L) + diag(e) = (D + e) + L. */
+static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *e = diag_of(ctx, args->b, args->a->shape[0]);
+  lt_tensor *d = e ? lt_add(ctx, diag_part(args->a), e) : NULL;
+  lt_release(ctx, e);
+  lt_tensor *out = d ? rebuild(ctx, lr_part(args->a), d) : NULL;
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
+/* lowrank + diag(e) and lowrank:add_diag(e). */
+static int rule_lowrank_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (!lt_is_square(args->a)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *e = diag_of(ctx, args->b, args->a->shape[0]);
+  lt_tensor *out = e ? lt_lowrank_diag_new(ctx, args->a, e) : NULL;
+  lt_release(ctx, e);
+  return st_done(res, out);
+}
+
+/* The diagonal values of a diag or identity operator, as a 1-d or 0-d dense. */
+static lt_tensor *diagonal_operand(lt_context *ctx, lt_tensor *t) {
+  if (t->type_id == LT_TYPE_DIAG) return lt_retain(t->children[0]);
+  double c;
+  if (lt_get(ctx, t, 0, 0, &c) != LT_OK) return NULL;
+  return lt_dense_scalar(ctx, c);
+}
+
+/* lowrank + diag / identity (either order) and (D + L) + diag / identity. */
+static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  lt_tensor *e = diagonal_operand(ctx, args->b);
+  if (e == NULL) return LT_ERR;
+  lt_args a2 = *args;
+  a2.b = e;
+  int rc = ud ? rule_add_diag(ctx, &a2, res, NULL) : rule_lowrank_add_diag(ctx, &a2, res, NULL);
+  lt_release(ctx, e);
+  return rc;
+}
+
+/* ------------------------------------------------------ a lazy root */
+
+/* R = [D^½ | U] (n × (n+k)) with R Rᵀ = D + U Uᵀ, for U = V and D ≥ 0:
+ * an operator whose products cost O(n k), so that sampling from a
+ * D + U Uᵀ covariance never forms anything n×n. */
+typedef struct lrd_root {
+  lt_tensor *u;     /* n×k (retained) */
+  lt_tensor *sqrtd; /* 1-d n: √dᵢ */
+} lrd_root;
+
+static lt_tensor *root_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  lrd_root *r = ud;
+  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
+  lt_tensor *out = lt_dense_matrix(ctx, n, c);
+  if (out == NULL) return NULL;
+  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
+  if (c > 0)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)c, (int)k, 1.0,
+                lt_dense_data(r->u), (int)k, x + n * c, (int)c, 1.0, o, (int)c);
+  return out;
+}
+
+static lt_tensor *root_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  lrd_root *r = ud;
+  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
+  lt_tensor *out = lt_dense_matrix(ctx, n + k, c);
+  if (out == NULL) return NULL;
+  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
+  if (c > 0)
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)c, (int)n, 1.0,
+                lt_dense_data(r->u), (int)k, x, (int)c, 0.0, o + n * c, (int)c);
+  return out;
+}
+
+static void root_free(lt_context *ctx, void *ud) {
+  lrd_root *r = ud;
+  lt_release(ctx, r->u);
+  lt_release(ctx, r->sqrtd);
+  lt_free(ctx, r, sizeof *r);
+}
+
+static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a, *lr = lr_part(a);
+  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) != LT_YES) return LT_NOT_IMPLEMENTED;
+  size_t n = a->shape[0];
+  const double *d = diag_values(a);
+  for (size_t i = 0; i < n; i++)
+    if (!(d[i] >= 0)) return LT_NOT_IMPLEMENTED; /* also NaN */
+  lrd_root *r = lt_malloc(ctx, sizeof *r);
+  if (r == NULL) return LT_ERR;
+  r->u = lt_retain(lr->children[0]);
+  r->sqrtd = lt_dense_vector(ctx, n);
+  if (r->sqrtd == NULL) {
+    root_free(ctx, r);
+    return LT_ERR;
+  }
+  for (size_t i = 0; i < n; i++) lt_dense_data(r->sqrtd)[i] = sqrt(d[i]);
+  lt_operator_def def = {.rows = n,
+                         .cols = n + r->u->shape[1],
+                         .matmul = root_matmul,
+                         .t_matmul = root_t_matmul,
+                         .ud = r,
+                         .free_ud = root_free,
+                         .name = "lowrank_plus_diag root [sqrt(D) | U]"};
+  lt_tensor *R = lt_operator_new(ctx, &def);
+  if (R == NULL) {
+    root_free(ctx, r);
+    return LT_ERR;
+  }
+  woodbury_info(res);
+  res->info.method = "lowrank_plus_diag";
+  return st_done(res, R);
+}
+
+/* (D + L) + L₂ = D + (L + L₂) and (D + L) + (D₂ + L₂) = (D + D₂) + (L + L₂):
+ * the low-rank parts concatenate, the diagonals add. */
+static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *b = args->b;
+  int both = b->type_id == LT_TYPE_LOWRANK_DIAG;
+  lt_tensor *l = lt_add(ctx, lr_part(args->a), both ? lr_part(b) : b);
+  lt_tensor *d = l ? (both ? lt_add(ctx, diag_part(args->a), diag_part(b))
+                           : lt_retain(diag_part(args->a)))
+                   : NULL;
+  lt_tensor *out = NULL;
+  if (d != NULL) {
+    if (l->type_id == LT_TYPE_LOWRANK && d->type_id == LT_TYPE_DIAG) {
+      out = lt_lowrank_diag_new(ctx, l, d);
+    } else {
+      lt_tensor *terms[2] = {l, d};
+      out = lt_sum_new(ctx, terms, 2);
+    }
+  }
+  lt_release(ctx, l);
+  lt_release(ctx, d);
+  return st_done(res, out);
+}
+
+int lt_register_lowrank_diag_rules(lt_context *ctx) {
+  const int LD = LT_TYPE_LOWRANK_DIAG, LR = LT_TYPE_LOWRANK, ANY = LT_TYPE_ANY;
+  struct {
+    int op, a, b;
+    lt_rule_fn fn;
+    void *ud;
+    int symmetric;
+    const char *name;
+  } rules[] = {
+      {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
+      {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0,
+       "lowrank_plus_diag logdet (determinant lemma)"},
+      {LT_OP_INV_QUAD, LD, ANY, rule_inv_quad, NULL, 0, "lowrank_plus_diag inv_quad (Woodbury)"},
+      {LT_OP_INV_QUAD_LOGDET, LD, ANY, rule_inv_quad, (void *)1, 0,
+       "lowrank_plus_diag inv_quad_logdet (Woodbury + determinant lemma)"},
+      {LT_OP_ROOT, LD, ANY, rule_root, NULL, 0, "lowrank_plus_diag root ([sqrt(D) | U], lazy)"},
+      {LT_OP_DIAGONAL, LD, ANY, rule_diagonal, NULL, 0, "lowrank_plus_diag diagonal"},
+      {LT_OP_TRACE, LD, ANY, rule_trace, NULL, 0, "lowrank_plus_diag trace"},
+      {LT_OP_TRANSPOSE, LD, ANY, rule_transpose, NULL, 0, "lowrank_plus_diag transpose"},
+      {LT_OP_SCALE, LD, ANY, rule_scale, NULL, 0, "lowrank_plus_diag scale (both parts)"},
+      {LT_OP_ADD_DIAG, LD, ANY, rule_add_diag, NULL, 0,
+       "lowrank_plus_diag add_diag (stays lowrank_plus_diag)"},
+      {LT_OP_ADD, LD, LT_TYPE_DIAG, rule_add, (void *)1, 1,
+       "lowrank_plus_diag + diag (stays lowrank_plus_diag)"},
+      {LT_OP_ADD, LD, LT_TYPE_IDENTITY, rule_add, (void *)1, 1,
+       "lowrank_plus_diag + identity (stays lowrank_plus_diag)"},
+      {LT_OP_ADD, LD, LR, rule_add_lowrank, NULL, 1,
+       "lowrank_plus_diag + lowrank (factors concatenate)"},
+      {LT_OP_ADD, LD, LD, rule_add_lowrank, NULL, 0,
+       "lowrank_plus_diag + lowrank_plus_diag (factors concatenate, diagonals add)"},
+      {LT_OP_ADD_DIAG, LR, ANY, rule_lowrank_add_diag, NULL, 0,
+       "lowrank add_diag (lowrank_plus_diag)"},
+      {LT_OP_ADD, LR, LT_TYPE_DIAG, rule_add, NULL, 1, "lowrank + diag (lowrank_plus_diag)"},
+      {LT_OP_ADD, LR, LT_TYPE_IDENTITY, rule_add, NULL, 1,
+       "lowrank + identity (lowrank_plus_diag)"},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
+                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
+      return LT_ERR;
+  return LT_OK;
+}

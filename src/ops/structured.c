@@ -1,0 +1,152 @@
+/*
+ * ops/structured.c — helpers of the structured types (see structured.h):
+ * right-hand sides, a permutation operator for sorted spectra.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "structured.h"
+#include "ops.h"
+
+lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b) { return lt_as_matrix(ctx, b); }
+
+lt_tensor *st_like_rhs(lt_context *ctx, lt_tensor *X, const lt_tensor *b) {
+  if (X == NULL || b->ndim == 2) return X;
+  size_t n = lt_numel(X);
+  lt_tensor *v = lt_dense_reshape(ctx, X, 1, &n);
+  lt_release(ctx, X);
+  return v;
+}
+
+lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a) {
+  lt_tensor *view = lt_dense_transpose(ctx, a);
+  if (view == NULL) return NULL;
+  lt_tensor *c = lt_dense_clone(ctx, view);
+  lt_release(ctx, view);
+  return c;
+}
+
+void st_merge_info(lt_info *into, const lt_info *from) {
+  if (from->method == NULL) return;
+  if (into->method == NULL) {
+    *into = *from;
+    return;
+  }
+  into->iterations += from->iterations;
+  if (from->residual > into->residual) into->residual = from->residual;
+  into->converged = into->converged && from->converged;
+}
+
+/* ---------------------------------------------------- permutations */
+
+/* P with (P·X)[sigma(j)] = X[j]: Q·P has column j equal to Q's column
+ * sigma(j). */
+typedef struct permutation {
+  size_t n;
+  size_t *sigma;
+} permutation;
+
+static lt_tensor *permute_rows(lt_context *ctx, const permutation *p, lt_tensor *X, int inverse) {
+  size_t k = X->shape[1];
+  lt_tensor *out = lt_dense_matrix(ctx, p->n, k);
+  if (out == NULL) return NULL;
+  const double *x = lt_dense_data(X);
+  double *o = lt_dense_data(out);
+  for (size_t j = 0; j < p->n; j++) {
+    size_t s = p->sigma[j];
+    if (inverse) memcpy(o + j * k, x + s * k, k * sizeof(double)); /* Pᵀ: out[j] = X[σ(j)] */
+    else memcpy(o + s * k, x + j * k, k * sizeof(double));         /* P: out[σ(j)] = X[j] */
+  }
+  return out;
+}
+
+static lt_tensor *permutation_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  return permute_rows(ctx, ud, X, 0);
+}
+
+static lt_tensor *permutation_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
+  return permute_rows(ctx, ud, X, 1);
+}
+
+static void permutation_free(lt_context *ctx, void *ud) {
+  permutation *p = ud;
+  lt_free(ctx, p->sigma, p->n * sizeof(size_t) + 1);
+  lt_free(ctx, p, sizeof *p);
+}
+
+typedef struct keyed {
+  double w;
+  size_t i;
+} keyed;
+
+static int ascending(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  if (x->w < y->w) return -1;
+  if (x->w > y->w) return 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int descending(const void *a, const void *b) { return ascending(b, a); }
+
+int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int desc, lt_tensor *Q1,
+                     lt_tensor *Q2, lt_tensor **sorted, lt_tensor **cols1, lt_tensor **cols2) {
+  *sorted = NULL;
+  if (cols1) *cols1 = NULL;
+  if (cols2) *cols2 = NULL;
+  size_t bytes;
+  if (!lt_mul_size(ctx, "sort", n, sizeof(keyed), &bytes)) return LT_ERR;
+  keyed *k = lt_malloc(ctx, bytes > 0 ? bytes : 1);
+  if (k == NULL) return LT_ERR;
+  for (size_t i = 0; i < n; i++) k[i] = (keyed){w[i], i};
+  qsort(k, n, sizeof *k, desc ? descending : ascending);
+  lt_tensor *s = lt_dense_vector(ctx, n), *P = NULL;
+  permutation *p = NULL;
+  if (s == NULL) goto fail;
+  for (size_t j = 0; j < n; j++) lt_dense_data(s)[j] = k[j].w;
+  if ((Q1 != NULL && cols1 == NULL) || (Q2 != NULL && cols2 == NULL)) {
+    lt_error(ctx, "sort: an eigenvector operator without a place for the result");
+    goto fail;
+  }
+  if (Q1 != NULL || Q2 != NULL) {
+    p = lt_malloc(ctx, sizeof *p);
+    if (p == NULL) goto fail;
+    p->n = n;
+    p->sigma = lt_malloc(ctx, n * sizeof(size_t) + 1);
+    if (p->sigma == NULL) {
+      lt_free(ctx, p, sizeof *p);
+      p = NULL;
+      goto fail;
+    }
+    for (size_t j = 0; j < n; j++) p->sigma[j] = k[j].i;
+    lt_operator_def def = {.rows = n,
+                           .cols = n,
+                           .matmul = permutation_matmul,
+                           .t_matmul = permutation_t_matmul,
+                           .ud = p,
+                           .free_ud = permutation_free,
+                           .name = "permutation"};
+    P = lt_operator_new(ctx, &def);
+    if (P == NULL) goto fail;
+    p = NULL; /* owned by P */
+    if (Q1 && (*cols1 = lt_product_new(ctx, Q1, P)) == NULL) goto fail;
+    if (Q2 && (*cols2 = lt_product_new(ctx, Q2, P)) == NULL) goto fail;
+    lt_release(ctx, P);
+  }
+  lt_free(ctx, k, bytes > 0 ? bytes : 1);
+  *sorted = s;
+  return LT_OK;
+fail:
+  if (p) permutation_free(ctx, p);
+  lt_release(ctx, P);
+  if (cols1) {
+    lt_release(ctx, *cols1);
+    *cols1 = NULL;
+  }
+  if (cols2) {
+    lt_release(ctx, *cols2);
+    *cols2 = NULL;
+  }
+  lt_release(ctx, s);
+  lt_free(ctx, k, bytes > 0 ? bytes : 1);
+  return LT_ERR;
+}

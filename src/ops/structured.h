@@ -1,0 +1,38 @@
+/*
+ * structured.h — helpers shared by the structured types of ops-a (lowrank,
+ * lowrank_plus_diag, kron, kron_plus_identity, blockdiag, chol). Not part of
+ * the public API.
+ */
+#ifndef LT_STRUCTURED_H
+#define LT_STRUCTURED_H
+
+#include "../core/internal.h"
+
+/* res->t[0] = t; LT_OK when t is not NULL. */
+static inline int st_done(lt_result *res, lt_tensor *t) {
+  res->t[0] = t;
+  return t ? LT_OK : LT_ERR;
+}
+
+/* A right-hand side (dense 1-d n or 2-d n×k) as a contiguous n×k matrix. */
+lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b);
+/* The n×k result X shaped like the right-hand side b (1-d when b is);
+ * releases X. */
+lt_tensor *st_like_rhs(lt_context *ctx, lt_tensor *X, const lt_tensor *b);
+
+/* A new contiguous copy of a dense matrix's transpose. */
+lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a);
+
+/* Sorts the n values w (ascending, or descending when `descending`) into
+ * *sorted (1-d dense). For each non-NULL Q (cols rows × n) it also returns
+ * Q·P, whose column j is column sigma(j) of Q (w_sorted[j] = w[sigma(j)]):
+ * a lazy product with a permutation, O(n) memory. The same permutation
+ * serves Q1 and Q2 (the U and V of an SVD). */
+int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int descending, lt_tensor *Q1,
+                     lt_tensor *Q2, lt_tensor **sorted, lt_tensor **cols1, lt_tensor **cols2);
+
+/* Sums iteration counts, keeps the worst residual and convergence of two
+ * reports; the method of the first one set. */
+void st_merge_info(lt_info *into, const lt_info *from);
+
+#endif

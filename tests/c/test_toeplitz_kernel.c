@@ -1,0 +1,301 @@
+/*
+ * test_toeplitz_kernel.c — Toeplitz and kernel operators through the C API:
+ * peak memory during large products (a counting allocator), every
+ * allocation failure on the constructors and products (no leak, an error
+ * message, never a crash), and Toeplitz products from two contexts in two
+ * threads at once (FFTW's planner is shared by the process).
+ * Prints "N passed, M failed"; exits non-zero on any failure.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/lazytensor.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (cond) passed++;                           \
+    else {                                        \
+      failed++;                                   \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+    }                                             \
+  } while (0)
+
+/* ------------------------------------------------- counting allocator */
+
+typedef struct counter {
+  size_t current, peak;
+  long fail_after; /* < 0: never; else the number of allocations that succeed */
+} counter;
+
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  counter *c = ud;
+  if (nsize == 0) {
+    if (ptr) c->current -= osize;
+    free(ptr);
+    return NULL;
+  }
+  if (c->fail_after == 0) return NULL;
+  if (c->fail_after > 0) c->fail_after--;
+  void *p = realloc(ptr, nsize);
+  if (p == NULL) return NULL;
+  c->current += nsize - (ptr ? osize : 0);
+  if (c->current > c->peak) c->peak = c->current;
+  return p;
+}
+
+static uint64_t lcg(uint64_t *s) {
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return *s >> 11;
+}
+static double uniform(uint64_t *s) { return (double)lcg(s) / 9007199254740992.0; }
+
+/* ------------------------------------------------------ peak memory */
+
+static double matern32(const double *x, const double *y, double l, double v) {
+  double r2 = 0;
+  for (int q = 0; q < 2; q++) r2 += (x[q] - y[q]) * (x[q] - y[q]);
+  double a = sqrt(3.0 * r2) / l;
+  return v * (1 + a) * exp(-a);
+}
+
+static void test_kernel_peak(void) {
+  counter cnt = {0, 0, -1};
+  lt_context *ctx = lt_context_new(counting_alloc, &cnt);
+  size_t start = cnt.current;
+  const size_t n = 20000;
+  uint64_t s = 42;
+  lt_tensor *x = lt_dense_matrix(ctx, n, 2), *v = lt_dense_matrix(ctx, n, 1);
+  double *xd = lt_dense_data(x), *vd = lt_dense_data(v);
+  for (size_t i = 0; i < 2 * n; i++) xd[i] = 10 * uniform(&s);
+  for (size_t i = 0; i < n; i++) vd[i] = uniform(&s) - 0.5;
+  lt_kernel_spec spec = {LT_KERNEL_MATERN32, 0.4, 1.3, 0};
+  lt_tensor *K = lt_kernel_new(ctx, x, NULL, &spec);
+  CHECK(K != NULL, "kernel_new: %s", lt_last_error(ctx));
+  size_t base = cnt.current;
+  cnt.peak = base;
+  lt_tensor *y = lt_matmul(ctx, K, v);
+  CHECK(y != NULL, "kernel matmul: %s", lt_last_error(ctx));
+  size_t extra = cnt.peak - base;
+  printf("  kernel n = %zu matvec: peak %.2f MB above the operator and its inputs\n", n,
+         (double)extra / 1048576.0);
+  CHECK(extra < (size_t)50 << 20, "kernel matvec peak %zu bytes", extra);
+  for (size_t i = 0; y && i < n; i += 4999) {
+    double want = 0;
+    for (size_t j = 0; j < n; j++) want += matern32(xd + 2 * i, xd + 2 * j, 0.4, 1.3) * vd[j];
+    double got = lt_dense_data(y)[i];
+    CHECK(fabs(got - want) <= 1e-10 * fmax(1, fabs(want)), "y[%zu] = %.17g, want %.17g", i, got,
+          want);
+  }
+  lt_release(ctx, y);
+  lt_release(ctx, K);
+  lt_release(ctx, x);
+  lt_release(ctx, v);
+  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
+  lt_context_free(ctx);
+  CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
+}
+
+static void test_toeplitz_peak(void) {
+  counter cnt = {0, 0, -1};
+  lt_context *ctx = lt_context_new(counting_alloc, &cnt);
+  size_t start = cnt.current;
+  const size_t n = (size_t)1 << 17;
+  lt_tensor *c = lt_dense_vector(ctx, n), *x = lt_dense_matrix(ctx, n, 1);
+  uint64_t s = 7;
+  for (size_t i = 0; i < n; i++) {
+    lt_dense_data(c)[i] = 1.0 / (1.0 + (double)i);
+    lt_dense_data(x)[i] = uniform(&s) - 0.5;
+  }
+  size_t base = cnt.current;
+  cnt.peak = base;
+  lt_tensor *T = lt_toeplitz_new(ctx, c, NULL);
+  CHECK(T != NULL, "toeplitz_new: %s", lt_last_error(ctx));
+  lt_tensor *y = lt_matmul(ctx, T, x);
+  CHECK(y != NULL, "toeplitz matmul: %s", lt_last_error(ctx));
+  size_t extra = cnt.peak - base;
+  printf("  toeplitz n = 2^17: operator + matvec peak %.2f MB (n doubles = %.2f MB)\n",
+         (double)extra / 1048576.0, (double)n * 8 / 1048576.0);
+  CHECK(extra < 16 * n * sizeof(double), "toeplitz peak %zu bytes", extra);
+  const double *cd = lt_dense_data(c), *xd = lt_dense_data(x);
+  for (size_t i = 0; y && i < n; i += 32767) {
+    double want = 0;
+    for (size_t j = 0; j < n; j++) want += cd[i > j ? i - j : j - i] * xd[j];
+    double got = lt_dense_data(y)[i];
+    CHECK(fabs(got - want) <= 1e-10 * fmax(1, fabs(want)), "y[%zu] = %.17g, want %.17g", i, got,
+          want);
+  }
+  lt_release(ctx, y);
+  lt_release(ctx, T);
+  lt_release(ctx, c);
+  lt_release(ctx, x);
+  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
+  lt_context_free(ctx);
+  CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
+}
+
+/* ------------------------------------------------ allocation failures */
+
+typedef lt_tensor *(*scenario)(lt_context *ctx);
+
+static lt_tensor *toeplitz_scenario(lt_context *ctx) {
+  double cv[] = {3, 1, 2, 0.5}, rv[] = {3, -1, 4};
+  lt_tensor *c = lt_dense_from(ctx, 1, (size_t[]){4}, cv);
+  lt_tensor *r = c ? lt_dense_from(ctx, 1, (size_t[]){3}, rv) : NULL;
+  lt_tensor *T = r ? lt_toeplitz_new(ctx, c, r) : NULL;
+  lt_tensor *X = T ? lt_dense_full(ctx, 2, (size_t[]){3, 2}, 1.0) : NULL;
+  lt_tensor *Y = X ? lt_matmul(ctx, T, X) : NULL;
+  lt_tensor *Tt = Y ? lt_transpose(ctx, T) : NULL;
+  lt_tensor *S = Tt ? lt_toeplitz_new(ctx, c, NULL) : NULL; /* symmetric: one vector */
+  lt_tensor *SY = S ? lt_matmul(ctx, S, Y) : NULL;
+  lt_tensor *Z = SY ? lt_matmul(ctx, Tt, Y) : NULL;
+  lt_release(ctx, S);
+  lt_release(ctx, SY);
+  lt_release(ctx, c);
+  lt_release(ctx, r);
+  lt_release(ctx, T);
+  lt_release(ctx, X);
+  lt_release(ctx, Y);
+  lt_release(ctx, Tt);
+  return Z;
+}
+
+/* A symmetric positive definite Toeplitz solve above max_cholesky_size:
+ * the circulant-preconditioned CG rule. */
+static lt_tensor *toeplitz_solve_scenario(lt_context *ctx) {
+  double cv[] = {4, 1, 0.5, 0.25, 0.1, 0.05};
+  lt_settings_of(ctx)->max_cholesky_size = 2;
+  lt_tensor *c = lt_dense_from(ctx, 1, (size_t[]){6}, cv);
+  lt_tensor *T = c ? lt_toeplitz_new(ctx, c, NULL) : NULL;
+  lt_tensor *b = T ? lt_dense_full(ctx, 2, (size_t[]){6, 2}, 1.0) : NULL;
+  lt_info info;
+  lt_tensor *x = b ? lt_solve(ctx, T, b, &info) : NULL;
+  if (x && (info.method == NULL || strcmp(info.method, "cg (circulant preconditioner)") != 0)) {
+    CHECK(0, "toeplitz solve: method %s", info.method ? info.method : "(none)");
+  }
+  lt_release(ctx, c);
+  lt_release(ctx, T);
+  lt_release(ctx, b);
+  return x;
+}
+
+static lt_tensor *kernel_scenario(lt_context *ctx) {
+  double xv[] = {0, 1, 2, 0.5, -1, 3}, yv[] = {1, 1, 0, 2};
+  lt_kernel_spec spec = {LT_KERNEL_PERIODIC, 0.7, 1.2, 2.0};
+  lt_tensor *x1 = lt_dense_from(ctx, 2, (size_t[]){3, 2}, xv);
+  lt_tensor *x2 = x1 ? lt_dense_from(ctx, 2, (size_t[]){2, 2}, yv) : NULL;
+  lt_tensor *K = x2 ? lt_kernel_new(ctx, x1, x2, &spec) : NULL;
+  lt_tensor *X = K ? lt_dense_full(ctx, 2, (size_t[]){2, 3}, 1.0) : NULL;
+  lt_tensor *Y = X ? lt_matmul(ctx, K, X) : NULL;
+  lt_tensor *Kt = Y ? lt_transpose(ctx, K) : NULL;
+  lt_tensor *D = Kt ? lt_to_dense(ctx, Kt) : NULL;
+  lt_tensor *Z = D ? lt_matmul(ctx, Kt, Y) : NULL;
+  lt_release(ctx, x1);
+  lt_release(ctx, x2);
+  lt_release(ctx, K);
+  lt_release(ctx, X);
+  lt_release(ctx, Y);
+  lt_release(ctx, Kt);
+  lt_release(ctx, D);
+  return Z;
+}
+
+static void test_failures(const char *name, scenario f) {
+  int failures_seen = 0, ok = 0;
+  for (long k = 0; k < 400 && !ok; k++) {
+    counter cnt = {0, 0, -1};
+    lt_context *ctx = lt_context_new(counting_alloc, &cnt);
+    if (ctx == NULL) continue;
+    size_t base = cnt.current;
+    cnt.fail_after = k;
+    lt_tensor *Z = f(ctx);
+    cnt.fail_after = -1;
+    if (Z) ok = 1;
+    else {
+      failures_seen++;
+      const char *msg = lt_last_error(ctx);
+      if (msg == NULL || msg[0] == '\0') {
+        CHECK(0, "%s: allocation %ld failed without a message", name, k);
+      }
+    }
+    lt_release(ctx, Z);
+    if (cnt.current != base) {
+      CHECK(0, "%s: allocation %ld failing leaked %zu bytes", name, k, cnt.current - base);
+    }
+    lt_context_free(ctx);
+  }
+  CHECK(ok && failures_seen > 5, "%s: %d failure points, succeeded: %d", name, failures_seen, ok);
+}
+
+/* --------------------------------------------------------- threads */
+
+typedef struct worker {
+  int id, errors;
+} worker;
+
+static void *toeplitz_worker(void *arg) {
+  worker *w = arg;
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  if (ctx == NULL) {
+    w->errors++;
+    return NULL;
+  }
+  uint64_t s = (uint64_t)w->id * 977 + 1;
+  for (int it = 0; it < 150; it++) {
+    size_t m = 1 + lcg(&s) % 60, n = 1 + lcg(&s) % 60; /* new FFT sizes: the planner runs */
+    lt_tensor *c = lt_dense_vector(ctx, m), *r = lt_dense_vector(ctx, n);
+    lt_tensor *x = lt_dense_matrix(ctx, n, 2);
+    for (size_t i = 0; i < m; i++) lt_dense_data(c)[i] = uniform(&s) - 0.5;
+    for (size_t j = 0; j < n; j++) lt_dense_data(r)[j] = uniform(&s) - 0.5;
+    lt_dense_data(r)[0] = lt_dense_data(c)[0];
+    for (size_t j = 0; j < 2 * n; j++) lt_dense_data(x)[j] = uniform(&s) - 0.5;
+    lt_tensor *T = lt_toeplitz_new(ctx, c, r);
+    lt_tensor *y = T ? lt_matmul(ctx, T, x) : NULL;
+    if (y == NULL) w->errors++;
+    for (size_t i = 0; y && i < m; i++)
+      for (size_t q = 0; q < 2; q++) {
+        double want = 0;
+        for (size_t j = 0; j < n; j++)
+          want += (i >= j ? lt_dense_data(c)[i - j] : lt_dense_data(r)[j - i]) *
+                  lt_dense_data(x)[j * 2 + q];
+        if (fabs(lt_dense_data(y)[i * 2 + q] - want) > 1e-12 * (double)n) w->errors++;
+      }
+    lt_release(ctx, y);
+    lt_release(ctx, T);
+    lt_release(ctx, c);
+    lt_release(ctx, r);
+    lt_release(ctx, x);
+  }
+  lt_context_free(ctx);
+  return NULL;
+}
+
+static void test_threads(void) {
+  pthread_t th[4];
+  worker w[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (worker){i, 0};
+    CHECK(pthread_create(&th[i], NULL, toeplitz_worker, &w[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    CHECK(w[i].errors == 0, "thread %d: %d wrong or failed products", i, w[i].errors);
+  }
+}
+
+int main(void) {
+  test_kernel_peak();
+  test_toeplitz_peak();
+  test_failures("toeplitz", toeplitz_scenario);
+  test_failures("toeplitz solve", toeplitz_solve_scenario);
+  test_failures("kernel", kernel_scenario);
+  test_threads();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
