@@ -149,9 +149,7 @@ $(BUILD)/tests/host/%: tests/host/%.c $(BIND_OBJ) liblazytensor.a
 
 # Sanitizer and fuzzing builds: `make BUILD=build/<kind> OPT=... <targets>`
 # puts everything under that directory, never touching the normal objects,
-# lazytensor.so or liblazytensor.a.
-$(BUILD)/lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+# lazytensor.so or liblazytensor.a ($(BUILD)/lazytensor.so is built above).
 $(BUILD)/liblazytensor.a: $(CORE_OBJ)
 	rm -f $@
 	$(AR) rcs $@ $^

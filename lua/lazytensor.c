@@ -664,7 +664,8 @@ static int module_index(lua_State *L) {
 #define LTB_STATE_KEY "lazytensor.state"
 
 static void create_state(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY) == LUA_TUSERDATA) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY); /* returns void before 5.3 */
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
     ltb_state *old = lua_touserdata(L, -1);
     if (old->ctx != NULL) {
       old->L = L;
