@@ -132,6 +132,55 @@ doc: lazytensor.so
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
 
+# ---------------------------------------------------------------- reliability
+# Test hosts (tests/host/*.c) embed Lua and link the module statically; they
+# run in `make test` with the C tests. check-asan / check-valgrind /
+# check-tsan run the suite under sanitizers and memcheck (see
+# tools/reliability.sh); fuzz / fuzz-c run the long differential fuzzer and
+# the libFuzzer harness.
+LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
+HOST_TESTS := $(BUILD)/tests/host/allocfail $(BUILD)/tests/host/threads
+C_TESTS += $(HOST_TESTS)
+
+$(BUILD)/tests/host/%: tests/host/%.c $(BIND_OBJ) liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
+	  $(LUA_LIBS) $(DEP_LIBS) -lpthread
+
+# Sanitizer and fuzzing builds: `make BUILD=build/<kind> OPT=... <targets>`
+# puts everything under that directory, never touching the normal objects,
+# lazytensor.so or liblazytensor.a ($(BUILD)/lazytensor.so is built above).
+$(BUILD)/liblazytensor.a: $(CORE_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+$(BUILD)/ctest/%: tests/c/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/liblazytensor.a $(LDFLAGS_ALL) $(DEP_LIBS)
+$(BUILD)/host/%: tests/host/%.c $(BIND_OBJ) $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS) -lpthread
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc -fsanitize=fuzzer $< -o $@ $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(DEP_LIBS)
+
+.PHONY: check-asan check-valgrind check-tsan fuzz fuzz-c
+check-asan: deps
+	@sh tools/reliability.sh asan $(LUA)
+check-valgrind: deps
+	@sh tools/deps.sh valgrind
+	@$(MAKE) --no-print-directory all
+	@sh tools/reliability.sh valgrind $(LUA)
+check-tsan: deps
+	@sh tools/reliability.sh tsan $(LUA)
+fuzz: deps
+	@$(MAKE) --no-print-directory all
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} LUA_CPATH='./?.so;;' \
+	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
+fuzz-c: deps
+	@sh tools/deps.sh clang libclang-rt-14-dev
+	@sh tools/reliability.sh fuzz-c $(LUA)
 # --- Embedding (ecosystem) -------------------------------------------------
 # examples/embed/host.c: a program hosting Lua with the module linked in.
 # It links the binding's objects, the core and the selected LUA's library.

@@ -400,6 +400,17 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
                      const char *name, lt_rule_fn fn, void *ud,
                      void (*free_ud)(lt_context *ctx, void *ud), int symmetric);
 
+/* A row of a rule table, for registering many rules at once. */
+typedef struct lt_rule_spec {
+  int op, type_a, type_b;
+  lt_rule_fn fn;
+  void *ud; /* not freed by the context */
+  int symmetric;
+  const char *name;
+} lt_rule_spec;
+/* lt_register_rule for each of the n specs, in order. */
+int lt_register_rules(lt_context *ctx, const lt_rule_spec *specs, size_t n);
+
 /* Runs the registry for args->op, without the shape checks of the
  * operations below (they call it after checking). On LT_OK res holds the
  * results, as new references the caller releases. */

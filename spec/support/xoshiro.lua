@@ -1,8 +1,6 @@
--- xoshiro256** seeded by splitmix64, in plain Lua 64-bit integers: the
--- reference for lt.manual_seed / lt.rand. Lua 5.3+ only (integer and
--- bitwise operators), so it lives outside the *_spec.lua files and is
--- required only where math.type exists.
-local ref = {}
+-- xoshiro256** seeded by splitmix64 in plain Lua 5.3+ integers: an
+-- independent reference for the library's generator (src/core/random.c).
+local xoshiro = {}
 
 local function splitmix(state)
   state = state + 0x9E3779B97F4A7C15
@@ -14,12 +12,12 @@ end
 
 local function rotl(x, k) return (x << k) | (x >> (64 - k)) end
 
--- The first uniform number after lt.manual_seed(seed).
-function ref.first_uniform(seed)
+--- The first uniform number in [0, 1) drawn after seeding with `seed`.
+function xoshiro.first_uniform(seed)
   local s, st = {}, seed
   for i = 1, 4 do st, s[i] = splitmix(st) end
   local result = rotl(s[2] * 5, 7) * 9
   return (result >> 11) * 2.0 ^ -53
 end
 
-return ref
+return xoshiro
