@@ -210,10 +210,14 @@ rock:
 	  DEP_CFLAGS="$(ROCK_DEP_CFLAGS)" DEP_LIBS="$(ROCK_DEP_LIBS)" $(ROCK_BUILD)/lazytensor.so
 	@test -n "$(LT_ROCK_NO_COPY)" || cp $(ROCK_BUILD)/lazytensor.so lazytensor.so
 
+# The pure-Lua modules, lua/lazytensor/**.lua, under directory $(1).
+INSTALL_LUA_FILES = cd lua && find lazytensor -name '*.lua' | sort | \
+  while read -r f; do install -D -m 644 "$$f" "$(1)/$$f" || exit 1; done
+
 rock-install:
 	install -d $(INST_LIBDIR) $(INST_LUADIR)/lazytensor
 	install -m 755 $(ROCK_BUILD)/lazytensor.so $(INST_LIBDIR)/lazytensor.so
-	for f in lua/lazytensor/*.lua; do [ ! -f "$$f" ] || install -m 644 "$$f" $(INST_LUADIR)/lazytensor/; done
+	$(call INSTALL_LUA_FILES,$(INST_LUADIR))
 
 TEST_PROGRAMS += tools/rock-smoke.sh
 
@@ -254,6 +258,6 @@ install: all $(BIND_LIB)
 	$(SUBST_PC) lazytensor.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor.pc
 	$(SUBST_PC) lazytensor-lua.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor-$(LUA).pc
 	install -m 755 lazytensor.so $(DESTDIR)$(LUA_CMOD_DIR)/lazytensor.so
-	for f in lua/lazytensor/*.lua; do [ ! -f "$$f" ] || install -m 644 "$$f" $(DESTDIR)$(LUA_LMOD_DIR)/lazytensor/; done
+	$(call INSTALL_LUA_FILES,$(abspath $(DESTDIR)$(LUA_LMOD_DIR)))
 
 TEST_PROGRAMS += tools/install-check.sh

@@ -29,6 +29,8 @@
 #define ltb_newuserdata(L, size) lua_newuserdatauv((L), (size), 0)
 #else
 #define ltb_newuserdata(L, size) lua_newuserdata((L), (size))
+/* Below 5.4 a userdata has one uservalue (5.2, 5.3) or an environment (5.1). */
+#define lua_newuserdatauv(L, size, nuv) lua_newuserdata((L), (size))
 #endif
 
 /* ------------------------------------------------------------ 5.1, LuaJIT */
@@ -110,6 +112,41 @@ static inline void ltb_compat_requiref(lua_State *L, const char *modname,
 }
 #define luaL_requiref(L, modname, openf, glb) ltb_compat_requiref((L), (modname), (openf), (glb))
 #endif /* LUA_VERSION_NUM < 502 */
+
+/* ------------------------------------------------------------ 5.1, 5.2 */
+
+#if LUA_VERSION_NUM < 503
+/* 5.3 made the table getters return the type of the value they push. */
+static inline int ltb_compat_getfield(lua_State *L, int idx, const char *k) {
+  lua_getfield(L, idx, k);
+  return lua_type(L, -1);
+}
+#define lua_getfield(L, idx, k) ltb_compat_getfield((L), (idx), (k))
+
+static inline int ltb_compat_geti(lua_State *L, int idx, lua_Integer i) {
+  idx = lua_absindex(L, idx);
+  lua_pushinteger(L, i);
+  lua_gettable(L, idx);
+  return lua_type(L, -1);
+}
+#define lua_geti(L, idx, i) ltb_compat_geti((L), (idx), (i))
+
+static inline void ltb_compat_seti(lua_State *L, int idx, lua_Integer i) {
+  idx = lua_absindex(L, idx);
+  lua_pushinteger(L, i);
+  lua_insert(L, -2);
+  lua_settable(L, idx);
+}
+#define lua_seti(L, idx, i) ltb_compat_seti((L), (idx), (i))
+#endif
+
+#if LUA_VERSION_NUM < 502
+/* luaL_len: the length of the value at idx (5.1 has no __len for tables). */
+static inline lua_Integer ltb_compat_len(lua_State *L, int idx) {
+  return (lua_Integer)lua_objlen(L, idx);
+}
+#define luaL_len(L, idx) ltb_compat_len((L), (idx))
+#endif
 
 /* ------------------------------------------------------------ integers */
 

@@ -35,13 +35,18 @@ if ok then
   check(type(lt._VERSION) == "string", "_VERSION")
   local a = lt.tensor{{1, 2}, {3, 4}}
   check((a + lt.diag{1, 1}):get(2, 2) == 5, "arithmetic works")
-  -- Pure-Lua submodules are installed as lazytensor.<name>.
-  local f = io.open(tree .. "/share/lua/" .. _VERSION:sub(5) .. "/lazytensor/mvn.lua")
-  if f then
-    f:close()
-    local mok, mvn = pcall(require, "lazytensor.mvn")
-    check(mok, "require 'lazytensor.mvn' from the tree: " .. tostring(mvn))
+  -- Pure-Lua submodules are installed as lazytensor.<name> (and packages
+  -- such as lazytensor.gp with their init.lua).
+  local dir = tree .. "/share/lua/" .. _VERSION:sub(5) .. "/lazytensor/"
+  for _, name in ipairs{"mvn", "optim", "gp", "gp.kernels"} do
+    local f = io.open(dir .. name:gsub("%.", "/") .. ".lua") or io.open(dir .. name .. "/init.lua")
+    if f then
+      f:close()
+      local mok, m = pcall(require, "lazytensor." .. name)
+      check(mok and type(m) == "table", "require 'lazytensor." .. name .. "' from the tree: " .. tostring(m))
+    end
   end
+  check(lt.gp == nil or type(lt.gp) == "table", "lt.gp from the tree")
 end
 print(("rock smoke (%s, tree %s): %d passed, %d failed"):format(_VERSION, tree, passed, failed))
 print(("%d passed, %d failed"):format(passed, failed))

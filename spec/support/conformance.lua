@@ -149,11 +149,15 @@ local function dot(a, b)
   return s
 end
 
--- A deterministic generator independent of the library's RNG.
+-- A deterministic generator independent of the library's RNG. The product
+-- is split (1103515245 = 16838 * 2^16 + 20077) so that every step stays
+-- below 2^53: the same numbers with Lua 5.3+ integers and with the doubles
+-- of Lua 5.1, 5.2 and LuaJIT.
 local function generator(seed)
   local state = seed
   return function()
-    state = (state * 1103515245 + 12345) % 2147483648
+    local hi = (state * 16838) % 32768 * 65536
+    state = (hi + state * 20077 + 12345) % 2147483648
     return state / 2147483648 * 2 - 1
   end
 end
