@@ -322,6 +322,12 @@ end
 -- busted's API lives in the spec file's environment, not in _G: find the
 -- calling spec's _ENV (a proxy that resolves names in the running block).
 local function spec_env(level)
+  -- Lua 5.1 and LuaJIT: the spec's function environment.
+  -- (Not a tail call: LuaJIT would drop this frame from the count.)
+  if getfenv then
+    local env = getfenv(level + 1)
+    return env
+  end
   local info = debug.getinfo(level + 1, "f")
   local f = info and info.func
   for i = 1, 255 do

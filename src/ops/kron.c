@@ -235,21 +235,6 @@ static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
   return t;
 }
 
-/* A private version of a factor: dense ones are copied (keeping what is
- * known of their properties), lazy ones are immutable and retained. */
-static lt_tensor *private_factor(lt_context *ctx, lt_tensor *f) {
-  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
-  lt_tensor *c = lt_dense_clone(ctx, f);
-  if (c == NULL) return NULL;
-  if (lt_is_square(f)) {
-    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
-    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
-  }
-  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
-  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
-  return c;
-}
-
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   if (n < 1) {
     lt_error(ctx, "kron: needs at least one factor");
@@ -274,7 +259,7 @@ lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   for (int i = 0; i < n && ok; i++) {
     if (factors[i]->type_id == LT_TYPE_KRON) {
       for (int j = 0; j < factors[i]->nchildren; j++) f[k++] = lt_retain(factors[i]->children[j]);
-    } else if ((f[k] = private_factor(ctx, factors[i])) != NULL) {
+    } else if ((f[k] = st_private_operand(ctx, factors[i])) != NULL) {
       k++;
     } else {
       ok = 0;
@@ -832,13 +817,7 @@ static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, 
 
 int lt_register_kron_rules(lt_context *ctx) {
   const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
       {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
       {LT_OP_MATMUL, K, K, rule_matmul, NULL, 0, "kron * kron (factor-wise products)"},
@@ -881,9 +860,5 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_ADD_DIAG, KI, ANY, rule_kpi_shift, NULL, 0,
        "kron_plus_identity add_diag constant (shift adds)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

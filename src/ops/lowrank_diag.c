@@ -512,13 +512,7 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
 
 int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const int LD = LT_TYPE_LOWRANK_DIAG, LR = LT_TYPE_LOWRANK, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
       {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0,
        "lowrank_plus_diag logdet (determinant lemma)"},
@@ -546,9 +540,5 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
       {LT_OP_ADD, LR, LT_TYPE_IDENTITY, rule_add, NULL, 1,
        "lowrank + identity (lowrank_plus_diag)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

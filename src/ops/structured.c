@@ -150,3 +150,16 @@ fail:
   lt_free(ctx, k, bytes > 0 ? bytes : 1);
   return LT_ERR;
 }
+
+lt_tensor *st_private_operand(lt_context *ctx, lt_tensor *f) {
+  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
+  lt_tensor *c = lt_dense_clone(ctx, f);
+  if (c == NULL) return NULL;
+  if (lt_is_square(f)) {
+    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
+    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
+  }
+  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
+  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
+  return c;
+}
