@@ -206,7 +206,6 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
   if (f->k > (size_t)INT32_MAX || f->n > (size_t)INT32_MAX || f->m > (size_t)INT32_MAX)
     return lt_error(ctx, "%s: dimensions too large for LAPACK", op);
   int positive = 1;
-  double logd = 0;
   int sign = 1;
   for (size_t i = 0; i < f->n; i++) {
     double di = f->d[i];
@@ -215,8 +214,8 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
       positive = 0;
       sign = -sign;
     }
-    logd += log(fabs(di));
   }
+  double logd = st_sum_log_abs(f->d, f->n);
   size_t k = f->k, km = k * f->m;
   int same = f->u == f->v;
   f->c = lt_malloc(ctx, k * k * sizeof(double));
