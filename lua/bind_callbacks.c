@@ -35,8 +35,9 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
 static int is_yield_error(lua_State *L, int idx) {
   const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   /* "... across a C-call boundary" (5.2+), "... across metamethod/C-call
-   * boundary" (5.1), "... from outside a coroutine" (main thread) */
-  return msg && strncmp(msg, "attempt to yield ", 17) == 0;
+   * boundary" (5.1), "... from outside a coroutine" (main thread); LuaJIT
+   * puts the caller's position first ("file:line: attempt to yield ..."). */
+  return msg && strstr(msg, "attempt to yield ") != NULL;
 }
 
 static int yield_message(lua_State *L) {

@@ -707,14 +707,18 @@ static void create_settings(lua_State *L, int module) {
   lua_setfield(L, module, "settings");
 }
 
-/* The module table of this Lua state, in the registry under this address:
+/* The module table of this Lua state, in the registry under this name:
  * opening the module again returns it (one context per Lua state), and
- * hosts reach the context through it (ltb_lua_context). */
-static const char module_key = 'M';
+ * hosts reach the context through it (ltb_lua_context). A name, not a C
+ * address, so that a second copy of the library in the process (a host
+ * linking it statically, then `require` finding lazytensor.so) reuses the
+ * first one's module instead of installing closures of code that Lua 5.1
+ * unloads before the last finalizers run. */
+#define LTB_MODULE_KEY "lazytensor.module"
 
 ltb_state *ltb_find_state(lua_State *L) {
   ltb_state *S = NULL;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   if (lua_istable(L, -1)) {
     lua_pushliteral(L, "_state");
     lua_rawget(L, -2);
@@ -728,7 +732,7 @@ ltb_state *ltb_find_state(lua_State *L) {
 }
 
 LUALIB_API int luaopen_lazytensor(lua_State *L) {
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   if (lua_istable(L, -1)) return 1;
   lua_settop(L, 0);
   create_state(L);                   /* LTB_OPEN_STATE */
@@ -757,6 +761,6 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
   lua_pushvalue(L, module);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_setfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   return 1;
 }
