@@ -488,12 +488,21 @@ typedef enum {
   LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
   LT_KERNEL_PERIODIC
 } lt_kernel_kind;
+/* What the operator's entries are: the kernel itself, or its derivative with
+ * respect to the log of one hyperparameter (θ·∂k/∂θ). */
+typedef enum {
+  LT_KERNEL_VALUE, LT_KERNEL_D_LENGTHSCALE, LT_KERNEL_D_VARIANCE, LT_KERNEL_D_PERIOD
+} lt_kernel_derivative;
 typedef struct lt_kernel_spec {
   lt_kernel_kind kind;
   double lengthscale, variance, period;
+  lt_kernel_derivative derivative; /* LT_KERNEL_VALUE (0) for K itself */
 } lt_kernel_spec;
 /* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale,
- * variance (and period for periodic) > 0. Entries are never stored. */
+ * variance (and period for periodic) > 0. Entries are never stored.
+ * spec->derivative other than LT_KERNEL_VALUE gives ∂K/∂log θ instead
+ * (LT_KERNEL_D_PERIOD only for periodic kernels): symmetric when x2 is NULL,
+ * PSD only for the variance derivative (which equals K). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
