@@ -35,8 +35,9 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
 static int is_yield_error(lua_State *L, int idx) {
   const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   /* "... across a C-call boundary" (5.2+), "... across metamethod/C-call
-   * boundary" (5.1), "... from outside a coroutine" (main thread) */
-  return msg && strncmp(msg, "attempt to yield ", 17) == 0;
+   * boundary" (5.1), "... from outside a coroutine" (main thread); LuaJIT
+   * puts the caller's position first ("file:line: attempt to yield ..."). */
+  return msg && strstr(msg, "attempt to yield ") != NULL;
 }
 
 static int yield_message(lua_State *L) {
@@ -101,7 +102,7 @@ static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
   lt_tensor *t = cb_to_tensor(L, idx);
   if (t == NULL)
     ltb_throw(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
-               op, luaL_typename(L, idx));
+              op, luaL_typename(L, idx));
   return lt_retain(t);
 }
 
@@ -109,7 +110,7 @@ static double result_number(lua_State *L, int idx, const char *op) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
   if (lua_type(L, idx) != LUA_TNUMBER)
     ltb_throw(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
-               op, luaL_typename(L, idx));
+              op, luaL_typename(L, idx));
   return lua_tonumber(L, idx);
 }
 
@@ -117,9 +118,11 @@ static double result_number(lua_State *L, int idx, const char *op) {
 static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
   lt_result *res = c->res;
   switch (c->args->op) {
-    case LT_OP_TRACE: case LT_OP_GET: case LT_OP_LOGDET: case LT_OP_INV_QUAD: case LT_OP_EQUAL:
-      res->x[0] = result_number(L, base, op);
-      return;
+    case LT_OP_TRACE:
+    case LT_OP_GET:
+    case LT_OP_LOGDET:
+    case LT_OP_INV_QUAD:
+    case LT_OP_EQUAL: res->x[0] = result_number(L, base, op); return;
     case LT_OP_INV_QUAD_LOGDET:
       res->x[0] = result_number(L, base, op);
       res->x[1] = result_number(L, base + 1, op);
@@ -137,8 +140,7 @@ static void store_results(lua_State *L, int base, rule_call *c, const char *op) 
       /* Custom operations may answer with a number as well. */
       if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
         res->x[0] = lua_tonumber(L, base);
-      else
-        res->t[0] = result_tensor(L, base, op);
+      else res->t[0] = result_tensor(L, base, op);
   }
 }
 
@@ -201,7 +203,8 @@ static int l_implements(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   int top = lua_gettop(L);
   if (top < 3 || top > 4)
-    return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments", top);
+    return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments",
+                     top);
   if (lua_type(L, 1) != LUA_TSTRING)
     return ltb_error(L, "implements", "the operation must be a name, got %s", luaL_typename(L, 1));
   if (!lua_isfunction(L, top))
@@ -287,7 +290,7 @@ static int protected_matmul(lua_State *L) {
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
     ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
-               luaL_typename(L, -1));
+              luaL_typename(L, -1));
   c->out = lt_retain(t);
   return 0;
 }

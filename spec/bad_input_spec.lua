@@ -56,7 +56,7 @@ local function case(name, f, expect, opts)
           ("message %q lacks %q"):format(tostring(err), expect))
       end
     end
-    err, f = nil, nil
+    err, f = nil, nil -- luacheck: ignore 311 (dropped for the collector)
     collect()
     if not opts.keeps_memory then assert.equal(before, lt.memory(), "memory leaked") end
     check_usable()

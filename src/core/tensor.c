@@ -8,8 +8,7 @@
 
 #include "internal.h"
 
-int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape,
-                   size_t *numel) {
+int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel) {
   if (ndim < 0 || ndim > LT_MAX_DIM)
     return lt_error(ctx, "%s: %d dimensions (at most %d)", op, ndim, LT_MAX_DIM);
   size_t n = 1, extent = 1;
@@ -82,8 +81,7 @@ size_t lt_cols(const lt_tensor *t) { return t->ndim >= 2 ? t->shape[1] : 1; }
  * been written since; shape-derived facts (non-square) always hold. */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) {
   if (t->storage && t->props_version != t->storage->version) {
-    if (t->ndim == 2 && t->shape[0] != t->shape[1] &&
-        (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
+    if (t->ndim == 2 && t->shape[0] != t->shape[1] && (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
       return LT_NO;
     return LT_UNKNOWN;
   }

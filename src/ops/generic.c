@@ -122,8 +122,8 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
 static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *d = args->b;
-  lt_tensor *term = is_scalar(d) ? lt_identity_new(ctx, args->a->shape[0], scalar_value(d))
-                                 : lt_diag_new(ctx, d);
+  lt_tensor *term =
+      is_scalar(d) ? lt_identity_new(ctx, args->a->shape[0], scalar_value(d)) : lt_diag_new(ctx, d);
   if (term == NULL) return LT_ERR;
   lt_tensor *out = lt_add(ctx, args->a, term);
   lt_release(ctx, term);
@@ -155,7 +155,8 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_release(ctx, st.out);
     return LT_ERR;
   }
-  for (int p = 0; p < LT_PROP_COUNT; p++) st.out->props[p] = (unsigned char)lt_prop_get(a, (lt_prop)p);
+  for (int p = 0; p < LT_PROP_COUNT; p++)
+    st.out->props[p] = (unsigned char)lt_prop_get(a, (lt_prop)p);
   return done(res, st.out);
 }
 
