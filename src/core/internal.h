@@ -14,6 +14,8 @@ typedef struct lt_storage {
   unsigned version; /* bumped on every write through the API */
   size_t count; /* doubles */
   double *data; /* right after this header, in the same allocation */
+  int embedded; /* allocated in one block right after the tensor that
+                   created it: the block is freed with the storage */
 } lt_storage;
 
 struct lt_tensor {
@@ -83,6 +85,12 @@ int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
+/* Initialises a tensor header in memory the caller allocated. */
+void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape);
+/* Bytes of the block holding a tensor and its embedded storage. */
+static inline size_t lt_embedded_block_size(size_t count) {
+  return sizeof(lt_tensor) + sizeof(lt_storage) + count * sizeof(double);
+}
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
