@@ -11,6 +11,7 @@
 #include <lapacke.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -22,9 +23,27 @@ int lt_lapack_check_dim(lt_context *ctx, const char *op, size_t n) {
   return LT_OK;
 }
 
+/* 1 when an entry of p[0..n) is NaN or infinite: all-ones exponent bits,
+ * tested on the integers so that the loop vectorises. */
+static int any_nonfinite(const double *p, size_t n) {
+  const uint64_t EXP = 0x7ff0000000000000ULL;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b;
+    memcpy(&b, &p[i], sizeof b);
+    bad |= (uint64_t)((b & EXP) == EXP);
+  }
+  return bad != 0;
+}
+
 int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a) {
   size_t rows = lt_rows(a), cols = lt_cols(a);
   const double *p = lt_dense_data(a);
+  if (lt_dense_is_contiguous(a)) {
+    if (any_nonfinite(p, rows * cols))
+      return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+    return LT_OK;
+  }
   const ptrdiff_t *st = lt_dense_strides(a);
   ptrdiff_t s0 = a->ndim >= 1 ? st[0] : 0, s1 = a->ndim >= 2 ? st[1] : 0;
   for (size_t i = 0; i < rows; i++)
@@ -49,9 +68,10 @@ static int check_square(lt_context *ctx, const char *op, const lt_tensor *a) {
 
 /* Keeps one triangle of a contiguous row-major n×n buffer, zeroing the other. */
 static void zero_triangle(double *p, size_t n, int keep_upper) {
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < n; j++)
-      if (keep_upper ? j < i : j > i) p[i * n + j] = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (keep_upper) memset(p + i * n, 0, i * sizeof(double));
+    else memset(p + i * n + i + 1, 0, (n - i - 1) * sizeof(double));
+  }
 }
 
 /* ------------------------------------------------------------- Cholesky */
