@@ -37,6 +37,16 @@ struct lt_tensor {
   void *payload;
 };
 
+/* A cached pair of FFT plans for one transform length (see toeplitz.c);
+ * the plans are FFTW's, opaque here. */
+#define LT_FFT_PLAN_SLOTS 8
+typedef struct lt_fft_plan_slot {
+  size_t L;        /* 0: empty */
+  void *fwd, *inv; /* fftw_plan; inv NULL until needed */
+  int in_use;      /* products running with these plans */
+  unsigned long used;
+} lt_fft_plan_slot;
+
 /* One rule in a registry list. */
 typedef struct lt_rule {
   lt_rule_fn fn;
@@ -71,6 +81,11 @@ struct lt_context {
   /* rules */
   lt_rule_slot *slots;
   size_t nslots, nused;
+  /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
+   * context through fft_plans_free (the core knows nothing of FFTW). */
+  lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
+  unsigned long fft_tick;
+  void (*fft_plans_free)(lt_context *ctx);
 };
 
 /* Context plumbing ------------------------------------------------------ */
