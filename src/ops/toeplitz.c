@@ -47,7 +47,8 @@ typedef struct toeplitz_payload {
   size_t L;           /* FFT length >= m + n - 1 */
   double *c;          /* first column, m */
   double *r;          /* first row, n (r[0] == c[0]); r == c when symmetric */
-  fftw_complex *spec; /* FFT of the embedding, L/2 + 1 */
+  fftw_complex *spec; /* FFT of the embedding, L/2 + 1 (aligned in spec_block) */
+  void *spec_block;
 } toeplitz_payload;
 
 /* --------------------------------------------------------------- FFTW */
@@ -188,7 +189,7 @@ static void payload_free(lt_context *ctx, toeplitz_payload *p) {
   if (p == NULL) return;
   lt_free(ctx, p->c, p->m * sizeof(double));
   if (p->r != p->c) lt_free(ctx, p->r, p->n * sizeof(double));
-  lt_free(ctx, p->spec, (p->L / 2 + 1) * sizeof(fftw_complex));
+  lt_free(ctx, p->spec_block, (p->L / 2 + 1) * sizeof(fftw_complex) + FFT_ALIGN);
   lt_free(ctx, p, sizeof *p);
 }
 
@@ -200,7 +201,11 @@ static int compute_spectrum(lt_context *ctx, toeplitz_payload *p) {
   memcpy(w.buf, p->c, p->m * sizeof(double));
   for (size_t k = 1; k < p->n; k++) w.buf[p->L - k] = p->r[k];
   fft_fwd(&w);
-  memcpy(p->spec, w.freq, (p->L / 2 + 1) * sizeof(fftw_complex));
+  /* the transform's output array becomes the payload's spectrum */
+  p->spec = w.freq;
+  p->spec_block = w.freq_block;
+  w.freq = NULL;
+  w.freq_block = NULL;
   fft_work_free(ctx, &w);
   return LT_OK;
 }
@@ -278,8 +283,7 @@ static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, cons
   int symmetric = m == n && same_values(c, r, n);
   p->c = lt_malloc(ctx, m * sizeof(double));
   p->r = p->c && !symmetric ? lt_malloc(ctx, n * sizeof(double)) : p->c;
-  p->spec = p->r ? lt_malloc(ctx, (p->L / 2 + 1) * sizeof(fftw_complex)) : NULL;
-  if (p->spec == NULL) goto fail;
+  if (p->r == NULL) goto fail;
   memcpy(p->c, c, m * sizeof(double));
   if (!symmetric) memcpy(p->r, r, n * sizeof(double));
   if (compute_spectrum(ctx, p) != LT_OK) goto fail;
