@@ -38,6 +38,9 @@ typedef struct ltb_box {
 } ltb_box;
 
 ltb_state *ltb_get_state(lua_State *L);
+/* The state of the module opened in L (from the registry, for code that is
+ * not one of the binding's closures), or NULL when it is not open. */
+ltb_state *ltb_find_state(lua_State *L);
 static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; }
 
 /* Pops the error object on top of L and keeps it as the pending error (the
@@ -45,6 +48,9 @@ static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; 
 void ltb_keep_error(lua_State *L, ltb_state *S);
 /* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */
 int ltb_raise(lua_State *L);
+/* Raises the error of a Lua callback (progress) that failed while a
+ * computation went on to succeed; returns when there is none. */
+void ltb_check_pending(lua_State *L);
 /* Raises the formatted message as is (no position prefix). */
 int ltb_throw(lua_State *L, const char *fmt, ...);
 /* Raises "lazytensor: <op>: <formatted message>". */

@@ -117,7 +117,15 @@ ltb_box *ltb_new_box(lua_State *L) {
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
+  ltb_check_pending(L);
   return 1;
+}
+
+/* A progress callback that failed cannot stop the computation (the core
+ * goes on); its error is raised as soon as the call has its result. */
+void ltb_check_pending(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  if (S->pending_error != LUA_NOREF) ltb_raise(L);
 }
 
 static ltb_box *to_box(lua_State *L, int idx) {
@@ -216,6 +224,7 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   lua_setfield(L, -2, "residual");
   lua_pushboolean(L, info->method ? info->converged : 1);
   lua_setfield(L, -2, "converged");
+  ltb_check_pending(L);
 }
 
 void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op) {
@@ -592,7 +601,7 @@ static int l_with_settings(lua_State *L) {
 static int l_manual_seed(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   if (!ltb_isinteger(L, 1)) return ltb_error(L, "manual_seed", "the seed must be an integer");
-  lt_manual_seed(ctx, (uint64_t)(long long)lua_tonumber(L, 1));
+  lt_manual_seed(ctx, (uint64_t)ltb_tointeger64(L, 1));
   return 0;
 }
 
@@ -655,7 +664,8 @@ static int module_index(lua_State *L) {
 #define LTB_STATE_KEY "lazytensor.state"
 
 static void create_state(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY) == LUA_TUSERDATA) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY); /* returns void before 5.3 */
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
     ltb_state *old = lua_touserdata(L, -1);
     if (old->ctx != NULL) {
       old->L = L;
@@ -697,7 +707,29 @@ static void create_settings(lua_State *L, int module) {
   lua_setfield(L, module, "settings");
 }
 
+/* The module table of this Lua state, in the registry under this address:
+ * opening the module again returns it (one context per Lua state), and
+ * hosts reach the context through it (ltb_lua_context). */
+static const char module_key = 'M';
+
+ltb_state *ltb_find_state(lua_State *L) {
+  ltb_state *S = NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) {
+    lua_pushliteral(L, "_state");
+    lua_rawget(L, -2);
+    S = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (S != NULL && S->ctx == NULL) return NULL; /* the state is closing */
+  if (S != NULL) S->L = L;
+  return S;
+}
+
 LUALIB_API int luaopen_lazytensor(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) return 1;
   lua_settop(L, 0);
   create_state(L);                   /* LTB_OPEN_STATE */
   luaL_newmetatable(L, TENSOR_NAME); /* LTB_OPEN_META */
@@ -724,5 +756,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_pushcfunction(L, module_index);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
+  lua_pushvalue(L, module);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
   return 1;
 }

@@ -69,7 +69,12 @@ asan)
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   for t in $(ctests "$b") "$b/host/allocfail" "$b/host/threads"; do run_prog "$t"; done
   cpath="./$b/?.so"
-  run_busted env LD_PRELOAD="$(gcc -print-file-name=libasan.so)"
+  # The ASan runtime must come first. The module is preloaded too: lua_close
+  # dlcloses C modules, and the libraries they pulled in (OpenBLAS, FFTW)
+  # would be unmapped with their process-lifetime caches, which LSan then
+  # reports as leaks from "<unknown module>". Preloaded, they stay mapped as
+  # in any host that links the library, and every stack has symbols.
+  run_busted env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $PWD/$b/lazytensor.so"
   ;;
 valgrind)
   b=build/$lua
@@ -100,11 +105,14 @@ fuzz-c)
   mkdir -p "$b/corpus"
   secs=${LT_FUZZ_SECONDS:-60}
   export ASAN_OPTIONS="detect_leaks=1"
+  log=$b/fuzz.log
   if "$b/fuzz/fuzz_dense" -max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048 \
-       -print_final_stats=1 "$b/corpus" tests/fuzz/corpus 2>&1 | tail -25; then
+       -artifact_prefix="$b/" -print_final_stats=1 "$b/corpus" tests/fuzz/corpus > "$log" 2>&1; then
+    tail -8 "$log"
     passed=$((passed + 1))
   else
-    echo "FAIL libFuzzer found a problem (crash-* / leak-* files in $PWD)"
+    tail -60 "$log"
+    echo "FAIL libFuzzer found a problem (the input: $b/crash-* / leak-* / timeout-*)"
     failed=$((failed + 1))
   fi
   ;;

@@ -13,6 +13,7 @@
  * Prints "N passed, M failed" (one test per script and mode).
  */
 #include <glob.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,10 +57,11 @@ __attribute__((noinline)) static void first_failure(void) { __asm__ volatile("")
 /* With ALLOCFAIL_RUN set, live blocks are tracked so that leaks can be named
  * by their allocation number (a debugger can then stop there). */
 #define TRACK_MAX 65536
-static struct tracked { void *p; size_t size; long n; } track[TRACK_MAX];
+static struct tracked { uintptr_t p; size_t size; long n; } track[TRACK_MAX];
 static int tracking, ntrack;
 
-static void track_update(void *old, void *p, size_t size, long n) {
+/* Addresses as integers: a freed pointer is only compared, never used. */
+static void track_update(uintptr_t old, uintptr_t p, size_t size, long n) {
   if (!tracking) return;
   for (int i = 0; old && i < ntrack; i++)
     if (track[i].p == old) {
@@ -73,9 +75,9 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   counting_alloc *a = ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
+    track_update((uintptr_t)ptr, 0, 0, 0);
     free(ptr);
     a->live -= old;
-    track_update(ptr, NULL, 0, 0);
     return NULL;
   }
   if (nsize > old) { /* Lua assumes shrinking never fails */
@@ -86,10 +88,11 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
       return NULL;
     }
   }
+  uintptr_t before = (uintptr_t)ptr;
   void *p = realloc(ptr, nsize);
   if (p == NULL) return NULL;
   a->live = a->live - old + nsize;
-  track_update(ptr, p, nsize, a->count);
+  track_update(before, (uintptr_t)p, nsize, a->count);
   return p;
 }
 
