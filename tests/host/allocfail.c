@@ -71,6 +71,12 @@ static void track_update(uintptr_t old, uintptr_t p, size_t size, long n) {
   if (p && ntrack < TRACK_MAX) track[ntrack++] = (struct tracked){p, size, n};
 }
 
+/* The tracker keeps block addresses as integers and compares them after
+ * realloc/free; gcc 12's -Wuse-after-free flags that although nothing is
+ * dereferenced. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#endif
 static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   counting_alloc *a = ud;
   size_t old = ptr ? osize : 0;
