@@ -76,12 +76,36 @@ static void zero_triangle(double *p, size_t n, int keep_upper) {
 
 /* ------------------------------------------------------------- Cholesky */
 
+/* scratch_copy of a contiguous a that also checks, in the same pass, that
+ * every entry is finite (NULL with the error set when one is not). */
+static lt_tensor *copy_checked(lt_context *ctx, const char *op, const lt_tensor *a) {
+  lt_tensor *c = lt_dense_new(ctx, a->ndim, a->shape);
+  if (c == NULL) return NULL;
+  memset(c->props, LT_UNKNOWN, sizeof c->props);
+  const uint64_t EXP = 0x7ff0000000000000ULL;
+  const double *s = lt_dense_data(a);
+  double *d = lt_dense_data(c);
+  uint64_t bad = 0;
+  for (size_t i = 0, n = lt_numel(a); i < n; i++) {
+    uint64_t b;
+    memcpy(&b, &s[i], sizeof b);
+    bad |= (uint64_t)((b & EXP) == EXP);
+    d[i] = s[i];
+  }
+  if (bad) {
+    lt_release(ctx, c);
+    lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+    return NULL;
+  }
+  return c;
+}
+
 /* One attempt on a fresh copy with `add` on the diagonal; NULL with no
  * error set when the matrix is not positive definite (*failed = 1). */
-static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, int upper, double add,
-                                int *failed) {
+static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, lt_tensor *first, int upper,
+                                double add, int zero_other, int *failed) {
   *failed = 0;
-  lt_tensor *c = scratch_copy(ctx, a);
+  lt_tensor *c = first ? first : scratch_copy(ctx, a);
   if (c == NULL) return NULL;
   size_t n = c->shape[0];
   double *p = lt_dense_data(c);
@@ -95,15 +119,24 @@ static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, int upper, 
     *failed = 1;
     return NULL;
   }
-  zero_triangle(p, n, upper);
-  c->props[upper ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
+  if (zero_other) {
+    zero_triangle(p, n, upper);
+    c->props[upper ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
+  }
   return c;
 }
 
-lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
-                              double jitter, int max_tries, double *jitter_used) {
-  if (check_square(ctx, op, a) != LT_OK || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                                 double jitter, int max_tries, double *jitter_used,
+                                 int zero_other) {
+  if (check_square(ctx, op, a) != LT_OK) return NULL;
+  /* A contiguous matrix is checked while it is copied for the first try. */
+  lt_tensor *first = NULL;
+  if (lt_dense_is_contiguous(a)) {
+    if ((first = copy_checked(ctx, op, a)) == NULL) return NULL;
+  } else if (lt_lapack_check_finite(ctx, op, a) != LT_OK) {
     return NULL;
+  }
   size_t n = a->shape[0];
   double scale = 0;
   for (size_t i = 0; i < n; i++) scale += fabs(*lt_dense_ptr(a, (size_t[]){i, i}));
@@ -113,7 +146,8 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
   for (int t = 0; t <= max_tries; t++) {
     if (t > 0) add = t == 1 ? jitter * scale : add * 10;
     int failed;
-    lt_tensor *c = cholesky_once(ctx, a, upper, add, &failed);
+    lt_tensor *c = cholesky_once(ctx, a, first, upper, add, zero_other, &failed);
+    first = NULL; /* consumed */
     if (c != NULL) {
       if (jitter_used) *jitter_used = add;
       return c;
@@ -123,6 +157,15 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
   }
   lt_error(ctx, "%s: matrix is not positive definite", op);
   return NULL;
+}
+
+lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                              double jitter, int max_tries, double *jitter_used) {
+  return cholesky_tries(ctx, op, a, upper, jitter, max_tries, jitter_used, 1);
+}
+
+lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a) {
+  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 0);
 }
 
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {
