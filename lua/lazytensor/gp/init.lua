@@ -6,13 +6,20 @@
 --   model:fit{max_iter = 50, callback = function(it, mll) print(it, mll) end}
 --   local mean, var = model:predict(xstar)
 --
--- The model chooses the covariance's structure itself (see gp/structure.lua)
--- and then only uses the function API: K:add_diag(σ²), inv_quad_logdet,
--- solve. Exact linear algebra runs below lt.settings.max_cholesky_size and
--- iterative methods above it; the marginal log-likelihood's gradient,
+-- The model chooses the covariance's structure itself (gp/structure.lua;
+-- model:explain() says which and why): Toeplitz for regularly spaced 1-d
+-- inputs, Kronecker for grids with a separable kernel, "kernel" — lazy C
+-- lt.kernel operators for K and ∂K/∂log θ, O(n) memory — for other inputs
+-- when the kernel is a sum of rbf/matern/periodic kernels over all input
+-- dimensions, and dense n×n matrices otherwise (products of kernels, rq,
+-- kernels over a subset of the dimensions). It then only uses the function
+-- API: K:add_diag(σ²), inv_quad_logdet, solve. Exact linear algebra runs
+-- below lt.settings.max_cholesky_size and iterative methods above it; the
+-- marginal log-likelihood's gradient,
 --   ∂MLL/∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ),  α = K⁻¹(y − m),
--- is exact on the first path and uses Hutchinson trace estimates with the
--- same solver on the second.
+-- is exact on the first path and uses Hutchinson trace estimates
+-- (num_trace_samples Rademacher probes, solved together with y − m in one
+-- block CG run) on the second.
 local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
@@ -62,7 +69,7 @@ end
 --- An exact GP regression model.
 -- spec: x (inputs), y (targets), kernel, noise (variance, default 1% of
 -- var(y)), mean ("constant" (default) or "zero"), mean_value, structure
--- ("auto", "toeplitz", "kron", "dense"), fixed = {noise = true, mean = true}.
+-- ("auto", "toeplitz", "kron", "kernel", "dense"), fixed = {noise = true, mean = true}.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   if getmetatable(spec.kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
@@ -157,19 +164,29 @@ local function exact_gradient(self, cov, Ky, alpha, grad)
   return W
 end
 
--- Stochastic gradient: tr(K⁻¹ ∂K) ≈ mean over probes z of zᵀ K⁻¹ ∂K z.
-local function stochastic_gradient(self, cov, Ky, alpha, grad)
-  local s = lt.settings.num_trace_samples
-  local Z = lt.randn(self.n, s)
-  local KinvZ = Ky:solve(Z)
+-- Stochastic gradient: tr(K⁻¹ ∂K) ≈ mean over Rademacher probes z of
+-- zᵀ K⁻¹ ∂K z. One block solve Ky⁻¹[r | Z] gives α and K⁻¹Z together, and
+-- one product ∂K·[α | Z] per parameter both αᵀ∂Kα and the probes' ∂K z:
+-- with lazy (lt.kernel) derivatives each product is one pass over the
+-- kernel entries, so the columns share it.
+local function stochastic_gradient(self, cov, Ky, r, grad)
+  local n, s = self.n, lt.settings.num_trace_samples
+  local B = lt.randn(n, s + 1)
+  B = B:cdiv(B:abs()) -- ±1 (Rademacher: lower variance than Gaussian probes)
+  B:narrow(2, 1, 1):copy(r:reshape(n, 1))
+  local X = Ky:solve(B)
+  local alpha = X:narrow(2, 1, 1):contiguous():reshape(n)
+  local Z, KinvZ = B:narrow(2, 2, s), X:narrow(2, 2, s)
+  local AZ = B:clone() -- [α | Z]
+  AZ:narrow(2, 1, 1):copy(alpha:reshape(n, 1))
   local m = self.kernel:count()
   for p = 1, m do
-    local dK = cov.derivative(p)
-    local quad = alpha:dot(dK * alpha)
-    local tr = frobenius(KinvZ, dK * Z) / s
+    local D = cov.derivative(p) * AZ
+    local quad = alpha:dot(D:narrow(2, 1, 1):contiguous():reshape(n))
+    local tr = frobenius(KinvZ, D:narrow(2, 2, s)) / s
     grad[p] = 0.5 * (quad - tr)
   end
-  return KinvZ, Z, s
+  return alpha, KinvZ, Z, s
 end
 
 --- MLL and its gradient with respect to get_vector()'s parameters.
@@ -177,21 +194,22 @@ function Model:mll_and_grad()
   local cov = self:covariance()
   local Ky = noisy(self, cov)
   local r = residual(self)
-  local alpha = Ky:solve(r)
-  local q = r:dot(alpha)
-  local ld = Ky:logdet()
-  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local grad = {}
   local m = self.kernel:count()
-  local noise_grad
+  local noise_grad, alpha
   if self.n <= lt.settings.max_cholesky_size then
+    alpha = Ky:solve(r)
     local W = exact_gradient(self, cov, Ky, alpha, grad)
     -- ∂Ky/∂log σ² = σ² I
     noise_grad = 0.5 * self.noise * W:diagonal():sum()
   else
-    local KinvZ, Z, s = stochastic_gradient(self, cov, Ky, alpha, grad)
+    local KinvZ, Z, s
+    alpha, KinvZ, Z, s = stochastic_gradient(self, cov, Ky, r, grad)
     noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - frobenius(KinvZ, Z) / s)
   end
+  local q = r:dot(alpha)
+  local ld = Ky:logdet()
+  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local off = m
   if not self.fixed.noise then
     off = off + 1
