@@ -171,7 +171,7 @@ describe("gp kernel structure: iterative path at n = 3000", function()
     lt.manual_seed(5)
     local t0 = os.clock()
     local cg_steps = 0
-    local v, g = lt.with_settings({num_trace_samples = 30}, function()
+    local v, g = lt.with_settings({num_trace_samples = 20}, function()
       lt.settings.progress = function(ev)
         if ev.method == "cg" then cg_steps = cg_steps + 1 end
       end

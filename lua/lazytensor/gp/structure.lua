@@ -375,6 +375,20 @@ local function build_kernel(kernel, points, comps)
   function cov.cross(star)
     return kernel_sum(points_tensor(star), X, comps)
   end
+  -- Row i of K (1-d, n) from the components' rows, and K's diagonal (the
+  -- summed variances): what a pivoted Cholesky of K needs (see gp/init.lua's
+  -- variance-reduced trace estimates).
+  local parts, kdiag = {}, 0
+  for i, c in ipairs(comps) do
+    parts[i] = lt.kernel(X, c_spec(c))
+    kdiag = kdiag + c.values.variance
+  end
+  function cov.row(i)
+    local r = parts[1][i]
+    for c = 2, #parts do r = r + parts[c][i] end
+    return r
+  end
+  function cov.diagonal() return lt.full({#points}, kdiag) end
   return cov
 end
 
