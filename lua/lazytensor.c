@@ -368,11 +368,14 @@ static int m_tostring(lua_State *L) {
     lt_free(ctx, s, strlen(s) + 1);
     return 1;
   }
-  char head[256];
+  char head[320];
   static const char *const flag[] = {"?", "yes", "no"};
-  snprintf(head, sizeof head, "[lazytensor.%s of size %zux%zu, symmetric: %s, psd: %s]",
-           lt_typename(ctx, t), lt_size(t, 0), lt_size(t, 1),
-           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
+  /* An lt.operator's name = "..." shows next to its type. */
+  const char *name = lt_operator_name(t);
+  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %zux%zu, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
+           lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
+           flag[lt_prop_get(t, LT_PROP_PSD)]);
   if (lt_size(t, 0) * lt_size(t, 1) > 400) {
     lua_pushstring(L, head);
     return 1;
