@@ -6,13 +6,24 @@
 #                   and the busted suite; ends with "N passed, M failed"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
+#   make install    headers, libraries, lazytensor.pc, the Lua module and
+#                   Lua files under $(DESTDIR)$(PREFIX) (see "Installation")
+#   make doc        the API reference (doc/api/) with ldoc
+#   make lint       luacheck on all Lua, clang-format --dry-run on all C
 #
-# LUA selects the interpreter and headers (lua5.4 by default).
+# LUA selects the interpreter and headers (lua5.4 by default; also lua5.1,
+# lua5.2, lua5.3, luajit). Objects go to build/$(LUA); the module for the
+# selected LUA is copied to the repository root.
 
 LUA ?= lua5.4
-PKGS = lua5.4 liblua5.4-dev liblapacke-dev libopenblas-dev libfftw3-dev lua-busted luarocks lua-check pkg-config
+# Debian packages of the selected interpreter and its headers.
+LUA_PKGS_lua5.1 = lua5.1 liblua5.1-0-dev
+LUA_PKGS_luajit = luajit libluajit-5.1-dev
+LUA_PKGS = $(or $(LUA_PKGS_$(LUA)),$(LUA) lib$(LUA)-dev)
+PKGS = $(LUA_PKGS) liblapacke-dev libopenblas-dev libfftw3-dev lua-busted luarocks lua-check pkg-config
 
 LUA_CFLAGS ?= $(shell pkg-config --cflags $(LUA) 2>/dev/null || echo -I/usr/include/$(LUA))
+LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
 DEP_CFLAGS := $(shell pkg-config --cflags lapacke openblas fftw3 2>/dev/null)
 # libfftw3_threads: fftw_make_planner_thread_safe (see src/ops/toeplitz.c).
 DEP_LIBS := -lfftw3_threads $(shell pkg-config --libs lapacke openblas fftw3 2>/dev/null || echo -llapacke -lopenblas -lfftw3) -lpthread -lm
@@ -23,13 +34,17 @@ CFLAGS_ALL = -std=c11 $(WARN) $(OPT) -fPIC -D_POSIX_C_SOURCE=200809L $(DEP_CFLAG
 LDFLAGS_ALL = $(LDFLAGS)
 
 BUILD = build/$(LUA)
+# Version of the C library: LT_VERSION in src/lazytensor.h; the ABI number
+# (the soname's) changes only when the C API breaks.
+LT_VERSION := $(shell sed -n 's/^\#define LT_VERSION "\(.*\)"/\1/p' src/lazytensor.h)
+LT_ABI = 0
 CORE_SRC := $(wildcard src/core/*.c src/ops/*.c src/linalg/*.c)
 BIND_SRC := $(wildcard lua/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 BIND_OBJ := $(BIND_SRC:%.c=$(BUILD)/%.o)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
-.PHONY: all deps test test-c test-lua demo bench clean lint
+.PHONY: all deps test test-c test-lua demo bench clean lint format install doc FORCE
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
@@ -45,12 +60,20 @@ liblazytensor.a: $(CORE_OBJ)
 	rm -f $@
 	$(AR) rcs $@ $^
 
+# The shared core carries a soname: liblazytensor.so.$(LT_ABI).
 liblazytensor.so: $(CORE_OBJ)
+	$(CC) -shared -Wl,-soname,liblazytensor.so.$(LT_ABI) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+
+# The Lua module links the core statically: one file to install. It is
+# built per LUA and copied to the root whenever it differs, so switching
+# LUA never leaves a module built for another interpreter there.
+$(BUILD)/lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
 
-# The Lua module links the core statically: one file to install.
-lazytensor.so: $(BIND_OBJ) $(CORE_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+lazytensor.so: $(BUILD)/lazytensor.so FORCE
+	@cmp -s $< $@ || cp $< $@
+
+FORCE:
 
 $(BUILD)/tests/%: tests/c/%.c liblazytensor.a
 	@mkdir -p $(dir $@)
@@ -60,9 +83,10 @@ $(BUILD)/tests/%: tests/c/%.c liblazytensor.a
 deps:
 	@sh tools/deps.sh $(PKGS)
 
+# TEST_PROGRAMS: more programs that print "N passed, M failed" (blocks below).
 test: deps
-	@$(MAKE) --no-print-directory all $(C_TESTS)
-	@sh tools/run-tests.sh $(LUA) $(C_TESTS)
+	@$(MAKE) --no-print-directory all $(C_TESTS) $(TEST_PROGRAMS)
+	@LUA=$(LUA) sh tools/run-tests.sh $(LUA) $(C_TESTS) $(TEST_PROGRAMS)
 
 RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
 DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua
@@ -75,8 +99,165 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@sh bench/run.sh
 
-lint:
-	luacheck lua spec examples bench
+# --- Lint (ecosystem) -------------------------------------------------------
+# luacheck on all Lua (.luacheckrc), clang-format (.clang-format) on all C;
+# `make format` rewrites the C files in place.
+LINT_PKGS = lua-check clang-format
+LINT_C = $(shell find src lua examples tests bench -name '*.[ch]' 2>/dev/null | sort)
+
+lint: lazytensor.so
+	@sh tools/deps.sh $(LINT_PKGS)
+	luacheck -q .
+	clang-format --dry-run -Werror $(LINT_C)
+	@$(CHECK_DOC)
+	@echo "lint: clean"
+
+format:
+	@sh tools/deps.sh clang-format
+	clang-format -i $(LINT_C)
+
+# --- Documentation (ecosystem) ----------------------------------------------
+# doc/api/: the API reference by ldoc (doc/api.ld: doc/lazytensor.luadoc for
+# the C module, the Lua modules' own comments, the guide). tools/doc-check.lua
+# fails when a function or method of the module is not documented.
+DOC_PKGS = lua-ldoc lua-discount
+CHECK_DOC = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA) tools/doc-check.lua
+
+doc: lazytensor.so
+	@sh tools/deps.sh $(DOC_PKGS)
+	@$(CHECK_DOC)
+	ldoc -c doc/api.ld . | grep -v "definition cannot be parsed" || true
+	@test -f doc/api/index.html && echo "doc: doc/api/index.html"
 
 clean:
 	rm -rf build lazytensor.so liblazytensor.a liblazytensor.so
+
+# ---------------------------------------------------------------- reliability
+# Test hosts (tests/host/*.c) embed Lua and link the module statically; they
+# run in `make test` with the C tests. check-asan / check-valgrind /
+# check-tsan run the suite under sanitizers and memcheck (see
+# tools/reliability.sh); fuzz / fuzz-c run the long differential fuzzer and
+# the libFuzzer harness.
+LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
+HOST_TESTS := $(BUILD)/tests/host/allocfail $(BUILD)/tests/host/threads
+C_TESTS += $(HOST_TESTS)
+
+$(BUILD)/tests/host/%: tests/host/%.c $(BIND_OBJ) liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
+	  $(LUA_LIBS) $(DEP_LIBS) -lpthread
+
+# Sanitizer and fuzzing builds: `make BUILD=build/<kind> OPT=... <targets>`
+# puts everything under that directory, never touching the normal objects,
+# lazytensor.so or liblazytensor.a ($(BUILD)/lazytensor.so is built above).
+$(BUILD)/liblazytensor.a: $(CORE_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+$(BUILD)/ctest/%: tests/c/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc $< -o $@ $(BUILD)/liblazytensor.a $(LDFLAGS_ALL) $(DEP_LIBS)
+$(BUILD)/host/%: tests/host/%.c $(BIND_OBJ) $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS) -lpthread
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/liblazytensor.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Isrc -fsanitize=fuzzer $< -o $@ $(BUILD)/liblazytensor.a \
+	  $(LDFLAGS_ALL) $(DEP_LIBS)
+
+.PHONY: check-asan check-valgrind check-tsan fuzz fuzz-c
+check-asan: deps
+	@sh tools/reliability.sh asan $(LUA)
+check-valgrind: deps
+	@sh tools/deps.sh valgrind
+	@$(MAKE) --no-print-directory all
+	@sh tools/reliability.sh valgrind $(LUA)
+check-tsan: deps
+	@sh tools/reliability.sh tsan $(LUA)
+fuzz: deps
+	@$(MAKE) --no-print-directory all
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} LUA_CPATH='./?.so;;' \
+	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
+fuzz-c: deps
+	@sh tools/deps.sh clang libclang-rt-14-dev
+	@sh tools/reliability.sh fuzz-c $(LUA)
+# --- Embedding (ecosystem) -------------------------------------------------
+# examples/embed/host.c: a program hosting Lua with the module linked in.
+# It links the binding's objects, the core and the selected LUA's library.
+EMBED_HOST = $(BUILD)/examples/embed-host
+TEST_PROGRAMS += $(EMBED_HOST)
+
+$(EMBED_HOST): examples/embed/host.c $(BIND_OBJ) liblazytensor.a src/lazytensor_lua.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) liblazytensor.a \
+	  $(LUA_LIBS) $(DEP_LIBS)
+
+# --- luarocks (ecosystem) --------------------------------------------------
+# Targets for rockspec/lazytensor-scm-1.rockspec (build type "make"):
+# luarocks passes LUA_INCDIR, CFLAGS and the external dependencies' dirs;
+# objects go to build/rock-<headers' dir>. `rock` also copies the module to
+# the root (for `luarocks test` from the checkout) unless LT_ROCK_NO_COPY is
+# set. `make test` installs the rock into a temporary tree and loads it from
+# there with only that tree's paths (tools/rock-smoke.sh).
+ROCK_BUILD = build/rock-$(notdir $(LUA_INCDIR))
+ROCK_DEP_CFLAGS = $(DEP_CFLAGS) $(addprefix -I,$(LAPACKE_INCDIR) $(FFTW_INCDIR))
+ROCK_DEP_LIBS = $(addprefix -L,$(OPENBLAS_LIBDIR) $(LAPACKE_LIBDIR) $(FFTW_LIBDIR)) $(DEP_LIBS)
+
+.PHONY: rock rock-install
+rock:
+	@test -n "$(LUA_INCDIR)" || { echo "rock: run by luarocks (LUA_INCDIR is not set)"; exit 1; }
+	@$(MAKE) --no-print-directory BUILD=$(ROCK_BUILD) LUA_CFLAGS=-I$(LUA_INCDIR) \
+	  DEP_CFLAGS="$(ROCK_DEP_CFLAGS)" DEP_LIBS="$(ROCK_DEP_LIBS)" $(ROCK_BUILD)/lazytensor.so
+	@test -n "$(LT_ROCK_NO_COPY)" || cp $(ROCK_BUILD)/lazytensor.so lazytensor.so
+
+# The pure-Lua modules, lua/lazytensor/**.lua, under directory $(1).
+INSTALL_LUA_FILES = cd lua && find lazytensor -name '*.lua' | sort | \
+  while read -r f; do install -D -m 644 "$$f" "$(1)/$$f" || exit 1; done
+
+rock-install:
+	install -d $(INST_LIBDIR) $(INST_LUADIR)/lazytensor
+	install -m 755 $(ROCK_BUILD)/lazytensor.so $(INST_LIBDIR)/lazytensor.so
+	$(call INSTALL_LUA_FILES,$(INST_LUADIR))
+
+TEST_PROGRAMS += tools/rock-smoke.sh
+
+# --- Installation (ecosystem) ----------------------------------------------
+#   make install [PREFIX=/usr/local] [DESTDIR=] [LUA=lua5.4]
+# installs lazytensor.h and lazytensor_lua.h, liblazytensor.so.$(LT_VERSION)
+# (soname liblazytensor.so.$(LT_ABI)) and liblazytensor.a, the binding for
+# hosts of $(LUA) as liblazytensor-$(LUA).a, pkg-config files lazytensor.pc
+# and lazytensor-$(LUA).pc, the Lua module in $(LUA_CMOD_DIR) and the Lua
+# files in $(LUA_LMOD_DIR)/lazytensor (Lua's default paths when PREFIX is
+# /usr/local).
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+LUA_V = $(if $(filter luajit%,$(LUA)),5.1,$(patsubst lua%,%,$(LUA)))
+LUA_CMOD_DIR ?= $(LIBDIR)/lua/$(LUA_V)
+LUA_LMOD_DIR ?= $(PREFIX)/share/lua/$(LUA_V)
+BIND_LIB = $(BUILD)/liblazytensor-$(LUA).a
+# In the .pc files, directories under PREFIX are written relative to ${prefix}.
+PC_DIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+SUBST_PC = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(call PC_DIR,$(LIBDIR))|' \
+  -e 's|@INCLUDEDIR@|$(call PC_DIR,$(INCLUDEDIR))|' \
+  -e 's|@VERSION@|$(LT_VERSION)|g; s|@LUA@|$(LUA)|g; s|@DEP_LIBS@|$(strip $(DEP_LIBS))|'
+
+$(BIND_LIB): $(BIND_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+install: all $(BIND_LIB)
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	  $(DESTDIR)$(LUA_CMOD_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/lazytensor
+	install -m 644 src/lazytensor.h src/lazytensor_lua.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 liblazytensor.so $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_VERSION)
+	ln -sf liblazytensor.so.$(LT_VERSION) $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_ABI)
+	ln -sf liblazytensor.so.$(LT_ABI) $(DESTDIR)$(LIBDIR)/liblazytensor.so
+	install -m 644 liblazytensor.a $(BIND_LIB) $(DESTDIR)$(LIBDIR)/
+	$(SUBST_PC) lazytensor.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor.pc
+	$(SUBST_PC) lazytensor-lua.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/lazytensor-$(LUA).pc
+	install -m 755 lazytensor.so $(DESTDIR)$(LUA_CMOD_DIR)/lazytensor.so
+	$(call INSTALL_LUA_FILES,$(abspath $(DESTDIR)$(LUA_LMOD_DIR)))
+
+TEST_PROGRAMS += tools/install-check.sh

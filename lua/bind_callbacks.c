@@ -7,6 +7,7 @@
  * as the state's pending error; the core reports failure, and when control
  * is back in the binding ltb_raise re-raises that original object.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "binding.h"
@@ -29,6 +30,23 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
 
 /* Runs f(L) (with ud as its light userdata argument) protected, on the
  * thread currently calling into the library. */
+/* Lua's own words when a callback tries to yield (callbacks run under
+ * lua_pcall inside the C core, which cannot be suspended). */
+static int is_yield_error(lua_State *L, int idx) {
+  const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
+  /* "... across a C-call boundary" (5.2+), "... across metamethod/C-call
+   * boundary" (5.1), "... from outside a coroutine" (main thread) */
+  return msg && strncmp(msg, "attempt to yield ", 17) == 0;
+}
+
+static int yield_message(lua_State *L) {
+  lua_pushfstring(L,
+                  "lazytensor: %s: a Lua callback cannot yield (coroutine.yield inside an "
+                  "lt.operator or lt.implements function): %s",
+                  (const char *)lua_touserdata(L, 1), lua_tostring(L, 2));
+  return 1;
+}
+
 static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *what) {
   lua_State *L = S->L;
   lt_context *ctx = S->ctx;
@@ -38,8 +56,16 @@ static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *wh
   int rc = lua_pcall(L, 1, 0, 0);
   S->L = L; /* the callback may have run library calls on other threads */
   if (rc == LUA_OK) return LT_OK;
-  if (S->pending_error == LUA_NOREF) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
-  else lua_pop(L, 1);
+  if (is_yield_error(L, -1)) {
+    /* Say what happened; built under lua_pcall, as it allocates (on a memory
+     * error the memory error is kept instead). */
+    lua_pushcfunction(L, yield_message);
+    lua_pushlightuserdata(L, (void *)what);
+    lua_pushvalue(L, -3);
+    lua_pcall(L, 2, 1, 0);
+    lua_remove(L, -2);
+  }
+  ltb_keep_error(L, S); /* never raises: we are inside the C core */
   return lt_error(ctx, "%s: a Lua callback raised an error", what);
 }
 
@@ -156,8 +182,10 @@ static int lua_rule_fn(lt_context *ctx, const lt_args *args, lt_result *res, voi
 
 static void free_lua_rule(lt_context *ctx, void *ud) {
   lua_rule *rule = ud;
-  if (!rule->S->closing) luaL_unref(rule->S->L, LUA_REGISTRYINDEX, rule->fn);
+  ltb_state *S = rule->S;
+  int fn = rule->fn;
   lt_free(ctx, rule, sizeof *rule);
+  if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
 static int check_type_name(lua_State *L, int idx) {
@@ -183,16 +211,22 @@ static int l_implements(lua_State *L) {
   int tb = top == 4 ? check_type_name(L, 3) : LT_TYPE_ANY;
   int op = lt_op_id(S->ctx, lua_tostring(L, 1), 1);
   if (op == LT_ERR) return ltb_raise(L);
-  lua_rule *rule = lt_malloc(S->ctx, sizeof *rule);
-  if (rule == NULL) return ltb_raise(L);
-  rule->S = S;
+  /* luaL_ref may raise a memory error: take the reference before the C
+   * allocation, so that nothing can leak. */
   lua_pushvalue(L, top);
-  rule->fn = luaL_ref(L, LUA_REGISTRYINDEX); /* may raise: rule must not leak */
+  int fn = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rule *rule = lt_malloc(S->ctx, sizeof *rule);
+  if (rule == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, fn);
+    return ltb_raise(L);
+  }
+  rule->S = S;
+  rule->fn = fn;
   char name[128];
   snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
   if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
-    luaL_unref(L, LUA_REGISTRYINDEX, rule->fn);
-    lt_free(S->ctx, rule, sizeof *rule);
+    lt_free(S->ctx, rule, sizeof *rule); /* C memory first: nothing below leaks it */
+    luaL_unref(L, LUA_REGISTRYINDEX, fn);
     return ltb_raise(L);
   }
   return 0;
@@ -228,11 +262,7 @@ static int l_explain(lua_State *L) {
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
-  char *s = lt_explain(S->ctx, op, a, b);
-  if (s == NULL) return ltb_raise(L);
-  lua_pushstring(L, s);
-  lt_free(S->ctx, s, strlen(s) + 1);
-  return 1;
+  return ltb_push_cstring(L, lt_explain(S->ctx, op, a, b));
 }
 
 /* ---------------------------------------------------- Lua operators */
@@ -280,13 +310,17 @@ static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   return call_operator(op, op->t_matmul, X);
 }
 
+/* Runs inside the C core (when the operator dies): luaL_unref does not
+ * allocate here, as the module made the registry's free list at open. */
 static void free_lua_operator(lt_context *ctx, void *ud) {
   lua_operator *op = ud;
-  if (!op->S->closing) {
-    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->matmul);
-    luaL_unref(op->S->L, LUA_REGISTRYINDEX, op->t_matmul);
-  }
+  ltb_state *S = op->S;
+  int matmul = op->matmul, t_matmul = op->t_matmul;
   lt_free(ctx, op, sizeof *op);
+  if (!S->closing) {
+    luaL_unref(S->L, LUA_REGISTRYINDEX, matmul);
+    luaL_unref(S->L, LUA_REGISTRYINDEX, t_matmul);
+  }
 }
 
 static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
@@ -331,18 +365,26 @@ static int l_operator(lua_State *L) {
   if (!lua_isfunction(L, -1))
     return ltb_error(L, "operator", "matmul must be a function, got %s", luaL_typename(L, -1));
   lua_pop(L, 1);
-  /* Everything that may raise happens before the C allocations below. */
+  lua_getfield(L, 1, "t_matmul");
+  if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+    return ltb_error(L, "operator", "t_matmul must be a function, got %s", luaL_typename(L, -1));
+  lua_pop(L, 1);
+  /* Everything that may raise (the box, the references) happens before the
+   * C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
+  int matmul = field_function(L, 1, "matmul", 1);
+  int t_matmul = field_function(L, 1, "t_matmul", 0);
   lua_operator *op = lt_malloc(S->ctx, sizeof *op);
-  if (op == NULL) return ltb_raise(L);
+  if (op == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, matmul);
+    luaL_unref(L, LUA_REGISTRYINDEX, t_matmul);
+    return ltb_raise(L);
+  }
   op->S = S;
-  op->matmul = op->t_matmul = LUA_NOREF;
+  op->matmul = matmul;
+  op->t_matmul = t_matmul;
   op->rows = def.rows;
   op->cols = def.cols;
-  /* luaL_ref may raise on memory errors; keep op reachable meanwhile by
-   * creating the operator only after both refs exist. */
-  op->matmul = field_function(L, 1, "matmul", 1);
-  op->t_matmul = field_function(L, 1, "t_matmul", 0);
   def.matmul = lua_matmul;
   def.t_matmul = op->t_matmul == LUA_NOREF ? NULL : lua_t_matmul;
   def.ud = op;

@@ -1,6 +1,7 @@
 /*
  * bind_kernel.c — constructors of the operators defined by a few vectors:
- * lt.toeplitz(c [, r]) and lt.kernel(x1 [, x2], spec).
+ * lt.toeplitz(c [, r]) and lt.kernel(x1 [, x2], spec) (spec.derivative =
+ * "lengthscale" | "variance" | "period" gives ∂K/∂log θ).
  */
 #include <string.h>
 
@@ -26,6 +27,14 @@ static const struct {
              {"matern32", LT_KERNEL_MATERN32},
              {"matern52", LT_KERNEL_MATERN52},
              {"periodic", LT_KERNEL_PERIODIC}};
+
+/* spec.derivative: ∂K/∂log θ instead of K. */
+static const struct {
+  const char *name;
+  lt_kernel_derivative derivative;
+} derivatives[] = {{"lengthscale", LT_KERNEL_D_LENGTHSCALE},
+                   {"variance", LT_KERNEL_D_VARIANCE},
+                   {"period", LT_KERNEL_D_PERIOD}};
 
 /* spec.name as a number; absent: def (or an error when required). */
 static double spec_number(lua_State *L, int idx, const char *name, int required, double def) {
@@ -66,6 +75,24 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   spec->lengthscale = spec_number(L, idx, "lengthscale", 1, 0.0);
   spec->variance = spec_number(L, idx, "variance", 0, 1.0);
   spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
+  lua_getfield(L, idx, "derivative");
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      ltb_error(L, "kernel",
+                "spec.derivative must be a string (lengthscale, variance or period), got %s",
+                luaL_typename(L, -1));
+    const char *name = lua_tostring(L, -1);
+    size_t k = 0, nd = sizeof derivatives / sizeof derivatives[0];
+    while (k < nd && strcmp(derivatives[k].name, name) != 0) k++;
+    if (k == nd)
+      ltb_error(L, "kernel", "unknown derivative '%s' (expected lengthscale, variance or period)",
+                name);
+    if (derivatives[k].derivative == LT_KERNEL_D_PERIOD && spec->kind != LT_KERNEL_PERIODIC)
+      ltb_error(L, "kernel", "derivative 'period' needs a periodic kernel, got kind '%s'",
+                kinds[i].name);
+    spec->derivative = derivatives[k].derivative;
+  }
+  lua_pop(L, 1);
 }
 
 /* lt.kernel(x1 [, x2], spec) */

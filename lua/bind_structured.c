@@ -19,7 +19,7 @@ static int l_lowrank(lua_State *L) {
  * place, so the garbage collector owns conversions); `what` names them in
  * errors ("factor", "block"). */
 static lt_tensor **operands(lua_State *L, int first, int n, const char *op, const char *what) {
-  lt_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(n > 0 ? n : 1), 0);
+  lt_tensor **t = ltb_newuserdata(L, sizeof *t * (size_t)(n > 0 ? n : 1));
   for (int i = 0; i < n; i++) {
     int ty = lua_type(L, first + i);
     if (ty != LUA_TNUMBER && ty != LUA_TTABLE && ty != LUA_TUSERDATA)
@@ -44,11 +44,11 @@ static int l_blockdiag(lua_State *L) {
   lua_settop(L, 1);
   if (!lua_istable(L, 1) || ltb_to_tensor(L, 1) != NULL)
     return ltb_error(L, "blockdiag", "expected a table of blocks {A, B, ...}");
-  lua_Integer n = luaL_len(L, 1);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
   if (n < 1) return ltb_error(L, "blockdiag", "needs at least one block");
   if (n > 100000) return ltb_error(L, "blockdiag", "too many blocks (%lld)", (long long)n);
   luaL_checkstack(L, (int)n + 4, "blockdiag: too many blocks");
-  for (lua_Integer i = 1; i <= n; i++) lua_geti(L, 1, i);
+  for (lua_Integer i = 1; i <= n; i++) lua_rawgeti(L, 1, i);
   lt_tensor **b = operands(L, 2, (int)n, "blockdiag", "block");
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_blockdiag_new(ctx, b, (int)n));

@@ -25,7 +25,8 @@
 typedef struct ltb_state {
   lt_context *ctx;
   lua_State *L;
-  int pending_error; /* registry ref of an error raised by a Lua callback */
+  int pending_error; /* error_slot while a Lua callback's error waits, else LUA_NOREF */
+  int error_slot;    /* registry ref made at open: storing into it never allocates */
   int closing;       /* the Lua state is being closed */
   int not_implemented; /* registry ref of lt.NotImplemented */
   int progress;        /* registry ref of settings.progress, or LUA_NOREF */
@@ -37,14 +38,29 @@ typedef struct ltb_box {
 } ltb_box;
 
 ltb_state *ltb_get_state(lua_State *L);
+/* The state of the module opened in L (from the registry, for code that is
+ * not one of the binding's closures), or NULL when it is not open. */
+ltb_state *ltb_find_state(lua_State *L);
 static inline lt_context *ltb_ctx(lua_State *L) { return ltb_get_state(L)->ctx; }
 
+/* Pops the error object on top of L and keeps it as the pending error (the
+ * first one wins). Never raises: safe inside the C core's call stack. */
+void ltb_keep_error(lua_State *L, ltb_state *S);
 /* Raises "lazytensor: <last error>", or re-raises a Lua callback's error. */
 int ltb_raise(lua_State *L);
+/* Raises the error of a Lua callback (progress) that failed while a
+ * computation went on to succeed; returns when there is none. */
+void ltb_check_pending(lua_State *L);
 /* Raises the formatted message as is (no position prefix). */
 int ltb_throw(lua_State *L, const char *fmt, ...);
 /* Raises "lazytensor: <op>: <formatted message>". */
 int ltb_error(lua_State *L, const char *op, const char *fmt, ...);
+
+/* Pushes a string allocated by the core and frees it, even when pushing
+ * fails (never leaks); s NULL raises the context's error. _sized: s was
+ * allocated with size bytes (for strings cut short in place). */
+int ltb_push_cstring(lua_State *L, char *s);
+int ltb_push_cstring_sized(lua_State *L, char *s, size_t size);
 
 /* Tensors on the stack. */
 lt_tensor *ltb_check_tensor(lua_State *L, int idx, const char *op);

@@ -37,12 +37,23 @@ static int state_gc(lua_State *L) {
 
 /* ---------------------------------------------------------------- errors */
 
+void ltb_keep_error(lua_State *L, ltb_state *S) {
+  if (S->pending_error == LUA_NOREF) {
+    /* The slot exists since the module was opened: no allocation. */
+    lua_rawseti(L, LUA_REGISTRYINDEX, S->error_slot);
+    S->pending_error = S->error_slot;
+  } else {
+    lua_pop(L, 1);
+  }
+}
+
 int ltb_raise(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   if (S->pending_error != LUA_NOREF) {
     /* A Lua callback failed inside the C core: re-raise its own error. */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, S->pending_error);
-    luaL_unref(L, LUA_REGISTRYINDEX, S->pending_error);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->error_slot);
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, LUA_REGISTRYINDEX, S->error_slot);
     S->pending_error = LUA_NOREF;
     return lua_error(L);
   }
@@ -70,6 +81,29 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
   return ltb_throw(L, "lazytensor: %s: %s", op, msg);
 }
 
+/* Pushes a string the core allocated (size bytes) and frees it, also when
+ * pushing raises a memory error: the push runs protected. With s NULL raises
+ * the context's error. */
+static int push_string_protected(lua_State *L) {
+  lua_pushstring(L, lua_touserdata(L, 1));
+  return 1;
+}
+
+int ltb_push_cstring_sized(lua_State *L, char *s, size_t size) {
+  lt_context *ctx = ltb_ctx(L);
+  if (s == NULL) return ltb_raise(L);
+  lua_pushcfunction(L, push_string_protected);
+  lua_pushlightuserdata(L, s);
+  int rc = lua_pcall(L, 1, 1, 0);
+  lt_free(ctx, s, size);
+  if (rc != LUA_OK) return lua_error(L);
+  return 1;
+}
+
+int ltb_push_cstring(lua_State *L, char *s) {
+  return ltb_push_cstring_sized(L, s, s ? strlen(s) + 1 : 0);
+}
+
 /* --------------------------------------------------------------- tensors */
 
 ltb_box *ltb_new_box(lua_State *L) {
@@ -83,7 +117,15 @@ ltb_box *ltb_new_box(lua_State *L) {
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
+  ltb_check_pending(L);
   return 1;
+}
+
+/* A progress callback that failed cannot stop the computation (the core
+ * goes on); its error is raised as soon as the call has its result. */
+void ltb_check_pending(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  if (S->pending_error != LUA_NOREF) ltb_raise(L);
 }
 
 static ltb_box *to_box(lua_State *L, int idx) {
@@ -139,6 +181,11 @@ double ltb_check_number(lua_State *L, int idx, const char *op, const char *what)
 }
 
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_Number x = lua_tonumber(L, idx); /* 2^60 is a float: whole, but beyond 2^53 */
+    if (x > 9007199254740992.0 && x < HUGE_VAL && x == floor(x))
+      ltb_error(L, op, "%s is too large (%s)", what, lua_tostring(L, idx));
+  }
   if (!ltb_isinteger(L, idx))
     ltb_error(L, op, "%s must be a non-negative integer, got %s", what,
               lua_type(L, idx) == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx));
@@ -177,13 +224,16 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   lua_setfield(L, -2, "residual");
   lua_pushboolean(L, info->method ? info->converged : 1);
   lua_setfield(L, -2, "converged");
+  ltb_check_pending(L);
 }
 
 void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op) {
   ltb_state *S = ltb_get_state(L);
   *saved = *lt_settings_of(S->ctx);
   if (lua_isnoneornil(L, idx)) return;
-  luaL_checktype(L, idx, LUA_TTABLE);
+  if (lua_type(L, idx) != LUA_TTABLE)
+    ltb_error(L, op, "argument #%d: expected a table of settings, got %s", idx,
+              luaL_typename(L, idx));
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
     if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER) {
@@ -362,11 +412,7 @@ static int m_tostring(lua_State *L) {
   }
   lt_tensor *t = b->t;
   if (lt_is_dense(t)) {
-    char *s = lt_dense_format(ctx, t);
-    if (s == NULL) return ltb_raise(L);
-    lua_pushstring(L, s);
-    lt_free(ctx, s, strlen(s) + 1);
-    return 1;
+    return ltb_push_cstring(L, lt_dense_format(ctx, t));
   }
   char head[320];
   static const char *const flag[] = {"?", "yes", "no"};
@@ -376,21 +422,20 @@ static int m_tostring(lua_State *L) {
            lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
            lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
            flag[lt_prop_get(t, LT_PROP_PSD)]);
-  if (lt_size(t, 0) * lt_size(t, 1) > 400) {
+  size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
+  if (rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
     return 1;
   }
   ltb_box *d = ltb_new_box(L);
   ltb_fill(L, d, lt_to_dense(ctx, t));
   char *s = lt_dense_format(ctx, d->t);
-  if (s == NULL) return ltb_raise(L);
-  size_t size = strlen(s) + 1;
-  char *footer = strrchr(s, '[');
+  size_t size = s ? strlen(s) + 1 : 0;
+  char *footer = s ? strrchr(s, '[') : NULL;
   if (footer) *footer = '\0';
-  lua_pushstring(L, s);
+  ltb_push_cstring_sized(L, s, size);
   lua_pushstring(L, head);
   lua_concat(L, 2);
-  lt_free(ctx, s, size);
   return 1;
 }
 
@@ -503,20 +548,39 @@ static int settings_newindex(lua_State *L) {
 
 /* Progress reports from iterative methods; a failing callback is reported
  * once the computation returns (the C core cannot be unwound). */
+typedef struct progress_report {
+  ltb_state *S;
+  const char *method;
+  int iteration;
+  double value;
+} progress_report;
+
+/* Everything that may raise (building the table, the call) runs here,
+ * under lua_pcall: the C core is below us on the C stack. */
+static int protected_progress(lua_State *L) {
+  progress_report *r = lua_touserdata(L, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->progress);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, r->method);
+  lua_setfield(L, -2, "method");
+  lua_pushinteger(L, r->iteration);
+  lua_setfield(L, -2, "iteration");
+  lua_pushnumber(L, r->value);
+  lua_setfield(L, -2, "value");
+  lua_call(L, 1, 0);
+  return 0;
+}
+
 static void progress_trampoline(void *ud, const char *method, int iteration, double value) {
   ltb_state *S = ud;
   lua_State *L = S->L;
   if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
-  lua_createtable(L, 0, 3);
-  lua_pushstring(L, method);
-  lua_setfield(L, -2, "method");
-  lua_pushinteger(L, iteration);
-  lua_setfield(L, -2, "iteration");
-  lua_pushnumber(L, value);
-  lua_setfield(L, -2, "value");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
-  lua_insert(L, -2);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) S->pending_error = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (!lua_checkstack(L, 4)) return;
+  progress_report r = {S, method, iteration, value};
+  lua_pushcfunction(L, protected_progress);
+  lua_pushlightuserdata(L, &r);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) ltb_keep_error(L, S);
+  S->L = L;
 }
 
 /* lt.with_settings(tbl, fn, ...): runs fn with the settings in tbl and
@@ -540,7 +604,7 @@ static int l_with_settings(lua_State *L) {
 static int l_manual_seed(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   if (!ltb_isinteger(L, 1)) return ltb_error(L, "manual_seed", "the seed must be an integer");
-  lt_manual_seed(ctx, (uint64_t)(long long)lua_tonumber(L, 1));
+  lt_manual_seed(ctx, (uint64_t)ltb_tointeger64(L, 1));
   return 0;
 }
 
@@ -603,7 +667,8 @@ static int module_index(lua_State *L) {
 #define LTB_STATE_KEY "lazytensor.state"
 
 static void create_state(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY) == LUA_TUSERDATA) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY); /* returns void before 5.3 */
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
     ltb_state *old = lua_touserdata(L, -1);
     if (old->ctx != NULL) {
       old->L = L;
@@ -613,7 +678,7 @@ static void create_state(lua_State *L) {
   lua_pop(L, 1);
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
-  S->pending_error = S->not_implemented = S->progress = LUA_NOREF;
+  S->pending_error = S->not_implemented = S->progress = S->error_slot = LUA_NOREF;
   S->L = L;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
@@ -623,6 +688,13 @@ static void create_state(lua_State *L) {
   lua_Alloc alloc = lua_getallocf(L, &ud);
   S->ctx = lt_context_new(alloc, ud);
   if (S->ctx == NULL) ltb_throw(L, "lazytensor: not enough memory to create a context");
+  lua_pushboolean(L, 0);
+  S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
+  /* luaL_unref runs where it must not raise (inside the C core, when an
+   * lt.operator dies). It can only allocate when it creates the registry's
+   * free-list entry (Lua 5.1-5.3 keep it at t[0]): create it now, once. */
+  lua_pushboolean(L, 0);
+  luaL_unref(L, LUA_REGISTRYINDEX, luaL_ref(L, LUA_REGISTRYINDEX));
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, LTB_STATE_KEY);
 }
@@ -638,7 +710,29 @@ static void create_settings(lua_State *L, int module) {
   lua_setfield(L, module, "settings");
 }
 
+/* The module table of this Lua state, in the registry under this address:
+ * opening the module again returns it (one context per Lua state), and
+ * hosts reach the context through it (ltb_lua_context). */
+static const char module_key = 'M';
+
+ltb_state *ltb_find_state(lua_State *L) {
+  ltb_state *S = NULL;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) {
+    lua_pushliteral(L, "_state");
+    lua_rawget(L, -2);
+    S = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (S != NULL && S->ctx == NULL) return NULL; /* the state is closing */
+  if (S != NULL) S->L = L;
+  return S;
+}
+
 LUALIB_API int luaopen_lazytensor(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  if (lua_istable(L, -1)) return 1;
   lua_settop(L, 0);
   create_state(L);                   /* LTB_OPEN_STATE */
   luaL_newmetatable(L, TENSOR_NAME); /* LTB_OPEN_META */
@@ -665,5 +759,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_pushcfunction(L, module_index);
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
+  lua_pushvalue(L, module);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
   return 1;
 }

@@ -68,7 +68,8 @@ conformance.check("blockdiag with lazy blocks (lowrank + diag, kron)",
     for i = 1, 4 do
       K[i] = {}
       for j = 1, 4 do
-        K[i][j] = S2[(i - 1) // 2 + 1][(j - 1) // 2 + 1] * S2[(i - 1) % 2 + 1][(j - 1) % 2 + 1]
+        K[i][j] = S2[math.floor((i - 1) / 2) + 1][math.floor((j - 1) / 2) + 1]
+                  * S2[(i - 1) % 2 + 1][(j - 1) % 2 + 1]
       end
     end
     return assemble{L, K}

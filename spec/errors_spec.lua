@@ -88,12 +88,11 @@ describe("errors", function()
   end)
 
   it("closed and freed tensors", function()
-    local kept
-    do
-      local t <close> = lt.tensor{1, 2}
-      kept = t
-      assert.equal(3, t:sum())
-    end
+    -- (`local t <close>` is Lua 5.4 syntax: spec/close_spec.lua covers it;
+    -- here free() closes the tensor the same way on every Lua.)
+    local kept = lt.tensor{1, 2}
+    assert.equal(3, kept:sum())
+    kept:free()
     raises("sum: argument #1: the tensor was freed (closed)", function() return kept:sum() end)
     raises("add: argument #1: the tensor was freed (closed)", function() return kept + 1 end)
     local f = lt.diag{1, 2}
@@ -103,14 +102,13 @@ describe("errors", function()
     raises("free: argument #1: the tensor was freed (closed)", function() f:free() end)
   end)
 
-  it("closing releases memory", function()
+  it("freeing releases memory", function()
     collectgarbage()
     local before = lt.memory()
-    do
-      local big <close> = lt.zeros(500, 500)
-      assert.equal(250000, big:numel())
-      assert.is_true(lt.memory() - before >= 500 * 500 * 8)
-    end
+    local big = lt.zeros(500, 500)
+    assert.equal(250000, big:numel())
+    assert.is_true(lt.memory() - before >= 500 * 500 * 8)
+    big:free()
     assert.is_true(lt.memory() - before < 500 * 500 * 8)
   end)
 

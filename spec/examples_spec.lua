@@ -6,7 +6,7 @@ local function run(script)
   local env = "LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;'"
   local cmd = string.format("%s %s %s 2>&1", env, lua, script)
   local p = assert(io.popen(cmd))
-  local out = p:read("a")
+  local out = p:read("*a")
   local ok = p:close()
   return ok, out
 end

@@ -41,11 +41,12 @@ local function make_standin()
 
   function lt.ones(...) return filled({ ... }, function() return 1 end) end
 
-  -- Box-Muller over a fixed LCG: reproducible, and good enough for moments.
+  -- Box-Muller over a fixed LCG (Park-Miller: exact in doubles, so the same
+  -- numbers on every Lua version): reproducible, good enough for moments.
   local state = 42
   local function uniform()
-    state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
-    return ((state >> 11) + 0.5) / 2 ^ 52
+    state = (state * 16807) % 2147483647
+    return state / 2147483647
   end
   function lt.randn(...)
     return filled({ ... }, function()
@@ -56,7 +57,7 @@ local function make_standin()
   function T:dim() return #self.shp end
   function T:size(d) return self.shp[d] end
   function T:numel() return #self.data end
-  function T:shape() return { table.unpack(self.shp) } end
+  function T:shape() return { (table.unpack or unpack)(self.shp) } end
   function T:dense() return self end
   function T:reshape(...) return new({ ... }, self.data) end
   function T:get(i, j)

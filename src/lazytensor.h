@@ -15,6 +15,21 @@
  * - Indices in this C API are 0-based (the Lua binding adds 1).
  * - Nothing here aborts, exits or touches global mutable state; a context is
  *   used by one thread at a time, and distinct contexts never interfere.
+ * - Every tensor belongs to the context that created it: pass it only to
+ *   functions called with that context, and release every tensor before
+ *   freeing the context.
+ * - Sizes are size_t; every size product is checked for overflow, and every
+ *   shape is checked before a rule runs.
+ *
+ * Stability
+ * - This header is the stable C API. LT_VERSION is the library's version;
+ *   the shared library's soname (liblazytensor.so.0) changes only when this
+ *   API breaks. Additions (new functions, enum values appended before the
+ *   *_BUILTIN_COUNT markers, new settings fields at the end of lt_settings)
+ *   keep it. struct lt_tensor and struct lt_context stay opaque: use the
+ *   accessors below.
+ * - Hosts of Lua also include lazytensor_lua.h (the module, the context of a
+ *   Lua state, tensors to and from Lua).
  */
 #ifndef LAZYTENSOR_H
 #define LAZYTENSOR_H
@@ -37,16 +52,28 @@ extern "C" {
 typedef struct lt_context lt_context;
 typedef struct lt_tensor lt_tensor;
 
-/* Same contract as lua_Alloc: nsize == 0 frees and returns NULL. */
+/* An allocator, with the contract of lua_Alloc (a Lua state's allocator can
+ * be passed as it is): with nsize == 0 it frees ptr and returns NULL;
+ * otherwise it returns a block of nsize bytes holding the first
+ * min(osize, nsize) bytes of ptr (ptr NULL: a new block), or NULL when it
+ * cannot, leaving ptr untouched. osize is the block's size whenever ptr is
+ * not NULL. */
 typedef void *(*lt_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
 /* ------------------------------------------------------------------ */
 /* Context                                                             */
 /* ------------------------------------------------------------------ */
 
-/* alloc may be NULL for the C library's realloc/free. */
+/* A new context, with the built-in types and rules registered and default
+ * settings. Every allocation of the library goes through alloc(alloc_ud,
+ * ...); alloc may be NULL for the C library's realloc/free. Returns NULL
+ * when memory runs out. */
 lt_context *lt_context_new(lt_alloc_fn alloc, void *alloc_ud);
+/* Frees the context: its registry (calling the free_ud of registered rules)
+ * and its settings. Release every tensor first. NULL is fine. */
 void lt_context_free(lt_context *ctx);
+/* The message of the last error ("<op>: <what was wrong>"); valid until the
+ * next call with this context. Empty when no error has been set. */
 const char *lt_last_error(const lt_context *ctx);
 /* Sets the last error (printf-style) and returns LT_ERR. */
 int lt_error(lt_context *ctx, const char *fmt, ...)
@@ -84,6 +111,9 @@ typedef struct lt_settings {
   void *progress_ud;
 } lt_settings;
 
+/* The context's settings, to read or write directly (valid as long as the
+ * context). Copy the struct to save settings and assign it back to restore
+ * them, as lt.with_settings does. */
 lt_settings *lt_settings_of(lt_context *ctx);
 /* Reads/writes a numeric setting by name; LT_ERR for unknown names or
  * out-of-range values. */
@@ -162,17 +192,23 @@ typedef struct lt_type {
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
- * A name already registered is an error. */
+ * A name already registered is an error. The descriptor is borrowed: it must
+ * outlive the context (a static const lt_type is the usual way). Make
+ * tensors of the new type with lt_lazy_new, and give it rules with
+ * lt_register_rule; Lua code sees it by name (lt.type, lt.implements). */
 int lt_register_type(lt_context *ctx, const lt_type *type);
 int lt_type_id(lt_context *ctx, const char *name); /* LT_ERR if unknown; "any" is 0 */
-const char *lt_type_name(lt_context *ctx, int type_id);
-int lt_type_count(const lt_context *ctx);
-const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id);
+const char *lt_type_name(lt_context *ctx, int type_id); /* "?" for an unknown id */
+int lt_type_count(const lt_context *ctx); /* ids are 0 .. count - 1 */
+const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id); /* NULL if unknown */
 
 /* ------------------------------------------------------------------ */
 /* Tensors: common                                                     */
 /* ------------------------------------------------------------------ */
 
+/* Reference counting: lt_retain adds a reference and returns t; lt_release
+ * drops one and frees the tensor (its storage or payload, and its
+ * references to children) when none is left. */
 lt_tensor *lt_retain(lt_tensor *t);
 void lt_release(lt_context *ctx, lt_tensor *t); /* NULL is fine */
 
@@ -185,14 +221,23 @@ const size_t *lt_shape(const lt_tensor *t);
 size_t lt_numel(const lt_tensor *t);
 size_t lt_rows(const lt_tensor *t); /* shape[0] (1 for 0-d) */
 size_t lt_cols(const lt_tensor *t); /* shape[1] (1 for 0-d, 1-d) */
+/* Property flags as stored (lt_is_symmetric / lt_is_psd derive them). Set
+ * flags only on a tensor you have just created and not yet shared, and only
+ * to what is true: rules rely on them (a PSD flag selects Cholesky). */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p);
 void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
 
-/* Lazy operators: children and payload. */
+/* Lazy operators: children and payload.
+ * lt_lazy_new makes a rows×cols operator of a registered type. The children
+ * (operators it is built from) are retained; the payload (the type's own
+ * data, allocated with lt_malloc) belongs to the tensor on success and is
+ * freed by the type's destroy; on failure (NULL) it is still the caller's.
+ * A non-square operator is flagged neither symmetric nor PSD; set further
+ * flags with lt_prop_set. */
 lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
                        lt_tensor *const *children, int nchildren, void *payload);
 int lt_nchildren(const lt_tensor *t);
-lt_tensor *lt_child(const lt_tensor *t, int i);
+lt_tensor *lt_child(const lt_tensor *t, int i); /* borrowed; NULL out of range */
 void *lt_payload(const lt_tensor *t);
 
 /* ------------------------------------------------------------------ */
@@ -294,6 +339,26 @@ enum {
   LT_OP_BUILTIN_COUNT
 };
 
+/*
+ * Operands and results of each operation (lt_args → lt_result):
+ *   add, sub, mul, matmul  a, b               → t[0]
+ *   scale                  a, scalar          → t[0]
+ *   neg, transpose, dense, diagonal, inverse, root, root_inv
+ *                          a                  → t[0]
+ *   row                    a, i               → t[0] (1-d dense)
+ *   get                    a, i, j            → x[0]
+ *   trace, logdet          a                  → x[0]
+ *   add_diag               a, b (1-d or 0-d)  → t[0]
+ *   solve                  a, b               → t[0]
+ *   inv_quad               a, b               → x[0]
+ *   inv_quad_logdet        a, b               → x[0] (inv_quad), x[1] (logdet)
+ *   cholesky               a, flag (upper)    → t[0]
+ *   eigh                   a                  → t[0] (w), t[1] (Q)
+ *   svd                    a                  → t[0] (U), t[1] (S), t[2] (V)
+ *   equal                  a, b               → x[0] (1 or 0)
+ * Methods that may be iterative also fill info.
+ */
+
 /* What an iterative (or exact) method reports. */
 typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
@@ -320,7 +385,9 @@ typedef struct lt_result {
  * on (res untouched), or LT_ERR with the error set. */
 typedef int (*lt_rule_fn)(lt_context *ctx, const lt_args *args, lt_result *res, void *ud);
 
-/* Op ids by name. With create != 0 an unknown name becomes a new op. */
+/* Op ids by name ("add", "solve", ...). With create != 0 an unknown name
+ * becomes a new operation (run it with lt_dispatch); otherwise it is an
+ * error (LT_ERR). */
 int lt_op_id(lt_context *ctx, const char *name, int create);
 const char *lt_op_name(const lt_context *ctx, int op);
 
@@ -333,7 +400,20 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
                      const char *name, lt_rule_fn fn, void *ud,
                      void (*free_ud)(lt_context *ctx, void *ud), int symmetric);
 
-/* Runs the registry for args->op. On LT_OK res holds the results. */
+/* A row of a rule table, for registering many rules at once. */
+typedef struct lt_rule_spec {
+  int op, type_a, type_b;
+  lt_rule_fn fn;
+  void *ud; /* not freed by the context */
+  int symmetric;
+  const char *name;
+} lt_rule_spec;
+/* lt_register_rule for each of the n specs, in order. */
+int lt_register_rules(lt_context *ctx, const lt_rule_spec *specs, size_t n);
+
+/* Runs the registry for args->op, without the shape checks of the
+ * operations below (they call it after checking). On LT_OK res holds the
+ * results, as new references the caller releases. */
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res);
 /* Runs args->op with the same checks (operand count, shapes) and result
  * validation as the named function (lt_add, lt_solve, ...); operations added
@@ -347,6 +427,12 @@ char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b
 /* ------------------------------------------------------------------ */
 /* Operations (each one registry call)                                 */
 /* ------------------------------------------------------------------ */
+
+/* Each checks the operands' shapes, then dispatches. Results are new
+ * references (NULL or LT_ERR on error); info, where taken, may be NULL and
+ * otherwise receives what the method reports (method "cholesky", "lu",
+ * "cg", ..., iterations, residual, converged). Methods that need positive
+ * definiteness fail with a clear error when the operator is not. */
 
 lt_tensor *lt_add(lt_context *ctx, lt_tensor *a, lt_tensor *b);
 lt_tensor *lt_sub(lt_context *ctx, lt_tensor *a, lt_tensor *b);
@@ -402,12 +488,21 @@ typedef enum {
   LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
   LT_KERNEL_PERIODIC
 } lt_kernel_kind;
+/* What the operator's entries are: the kernel itself, or its derivative with
+ * respect to the log of one hyperparameter (θ·∂k/∂θ). */
+typedef enum {
+  LT_KERNEL_VALUE, LT_KERNEL_D_LENGTHSCALE, LT_KERNEL_D_VARIANCE, LT_KERNEL_D_PERIOD
+} lt_kernel_derivative;
 typedef struct lt_kernel_spec {
   lt_kernel_kind kind;
   double lengthscale, variance, period;
+  lt_kernel_derivative derivative; /* LT_KERNEL_VALUE (0) for K itself */
 } lt_kernel_spec;
 /* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale,
- * variance (and period for periodic) > 0. Entries are never stored. */
+ * variance (and period for periodic) > 0. Entries are never stored.
+ * spec->derivative other than LT_KERNEL_VALUE gives ∂K/∂log θ instead
+ * (LT_KERNEL_D_PERIOD only for periodic kernels): symmetric when x2 is NULL,
+ * PSD only for the variance derivative (which equals K). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);

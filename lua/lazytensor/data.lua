@@ -117,7 +117,7 @@ local function slurp(fname, path)
   end
   local f, err = io.open(path, "rb")
   if not f then fail(fname, path, nil, "cannot open file (%s)", err) end
-  local text = f:read("a")
+  local text = f:read("*a") -- "*a": Lua 5.1 and LuaJIT need the star
   f:close()
   return text
 end

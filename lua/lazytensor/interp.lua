@@ -42,7 +42,7 @@ local function grid_size(grid, opts)
     ncols = 0
     for i = 1, nrows do
       for j in pairs(grid[i] or {}) do
-        if math.type(j) == "integer" and j > ncols then ncols = j end
+        if type(j) == "number" and j % 1 == 0 and j > ncols then ncols = j end
       end
     end
   end

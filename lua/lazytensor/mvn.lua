@@ -100,7 +100,7 @@ function MVN:rsample(n)
   if n == nil then
     return self._mean + root * lt.randn(r)
   end
-  if math.type(n) ~= "integer" or n < 1 then
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 1 then
     error("lazytensor: mvn:rsample: n must be a positive integer", 0)
   end
   return self:mean_rows(n) + lt.randn(n, r) * root:t()

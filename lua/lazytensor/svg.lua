@@ -30,7 +30,12 @@ local function num(v, what)
     error(string.format("lazytensor: svg: %s must be a finite number, got %s",
       what or "value", tostring(v)), 0)
   end
-  if math.type(v) == "integer" then return tostring(v) end
+  -- Integers print as such; Lua 5.1/5.2 have only floats: integral values.
+  if math.type then
+    if math.type(v) == "integer" then return tostring(v) end
+  elseif v % 1 == 0 and math.abs(v) < 2 ^ 53 then
+    return string.format("%d", v)
+  end
   local s = string.format("%.6g", v)
   if s == "-0" then s = "0" end
   return s
@@ -260,8 +265,11 @@ end
 -- 1990, but rounding the step from the data's own range for a tighter fit)
 
 -- The "nice" number (1, 2 or 5 times a power of ten) nearest to x.
+-- log10 on every version: Lua 5.1 has math.log10 and ignores math.log's base.
+local log10 = math.log10 or function(x) return math.log(x, 10) end
+
 local function nice_number(x)
-  local expo = math.floor(math.log(x, 10))
+  local expo = math.floor(log10(x))
   local f = x / 10 ^ expo
   local nf = (f < 1.5 and 1) or (f < 3 and 2) or (f < 7 and 5) or 10
   return nf * 10 ^ expo
@@ -292,8 +300,8 @@ end
 
 --- Text for a tick value: as many decimals as the step needs.
 function svg.format_tick(v, step)
-  local decimals = math.max(0, -math.floor(math.log(step, 10) + 1e-9))
-  local s = string.format("%." .. decimals .. "f", v)
+  local decimals = math.max(0, -math.floor(log10(step) + 1e-9))
+  local s = string.format(string.format("%%.%df", decimals), v) -- %d: never "-0"
   if s:match("^%-0%.?0*$") then s = s:sub(2) end
   return s
 end
@@ -558,7 +566,7 @@ function Chart:draw_legend(doc, L)
   if #items == 0 then return end
   local fs, longest = L.fs, 0
   for _, s in ipairs(items) do
-    longest = math.max(longest, utf8.len(s.style.label) or #s.style.label)
+    longest = math.max(longest, utf8 and utf8.len(s.style.label) or #s.style.label) -- utf8: 5.3+
   end
   local bw, bh = 34 + 0.6 * fs * longest, (#items * 1.5 + 0.5) * fs
   where = where or "top-left"

@@ -149,11 +149,15 @@ local function dot(a, b)
   return s
 end
 
--- A deterministic generator independent of the library's RNG.
+-- A deterministic generator independent of the library's RNG. The product
+-- is split (1103515245 = 16838 * 2^16 + 20077) so that every step stays
+-- below 2^53: the same numbers with Lua 5.3+ integers and with the doubles
+-- of Lua 5.1, 5.2 and LuaJIT.
 local function generator(seed)
   local state = seed
   return function()
-    state = (state * 1103515245 + 12345) % 2147483648
+    local hi = (state * 16838) % 32768 * 65536
+    state = (hi + state * 20077 + 12345) % 2147483648
     return state / 2147483648 * 2 - 1
   end
 end
@@ -322,6 +326,12 @@ end
 -- busted's API lives in the spec file's environment, not in _G: find the
 -- calling spec's _ENV (a proxy that resolves names in the running block).
 local function spec_env(level)
+  -- Lua 5.1 and LuaJIT: the spec's function environment.
+  -- (Not a tail call: LuaJIT would drop this frame from the count.)
+  if getfenv then
+    local env = getfenv(level + 1)
+    return env
+  end
   local info = debug.getinfo(level + 1, "f")
   local f = info and info.func
   for i = 1, 255 do

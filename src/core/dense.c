@@ -282,8 +282,8 @@ lt_tensor *lt_dense_reshape(lt_context *ctx, lt_tensor *t, int ndim, const size_
 }
 
 /* Copies between two same-shape strided layouts, recursing over dimensions. */
-static void copy_strided(double *dst, const ptrdiff_t *dst_strides, const double *src,
-                         const ptrdiff_t *src_strides, const size_t *shape, int ndim) {
+static void copy_strided_rec(double *dst, const ptrdiff_t *dst_strides, const double *src,
+                             const ptrdiff_t *src_strides, const size_t *shape, int ndim) {
   if (ndim == 0) {
     *dst = *src;
     return;
@@ -294,8 +294,17 @@ static void copy_strided(double *dst, const ptrdiff_t *dst_strides, const double
     return;
   }
   for (size_t i = 0; i < shape[0]; i++)
-    copy_strided(dst + (ptrdiff_t)i * dst_strides[0], dst_strides + 1,
-                 src + (ptrdiff_t)i * src_strides[0], src_strides + 1, shape + 1, ndim - 1);
+    copy_strided_rec(dst + (ptrdiff_t)i * dst_strides[0], dst_strides + 1,
+                     src + (ptrdiff_t)i * src_strides[0], src_strides + 1, shape + 1, ndim - 1);
+}
+
+/* An empty tensor copies nothing: without this check a shape like
+ * {2^40, 0} would loop 2^40 times over empty rows. */
+static void copy_strided(double *dst, const ptrdiff_t *dst_strides, const double *src,
+                         const ptrdiff_t *src_strides, const size_t *shape, int ndim) {
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] == 0) return;
+  copy_strided_rec(dst, dst_strides, src, src_strides, shape, ndim);
 }
 
 lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {

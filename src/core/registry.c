@@ -240,6 +240,14 @@ fail:
   return LT_ERR;
 }
 
+int lt_register_rules(lt_context *ctx, const lt_rule_spec *specs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (lt_register_rule(ctx, specs[i].op, specs[i].type_a, specs[i].type_b, specs[i].name,
+                         specs[i].fn, specs[i].ud, NULL, specs[i].symmetric) != LT_OK)
+      return LT_ERR;
+  return LT_OK;
+}
+
 /* The keys probed for op(a, b), most specific first. */
 static int candidate_keys(int op, int ta, int tb, int unary, uint64_t keys[4]) {
   if (unary) {

@@ -2,6 +2,7 @@
  * tensor.c — the object model: allocation, reference counts, shapes,
  * property flags and lazy nodes.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,9 +12,15 @@ int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shap
                    size_t *numel) {
   if (ndim < 0 || ndim > LT_MAX_DIM)
     return lt_error(ctx, "%s: %d dimensions (at most %d)", op, ndim, LT_MAX_DIM);
-  size_t n = 1;
-  for (int d = 0; d < ndim; d++)
+  size_t n = 1, extent = 1;
+  for (int d = 0; d < ndim; d++) {
     if (!lt_mul_size(ctx, op, n, shape[d], &n)) return LT_ERR;
+    /* Strides (ptrdiff_t) are products of the sizes even when another size
+     * is 0 and the tensor holds nothing: they must not overflow either. */
+    if (shape[d] != 0 && !lt_mul_size(ctx, op, extent, shape[d], &extent)) return LT_ERR;
+  }
+  if (extent > (size_t)PTRDIFF_MAX / sizeof(double))
+    return lt_error(ctx, "%s: size %zu overflows", op, extent);
   /* The storage is n doubles: that product must fit too. */
   size_t bytes;
   if (!lt_mul_size(ctx, op, n, sizeof(double), &bytes)) return LT_ERR;

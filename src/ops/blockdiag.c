@@ -204,19 +204,6 @@ static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n) {
   return t;
 }
 
-static lt_tensor *private_block(lt_context *ctx, lt_tensor *f) {
-  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
-  lt_tensor *c = lt_dense_clone(ctx, f);
-  if (c == NULL) return NULL;
-  if (lt_is_square(f)) {
-    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
-    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
-  }
-  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
-  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
-  return c;
-}
-
 lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n) {
   if (n < 1) {
     lt_error(ctx, "blockdiag: needs at least one block");
@@ -242,7 +229,7 @@ lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n) {
   for (int i = 0; i < n && ok; i++) {
     if (blocks[i]->type_id == LT_TYPE_BLOCKDIAG) {
       for (int j = 0; j < blocks[i]->nchildren; j++) b[k++] = lt_retain(blocks[i]->children[j]);
-    } else if ((b[k] = private_block(ctx, blocks[i])) != NULL) {
+    } else if ((b[k] = st_private_operand(ctx, blocks[i])) != NULL) {
       k++;
     } else {
       ok = 0;
@@ -588,13 +575,7 @@ out:
 
 int lt_register_blockdiag_rules(lt_context *ctx) {
   const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
       {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},
       {LT_OP_ADD, B, B, rule_pairwise, (void *)(intptr_t)LT_OP_ADD, 0,
@@ -621,9 +602,5 @@ int lt_register_blockdiag_rules(lt_context *ctx) {
       {LT_OP_EIGH, B, ANY, rule_eigh, NULL, 0, "blockdiag eigh (blockwise, sorted)"},
       {LT_OP_SVD, B, ANY, rule_svd, NULL, 0, "blockdiag svd (blockwise, sorted)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

@@ -7,6 +7,15 @@
  * a product K·X forms K a block of rows at a time (at most BLOCK_DOUBLES
  * entries, 8 MB) and multiplies each block with X by dgemm, so memory is
  * O(n · block + n · k), never n1×n2.
+ *
+ * With spec.derivative set the entries are ∂k/∂log θ instead (θ·∂k/∂θ,
+ * r = ‖x − y‖, a = √3 r/l or √5 r/l, u_d = π|x_d − y_d|/p, S = Σ sin² u_d):
+ *   lengthscale  rbf k·r²/l², matern12 k·r/l, matern32 v·a²·e^{−a},
+ *                matern52 v·a²(1 + a)/3·e^{−a}, periodic k·4S/l²;
+ *   period       periodic only: k·(2/l²)·Σ_d sin(2u_d)·u_d;
+ *   variance     k, every kind.
+ * Same row-block products; symmetric without x2, PSD only for variance.
+ * Every derivative is linear in v, so scaling by c > 0 still scales v.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -32,41 +41,59 @@ static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
 
-/* The kernel as a function of its argument term t, in place over a row:
- * t = r² for the radial kinds, t = Σ_d sin²(π (x_d − y_d) / p) for periodic. */
+/* The kernel (or its lengthscale/variance derivative) as a function of its
+ * argument term t, in place over a row: t = r² for the radial kinds,
+ * t = Σ_d sin²(π (x_d − y_d) / p) for periodic. (The period derivative
+ * needs more than t: see fill_row.) */
 static void apply_kind(const lt_kernel_spec *s, double *t, size_t len) {
   double l = s->lengthscale, v = s->variance;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
   switch (s->kind) {
     case LT_KERNEL_RBF: {
-      double c = -1.0 / (2.0 * l * l);
-      for (size_t j = 0; j < len; j++) t[j] = v * exp(c * t[j]);
+      double c = 1.0 / (l * l);
+      for (size_t j = 0; j < len; j++) {
+        double q = c * t[j], k = v * exp(-0.5 * q);
+        t[j] = dl ? k * q : k;
+      }
       return;
     }
     case LT_KERNEL_MATERN12:
-      for (size_t j = 0; j < len; j++) t[j] = v * exp(-sqrt(t[j]) / l);
+      for (size_t j = 0; j < len; j++) {
+        double a = sqrt(t[j]) / l, k = v * exp(-a);
+        t[j] = dl ? k * a : k;
+      }
       return;
     case LT_KERNEL_MATERN32: {
       double c = sqrt(3.0) / l;
       for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]);
-        t[j] = v * (1.0 + a) * exp(-a);
+        double a = c * sqrt(t[j]), e = v * exp(-a);
+        t[j] = dl ? e * a * a : (1.0 + a) * e;
       }
       return;
     }
     case LT_KERNEL_MATERN52: {
       double c = sqrt(5.0) / l;
       for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]);
-        t[j] = v * (1.0 + a + a * a / 3.0) * exp(-a);
+        double a = c * sqrt(t[j]), e = v * exp(-a);
+        t[j] = dl ? e * a * a * (1.0 + a) / 3.0 : (1.0 + a + a * a / 3.0) * e;
       }
       return;
     }
     case LT_KERNEL_PERIODIC: {
-      double c = -2.0 / (l * l);
-      for (size_t j = 0; j < len; j++) t[j] = v * exp(c * t[j]);
+      double c = 2.0 / (l * l);
+      for (size_t j = 0; j < len; j++) {
+        double k = v * exp(-c * t[j]);
+        t[j] = dl ? k * 2.0 * c * t[j] : k;
+      }
       return;
     }
   }
+}
+
+/* The periodic kernel's ∂/∂log p from S = Σ sin² u_d and D = Σ sin(2u_d)·u_d. */
+static double periodic_dperiod(const lt_kernel_spec *s, double S, double D) {
+  double c = 2.0 / (s->lengthscale * s->lengthscale);
+  return s->variance * exp(-c * S) * c * D;
 }
 
 /* Periodic kernels: sin and cos of π x_d / p for every coordinate, so that
@@ -96,6 +123,30 @@ static void fill_row(const lt_kernel_spec *s, const lt_tensor *A, const double *
                      const lt_tensor *B, const double *tb, size_t j0, double *out) {
   size_t d = A->shape[1], nb = B->shape[0];
   const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B);
+  if (s->derivative == LT_KERNEL_D_PERIOD) {
+    /* sin u and cos u from the tables (or directly), u = π (x_q − y_q) / p;
+     * sin(2u)·u is even in u, so the sign of the difference does not matter. */
+    double w = PI / s->period;
+    const double *tx = ta ? ta + 2 * i * d : NULL;
+    for (size_t j = j0; j < nb; j++) {
+      const double *ty = tb ? tb + 2 * j * d : NULL;
+      double S = 0, D = 0;
+      for (size_t q = 0; q < d; q++) {
+        double u = w * (x[q] - y[j * d + q]), su, cu;
+        if (tx && ty) {
+          su = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
+          cu = tx[2 * q + 1] * ty[2 * q + 1] + tx[2 * q] * ty[2 * q];
+        } else {
+          su = sin(u);
+          cu = cos(u);
+        }
+        S += su * su;
+        D += 2.0 * su * cu * u;
+      }
+      out[j - j0] = periodic_dperiod(s, S, D);
+    }
+    return;
+  }
   if (s->kind == LT_KERNEL_PERIODIC && ta && tb) {
     const double *tx = ta + 2 * i * d;
     for (size_t j = j0; j < nb; j++) {
@@ -135,6 +186,15 @@ static double kernel_value(const lt_kernel_spec *s, const lt_tensor *A, size_t i
   size_t d = A->shape[1];
   const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B) + j * d;
   double t = 0;
+  if (s->derivative == LT_KERNEL_D_PERIOD) {
+    double D = 0;
+    for (size_t q = 0; q < d; q++) {
+      double u = PI * (x[q] - y[q]) / s->period, su = sin(u);
+      t += su * su;
+      D += sin(2.0 * u) * u;
+    }
+    return periodic_dperiod(s, t, D);
+  }
   for (size_t q = 0; q < d; q++) {
     double u = s->kind == LT_KERNEL_PERIODIC ? sin(PI * (x[q] - y[q]) / s->period) : x[q] - y[q];
     t += u * u;
@@ -245,6 +305,10 @@ static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
     return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
   if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
     return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
+  if ((int)s->derivative < 0 || (int)s->derivative > LT_KERNEL_D_PERIOD)
+    return lt_error(ctx, "kernel: unknown derivative %d", (int)s->derivative);
+  if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC)
+    return lt_error(ctx, "kernel: derivative 'period' needs a periodic kernel");
   return LT_OK;
 }
 
@@ -283,8 +347,11 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
     return NULL;
   }
   if (p->same) {
+    /* ∂K/∂log l and ∂K/∂log p are symmetric but indefinite in general
+     * (zero diagonal); ∂K/∂log v is K itself. */
     t->props[LT_PROP_SYMMETRIC] = LT_YES;
-    t->props[LT_PROP_PSD] = LT_YES;
+    if (spec->derivative == LT_KERNEL_VALUE || spec->derivative == LT_KERNEL_D_VARIANCE)
+      t->props[LT_PROP_PSD] = LT_YES;
   }
   return t;
 }
@@ -322,13 +389,20 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   return done(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
 }
 
+/* k(x, x) for these stationary kernels: the variance, and 0 for the
+ * lengthscale and period derivatives (r = 0, S = 0). */
+static double self_value(const lt_kernel_spec *s) {
+  return s->derivative == LT_KERNEL_VALUE || s->derivative == LT_KERNEL_D_VARIANCE ? s->variance
+                                                                                   : 0.0;
+}
+
 /* Stationary kernels: k(x, x) = variance. */
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
   const kernel_payload *p = a->payload;
   size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
-  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, p->spec.variance));
+  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++) kernel_entry(ctx, a, i, i, lt_dense_data(d) + i);
@@ -339,7 +413,7 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
   const kernel_payload *p = args->a->payload;
   if (!p->same) return LT_NOT_IMPLEMENTED;
   (void)ctx, (void)ud;
-  res->x[0] = (double)args->a->shape[0] * p->spec.variance;
+  res->x[0] = (double)args->a->shape[0] * self_value(&p->spec);
   return LT_OK;
 }
 
@@ -383,7 +457,7 @@ int lt_register_kernel_rules(lt_context *ctx) {
                        rule_transpose, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_DIAGONAL, K, ANY, "kernel diagonal (variance, or k(x1_i, x2_i))",
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_TRACE, K, ANY, "kernel trace (n · variance)", rule_trace, NULL,
+      lt_register_rule(ctx, LT_OP_TRACE, K, ANY, "kernel trace (n · k(x, x))", rule_trace, NULL,
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_DENSE, K, ANY, "kernel dense (entry by entry)", rule_dense, NULL,
                        NULL, 0) != LT_OK ||

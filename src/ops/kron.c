@@ -17,7 +17,9 @@
  * eigh returns eigenvalues sorted ascending and Q as the lazy product of
  * ⊗Qᵢ with a permutation (O(n) memory); svd likewise, descending.
  */
+#include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "structured.h"
@@ -39,16 +41,65 @@ static int all_square(const lt_tensor *k) {
 /* What to do with one factor: map the in×m matrix X to an out×m one. */
 typedef lt_tensor *(*factor_fn)(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud);
 
+static lt_tensor *fn_apply(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud);
+static lt_tensor *fn_apply_t(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud);
+
+/* Axis i of T, viewed as (A, in, B), multiplied in place of a permutation
+ * by a contiguous dense F (trans: by Fᵀ) into Y (A, out, B): one dgemm when
+ * A or B is 1, else one per slab (the caller keeps small slabs, B < 8, on
+ * the permutation path). */
+static void dense_axis(lt_tensor *F, int trans, const double *t, double *y, size_t A, size_t in,
+                      size_t out, size_t B) {
+  const double *f = lt_dense_data(F);
+  int ldf = (int)F->shape[1];
+  if (in == 0 || out == 0 || A == 0 || B == 0) {
+    for (size_t i = 0; i < A * out * B; i++) y[i] = 0;
+    return;
+  }
+  if (B == 1) { /* Y (A × out) = T (A × in) · op(F)ᵀ */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, trans ? CblasNoTrans : CblasTrans, (int)A, (int)out,
+                (int)in, 1.0, t, (int)in, f, ldf, 0.0, y, (int)out);
+    return;
+  }
+  for (size_t a = 0; a < A; a++) /* Y[a] (out × B) = op(F) · T[a] (in × B) */
+    cblas_dgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)out, (int)B,
+                (int)in, 1.0, f, ldf, t + a * in * B, (int)B, 0.0, y + a * out * B, (int)B);
+}
+
+/* Moves axis 1 of (A, n, B) to the front: (n, A·B); back when `back`. */
+static void permute_axis(const double *src, double *dst, size_t A, size_t n, size_t B, int back) {
+  for (size_t a = 0; a < A; a++)
+    for (size_t r = 0; r < n; r++) {
+      const double *s = back ? src + r * (A * B) + a * B : src + (a * n + r) * B;
+      double *d = back ? dst + (a * n + r) * B : dst + r * (A * B) + a * B;
+      if (B == 1) *d = *s;
+      else memcpy(d, s, B * sizeof(double));
+    }
+}
+
 /* Applies fn(F_i) along axis i of X (contiguous, viewed as in₁×...×in_p×c),
- * for i = 1..p; out_i is the size fn gives axis i. Returns (Π out)×c. */
+ * for i = 1..p; out_i is the size fn gives axis i. Returns (Π out)×c.
+ * Products with contiguous dense factors (fn_apply, fn_apply_t) go straight
+ * to BLAS on the strided layout, without permuting. */
 static lt_tensor *apply_factors(lt_context *ctx, int p, lt_tensor *const *F, const size_t *in,
                                 const size_t *out, lt_tensor *X, factor_fn fn, void *ud) {
   size_t c = X->shape[1];
+  int blas = fn == fn_apply ? 1 : fn == fn_apply_t ? 2 : 0;
   lt_tensor *T = lt_retain(X);
   for (int i = 0; i < p; i++) {
     size_t A = 1, B = c;
     for (int j = 0; j < i; j++) A *= out[j];
     for (int j = i + 1; j < p; j++) B *= in[j];
+    if (blas && F[i]->type_id == LT_TYPE_DENSE && lt_dense_is_contiguous(F[i]) &&
+        F[i]->shape[0] <= INT32_MAX && F[i]->shape[1] <= INT32_MAX && A * out[i] <= INT32_MAX &&
+        A * in[i] <= INT32_MAX && B <= INT32_MAX && (B == 1 || A == 1 || B >= 8)) {
+      lt_tensor *Y = lt_dense_matrix(ctx, A * out[i], B);
+      if (Y == NULL) goto fail;
+      dense_axis(F[i], blas == 2, lt_dense_data(T), lt_dense_data(Y), A, in[i], out[i], B);
+      lt_release(ctx, T);
+      T = Y;
+      continue;
+    }
     /* T is (A, in_i, B); bring axis i to the front: (in_i, A·B). */
     lt_tensor *P;
     if (A == 1) {
@@ -56,11 +107,7 @@ static lt_tensor *apply_factors(lt_context *ctx, int p, lt_tensor *const *F, con
     } else {
       P = lt_dense_matrix(ctx, in[i], A * B);
       if (P == NULL) goto fail;
-      const double *t = lt_dense_data(T);
-      double *q = lt_dense_data(P);
-      for (size_t a = 0; a < A; a++)
-        for (size_t r = 0; r < in[i]; r++)
-          memcpy(q + r * (A * B) + a * B, t + (a * in[i] + r) * B, B * sizeof(double));
+      permute_axis(lt_dense_data(T), lt_dense_data(P), A, in[i], B, 0);
     }
     if (P->ndim != 2 || P->shape[0] != in[i] || P->shape[1] != A * B) {
       /* a retained T viewed with another 2-d shape: reshape it */
@@ -85,11 +132,7 @@ static lt_tensor *apply_factors(lt_context *ctx, int p, lt_tensor *const *F, con
       lt_release(ctx, Yc);
       return NULL;
     }
-    const double *y = lt_dense_data(Yc);
-    double *t = lt_dense_data(T);
-    for (size_t a = 0; a < A; a++)
-      for (size_t r = 0; r < out[i]; r++)
-        memcpy(t + (a * out[i] + r) * B, y + r * (A * B) + a * B, B * sizeof(double));
+    permute_axis(lt_dense_data(Yc), lt_dense_data(T), A, out[i], B, 1);
     lt_release(ctx, Yc);
   }
   size_t rows = lt_numel(T) / (c ? c : 1);
@@ -235,21 +278,6 @@ static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
   return t;
 }
 
-/* A private version of a factor: dense ones are copied (keeping what is
- * known of their properties), lazy ones are immutable and retained. */
-static lt_tensor *private_factor(lt_context *ctx, lt_tensor *f) {
-  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
-  lt_tensor *c = lt_dense_clone(ctx, f);
-  if (c == NULL) return NULL;
-  if (lt_is_square(f)) {
-    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
-    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
-  }
-  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
-  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
-  return c;
-}
-
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   if (n < 1) {
     lt_error(ctx, "kron: needs at least one factor");
@@ -274,7 +302,7 @@ lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
   for (int i = 0; i < n && ok; i++) {
     if (factors[i]->type_id == LT_TYPE_KRON) {
       for (int j = 0; j < factors[i]->nchildren; j++) f[k++] = lt_retain(factors[i]->children[j]);
-    } else if ((f[k] = private_factor(ctx, factors[i])) != NULL) {
+    } else if ((f[k] = st_private_operand(ctx, factors[i])) != NULL) {
       k++;
     } else {
       ok = 0;
@@ -832,13 +860,7 @@ static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, 
 
 int lt_register_kron_rules(lt_context *ctx) {
   const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
       {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
       {LT_OP_MATMUL, K, K, rule_matmul, NULL, 0, "kron * kron (factor-wise products)"},
@@ -881,9 +903,5 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_ADD_DIAG, KI, ANY, rule_kpi_shift, NULL, 0,
        "kron_plus_identity add_diag constant (shift adds)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

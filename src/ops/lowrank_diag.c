@@ -96,37 +96,116 @@ static lt_tensor *diag_of(lt_context *ctx, lt_tensor *d, size_t n) {
 
 /* ------------------------------------------------------------ Woodbury */
 
+/* Rows of U (and of the right-hand side) are visited in blocks whose
+ * scaled copies (a few hundred kB) stay in cache: nothing n×k is allocated,
+ * and U is read once to build C (and Vᵀ D⁻¹ B, Uᵀ D⁻¹ B with it). */
+#define WOODBURY_BLOCK_ELEMS 32768
+
 typedef struct woodbury {
-  size_t n, k;
+  size_t n, k, m;   /* m: columns of the right-hand side (0 without one) */
   const double *d;
   lt_tensor *u, *v; /* the factors (borrowed) */
-  lt_tensor *w;     /* D⁻¹ U, n×k */
   double *c;        /* k×k: Cholesky factor (row-major lower) or LU of Cᵀ */
   lapack_int *ipiv; /* LU pivots, NULL for Cholesky */
+  double *p;        /* k×m: Vᵀ D⁻¹ B */
+  double *q;        /* k×m: Uᵀ D⁻¹ B (inv_quad with U ≠ V; else NULL) */
+  double bdb;       /* Σ bᵢⱼ² / dᵢ (inv_quad) */
   double logabs;    /* log |det A| */
   int sign;         /* sign of det A: 1, -1 or 0 (singular) */
 } woodbury;
 
 static void woodbury_free(lt_context *ctx, woodbury *f) {
-  lt_release(ctx, f->w);
   if (f->c) lt_free(ctx, f->c, f->k * f->k * sizeof(double));
   if (f->ipiv) lt_free(ctx, f->ipiv, f->k * sizeof(lapack_int));
+  if (f->p) lt_free(ctx, f->p, f->k * f->m * sizeof(double));
+  if (f->q) lt_free(ctx, f->q, f->k * f->m * sizeof(double));
+  f->c = f->p = f->q = NULL;
+  f->ipiv = NULL;
 }
 
-/* Factors C = I + Vᵀ D⁻¹ U. LT_NOT_IMPLEMENTED when D has a zero entry
- * (Woodbury needs D⁻¹; the generic rules handle that case). */
-static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodbury *f) {
+static size_t block_rows(const woodbury *f) {
+  size_t r = WOODBURY_BLOCK_ELEMS / (f->k + f->m + 1);
+  if (r < 16) r = 16;
+  return r < f->n ? r : f->n;
+}
+
+/* C ← I + Vᵀ D⁻¹ U (and P, Q, bdb for a right-hand side B), block by block.
+ * sym: U = V and D > 0, so C = I + SᵀS with S = D^-½ U and only its lower
+ * triangle (row-major) is formed, by dsyrk. */
+static int capacitance_build(lt_context *ctx, woodbury *f, int sym, const lt_tensor *B) {
+  size_t n = f->n, k = f->k, m = B ? f->m : 0, R = block_rows(f);
+  int want_q = f->q != NULL && B != NULL;
+  for (size_t i = 0; i < k * k; i++) f->c[i] = 0;
+  for (size_t i = 0; i < k; i++) f->c[i * k + i] = 1;
+  if (m > 0) {
+    for (size_t i = 0; i < k * m; i++) f->p[i] = 0;
+    if (want_q)
+      for (size_t i = 0; i < k * m; i++) f->q[i] = 0;
+  }
+  f->bdb = 0;
+  if (n == 0) return LT_OK;
+  size_t wbytes = R * k * sizeof(double), ybytes = R * m * sizeof(double);
+  double *w = lt_malloc(ctx, wbytes);
+  double *y = m > 0 ? lt_malloc(ctx, ybytes) : NULL;
+  if (w == NULL || (m > 0 && y == NULL)) {
+    lt_free(ctx, w, wbytes);
+    lt_free(ctx, y, ybytes);
+    return LT_ERR;
+  }
+  const double *u = lt_dense_data(f->u), *v = lt_dense_data(f->v), *d = f->d;
+  const double *b = B ? lt_dense_data(B) : NULL;
+  double bdb = 0;
+  for (size_t r0 = 0; r0 < n; r0 += R) {
+    size_t rows = n - r0 < R ? n - r0 : R;
+    const double *ub = u + r0 * k, *vb = v + r0 * k;
+    /* w = S (sym) or D⁻¹ U, y = D^-½ B (sym) or D⁻¹ B, for these rows */
+    for (size_t i = 0; i < rows; i++) {
+      double di = d[r0 + i], s = sym ? 1.0 / sqrt(di) : 1.0 / di;
+      for (size_t l = 0; l < k; l++) w[i * k + l] = s * ub[i * k + l];
+      for (size_t j = 0; j < m; j++) {
+        double bij = b[(r0 + i) * m + j];
+        y[i * m + j] = s * bij;
+        bdb += bij * bij / di;
+      }
+    }
+    if (k == 0) continue;
+    if (sym)
+      cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)k, (int)rows, 1.0, w, (int)k, 1.0,
+                  f->c, (int)k);
+    else
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)rows, 1.0, vb,
+                  (int)k, w, (int)k, 1.0, f->c, (int)k);
+    if (m > 0) {
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)m, (int)rows, 1.0,
+                  sym ? w : vb, (int)k, y, (int)m, 1.0, f->p, (int)m);
+      if (want_q)
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)m, (int)rows, 1.0, ub,
+                    (int)k, y, (int)m, 1.0, f->q, (int)m);
+    }
+  }
+  f->bdb = bdb;
+  lt_free(ctx, w, wbytes);
+  lt_free(ctx, y, ybytes);
+  return LT_OK;
+}
+
+/* Factors C = I + Vᵀ D⁻¹ U, and with a contiguous n×m B (or NULL) forms
+ * P = Vᵀ D⁻¹ B, and Q = Uᵀ D⁻¹ B when want_q and U ≠ V, in the same pass.
+ * LT_NOT_IMPLEMENTED when D has a zero entry (Woodbury needs D⁻¹; the
+ * generic rules handle that case). */
+static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodbury *f,
+                         const lt_tensor *B, int want_q) {
   memset(f, 0, sizeof *f);
   lt_tensor *lr = lr_part(self);
   f->u = lr->children[0];
   f->v = lr->children[lr->nchildren > 1 ? 1 : 0];
   f->n = self->shape[0];
   f->k = f->u->shape[1];
+  f->m = B ? B->shape[1] : 0;
   f->d = diag_values(self);
-  if (f->k > (size_t)INT32_MAX || f->n > (size_t)INT32_MAX)
+  if (f->k > (size_t)INT32_MAX || f->n > (size_t)INT32_MAX || f->m > (size_t)INT32_MAX)
     return lt_error(ctx, "%s: dimensions too large for LAPACK", op);
   int positive = 1;
-  double logd = 0;
   int sign = 1;
   for (size_t i = 0; i < f->n; i++) {
     double di = f->d[i];
@@ -135,27 +214,24 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
       positive = 0;
       sign = -sign;
     }
-    logd += log(fabs(di));
   }
-  size_t n = f->n, k = f->k;
-  f->w = lt_dense_matrix(ctx, n, k);
+  double logd = st_sum_log_abs(f->d, f->n);
+  size_t k = f->k, km = k * f->m;
+  int same = f->u == f->v;
   f->c = lt_malloc(ctx, k * k * sizeof(double));
-  if (f->w == NULL || f->c == NULL) goto fail;
-  const double *u = lt_dense_data(f->u);
-  double *w = lt_dense_data(f->w);
-  for (size_t i = 0; i < n; i++)
-    for (size_t l = 0; l < k; l++) w[i * k + l] = u[i * k + l] / f->d[i];
-  /* C = I + Vᵀ W */
-  for (size_t i = 0; i < k * k; i++) f->c[i] = 0;
-  for (size_t i = 0; i < k; i++) f->c[i * k + i] = 1;
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)n, 1.0,
-              lt_dense_data(f->v), (int)k, w, (int)k, 1.0, f->c, (int)k);
+  if (f->c == NULL) goto fail;
+  if (km > 0) {
+    f->p = lt_malloc(ctx, km * sizeof(double));
+    if (f->p == NULL) goto fail;
+    if (want_q && !same && (f->q = lt_malloc(ctx, km * sizeof(double))) == NULL) goto fail;
+  }
   double logc = 0;
   int sign_c = 1;
-  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) == LT_YES && positive) {
-    /* C symmetric positive definite: Cholesky. The row-major buffer read as
-     * column-major is the same symmetric C; its 'U' factor (col-major) is
-     * the row-major lower L with C = L Lᵀ. */
+  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) == LT_YES && same && positive) {
+    /* C = I + SᵀS symmetric positive definite: Cholesky. The row-major
+     * lower triangle read as column-major is the upper one; its 'U' factor
+     * (col-major) is the row-major lower L with C = L Lᵀ. */
+    if (capacitance_build(ctx, f, 1, B) != LT_OK) goto fail;
     lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, f->c, (lapack_int)k);
     if (info == 0) {
       for (size_t i = 0; i < k; i++) logc += 2 * log(f->c[i * k + i]);
@@ -163,12 +239,9 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
         for (size_t j = i + 1; j < k; j++) f->c[i * k + j] = 0;
       goto finish;
     }
-    /* rounding made it indefinite: rebuild and use LU */
-    for (size_t i = 0; i < k * k; i++) f->c[i] = 0;
-    for (size_t i = 0; i < k; i++) f->c[i * k + i] = 1;
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)n, 1.0,
-                lt_dense_data(f->v), (int)k, w, (int)k, 1.0, f->c, (int)k);
+    /* rounding made it indefinite: rebuild in full below and use LU */
   }
+  if (capacitance_build(ctx, f, 0, B) != LT_OK) goto fail;
   f->ipiv = lt_malloc(ctx, k * sizeof(lapack_int));
   if (f->ipiv == NULL) goto fail;
   /* LU of the buffer read column-major, i.e. of Cᵀ; det Cᵀ = det C. */
@@ -198,11 +271,10 @@ fail:
   return LT_ERR;
 }
 
-/* T ← C⁻¹ T for a contiguous k×m T. */
-static int capacitance_solve(lt_context *ctx, const woodbury *f, lt_tensor *T) {
-  size_t k = f->k, m = T->shape[1];
-  double *t = lt_dense_data(T);
-  if (m == 0) return LT_OK;
+/* t ← C⁻¹ t for a row-major k×m t. */
+static int capacitance_solve(lt_context *ctx, const woodbury *f, double *t, size_t m) {
+  size_t k = f->k;
+  if (m == 0 || k == 0) return LT_OK;
   if (f->ipiv == NULL) {
     cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)m,
                 1.0, f->c, (int)k, t, (int)m);
@@ -211,49 +283,85 @@ static int capacitance_solve(lt_context *ctx, const woodbury *f, lt_tensor *T) {
     return LT_OK;
   }
   /* LAPACK holds Cᵀ = P L U (column-major); C z = t is the transposed solve.
-   * The right-hand sides go column-major: the row-major m×k transpose. */
-  lt_tensor *tt = st_transposed_copy(ctx, T);
-  if (tt == NULL) return LT_ERR;
-  lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'T', (lapack_int)k, (lapack_int)m, f->c,
-                                   (lapack_int)k, f->ipiv, lt_dense_data(tt), (lapack_int)k);
-  if (info == 0) {
-    const double *s = lt_dense_data(tt);
+   * A row-major k×m t is the column-major m×k tᵀ: the right-hand sides go
+   * column-major, so for m > 1 they are transposed into a scratch copy. */
+  double *s = t;
+  size_t bytes = k * m * sizeof(double);
+  if (m > 1) {
+    s = lt_malloc(ctx, bytes);
+    if (s == NULL) return LT_ERR;
     for (size_t i = 0; i < k; i++)
-      for (size_t j = 0; j < m; j++) t[i * m + j] = s[j * k + i];
+      for (size_t j = 0; j < m; j++) s[j * k + i] = t[i * m + j];
   }
-  lt_release(ctx, tt);
+  lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'T', (lapack_int)k, (lapack_int)m, f->c,
+                                   (lapack_int)k, f->ipiv, s, (lapack_int)k);
+  if (m > 1) {
+    if (info == 0)
+      for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < m; j++) t[i * m + j] = s[j * k + i];
+    lt_free(ctx, s, bytes);
+  }
   if (info != 0) return lt_error(ctx, "solve: LAPACK dgetrs failed (%d)", (int)info);
   return LT_OK;
 }
 
-/* X = A⁻¹ B for a contiguous n×m B: Y = D⁻¹B, X = Y − W C⁻¹ Vᵀ Y. */
+static int check_nonsingular(lt_context *ctx, const char *op, const woodbury *f) {
+  if (f->sign == 0) return lt_error(ctx, "%s: the matrix is singular", op);
+  return LT_OK;
+}
+
+/* X = A⁻¹ B = D⁻¹ (B − U C⁻¹ P) for the B given to woodbury_init. */
 static lt_tensor *woodbury_solve(lt_context *ctx, const char *op, const woodbury *f,
-                                 lt_tensor *B) {
-  if (f->sign == 0) {
-    lt_error(ctx, "%s: the matrix is singular", op);
-    return NULL;
+                                 const lt_tensor *B) {
+  if (check_nonsingular(ctx, op, f) != LT_OK) return NULL;
+  size_t n = f->n, k = f->k, m = f->m;
+  lt_tensor *X = lt_dense_matrix(ctx, n, m);
+  if (X == NULL) return NULL;
+  double *x = lt_dense_data(X);
+  if (n * m > 0) memcpy(x, lt_dense_data(B), n * m * sizeof(double));
+  if (m > 0 && k > 0) {
+    if (capacitance_solve(ctx, f, f->p, m) != LT_OK) {
+      lt_release(ctx, X);
+      return NULL;
+    }
+    if (m == 1)
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, -1.0, lt_dense_data(f->u), (int)k,
+                  f->p, 1, 1.0, x, 1);
+    else
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)k, -1.0,
+                  lt_dense_data(f->u), (int)k, f->p, (int)m, 1.0, x, (int)m);
   }
-  size_t n = f->n, k = f->k, m = B->shape[1];
-  lt_tensor *Y = lt_dense_matrix(ctx, n, m);
-  lt_tensor *T = lt_dense_matrix(ctx, k, m);
-  if (Y == NULL || T == NULL) goto fail;
-  const double *b = lt_dense_data(B);
-  double *y = lt_dense_data(Y);
   for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < m; j++) y[i * m + j] = b[i * m + j] / f->d[i];
-  if (m > 0) {
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)m, (int)n, 1.0,
-                lt_dense_data(f->v), (int)k, y, (int)m, 0.0, lt_dense_data(T), (int)m);
-    if (capacitance_solve(ctx, f, T) != LT_OK) goto fail;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)k, -1.0,
-                lt_dense_data(f->w), (int)k, lt_dense_data(T), (int)m, 1.0, y, (int)m);
+    for (size_t j = 0; j < m; j++) x[i * m + j] /= f->d[i];
+  return X;
+}
+
+/* Σⱼ bⱼᵀ A⁻¹ bⱼ = Σ bᵢⱼ²/dᵢ − Σⱼ qⱼᵀ C⁻¹ pⱼ with p = Vᵀ D⁻¹ B, q = Uᵀ D⁻¹ B
+ * (Woodbury): no n-sized result is formed. */
+static int woodbury_inv_quad(lt_context *ctx, const char *op, const woodbury *f, double *out) {
+  if (check_nonsingular(ctx, op, f) != LT_OK) return LT_ERR;
+  size_t k = f->k, m = f->m;
+  double corr = 0;
+  if (m > 0 && k > 0) {
+    if (f->ipiv == NULL && f->q == NULL) {
+      /* C = L Lᵀ: qᵀ C⁻¹ p = ‖L⁻¹ p‖² */
+      cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k,
+                  (int)m, 1.0, f->c, (int)k, f->p, (int)m);
+      for (size_t i = 0; i < k * m; i++) corr += f->p[i] * f->p[i];
+    } else {
+      const double *q = f->q ? f->q : f->p;
+      size_t bytes = k * m * sizeof(double);
+      double *t = lt_malloc(ctx, bytes);
+      if (t == NULL) return LT_ERR;
+      memcpy(t, f->p, bytes);
+      int rc = capacitance_solve(ctx, f, t, m);
+      for (size_t i = 0; rc == LT_OK && i < k * m; i++) corr += q[i] * t[i];
+      lt_free(ctx, t, bytes);
+      if (rc != LT_OK) return LT_ERR;
+    }
   }
-  lt_release(ctx, T);
-  return Y;
-fail:
-  lt_release(ctx, Y);
-  lt_release(ctx, T);
-  return NULL;
+  *out = f->bdb - corr;
+  return LT_OK;
 }
 
 static double logdet_of(const woodbury *f) { return f->sign < 0 ? NAN : f->logabs; }
@@ -269,11 +377,15 @@ static void woodbury_info(lt_result *res) {
 
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  woodbury f;
-  int rc = woodbury_init(ctx, "solve", args->a, &f);
-  if (rc != LT_OK) return rc;
   lt_tensor *B = st_rhs(ctx, args->b);
-  lt_tensor *X = B ? woodbury_solve(ctx, "solve", &f, B) : NULL;
+  if (B == NULL) return LT_ERR;
+  woodbury f;
+  int rc = woodbury_init(ctx, "solve", args->a, &f, B, 0);
+  if (rc != LT_OK) {
+    lt_release(ctx, B);
+    return rc;
+  }
+  lt_tensor *X = woodbury_solve(ctx, "solve", &f, B);
   lt_release(ctx, B);
   woodbury_free(ctx, &f);
   if (X == NULL) return LT_ERR;
@@ -284,7 +396,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   woodbury f;
-  int rc = woodbury_init(ctx, "logdet", args->a, &f);
+  int rc = woodbury_init(ctx, "logdet", args->a, &f, NULL, 0);
   if (rc != LT_OK) return rc;
   res->x[0] = logdet_of(&f);
   woodbury_free(ctx, &f);
@@ -292,25 +404,26 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
   return LT_OK;
 }
 
-/* bᵀA⁻¹b (summed over columns) and, with ud set, log det A: one factorisation. */
+/* bᵀA⁻¹b (summed over columns) and, with ud set, log det A: one pass over
+ * U builds the capacitance and the projections of b together. */
 static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   int with_logdet = ud != NULL;
   const char *op = with_logdet ? "inv_quad_logdet" : "inv_quad";
-  woodbury f;
-  int rc = woodbury_init(ctx, op, args->a, &f);
-  if (rc != LT_OK) return rc;
   lt_tensor *B = st_rhs(ctx, args->b);
-  lt_tensor *X = B ? woodbury_solve(ctx, op, &f, B) : NULL;
-  if (X != NULL) {
-    res->x[0] = cblas_ddot((int)lt_numel(B), lt_dense_data(B), 1, lt_dense_data(X), 1);
-    if (with_logdet) res->x[1] = logdet_of(&f);
-  }
-  lt_release(ctx, X);
+  if (B == NULL) return LT_ERR;
+  woodbury f;
+  int rc = woodbury_init(ctx, op, args->a, &f, B, 1);
   lt_release(ctx, B);
+  if (rc != LT_OK) return rc;
+  double q = 0;
+  rc = woodbury_inv_quad(ctx, op, &f, &q);
+  if (rc == LT_OK) {
+    res->x[0] = q;
+    if (with_logdet) res->x[1] = logdet_of(&f);
+    woodbury_info(res);
+  }
   woodbury_free(ctx, &f);
-  if (X == NULL) return LT_ERR;
-  woodbury_info(res);
-  return LT_OK;
+  return rc;
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -512,13 +625,7 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
 
 int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const int LD = LT_TYPE_LOWRANK_DIAG, LR = LT_TYPE_LOWRANK, ANY = LT_TYPE_ANY;
-  struct {
-    int op, a, b;
-    lt_rule_fn fn;
-    void *ud;
-    int symmetric;
-    const char *name;
-  } rules[] = {
+  const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
       {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0,
        "lowrank_plus_diag logdet (determinant lemma)"},
@@ -546,9 +653,5 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
       {LT_OP_ADD, LR, LT_TYPE_IDENTITY, rule_add, NULL, 1,
        "lowrank + identity (lowrank_plus_diag)"},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-    if (lt_register_rule(ctx, rules[i].op, rules[i].a, rules[i].b, rules[i].name, rules[i].fn,
-                         rules[i].ud, NULL, rules[i].symmetric) != LT_OK)
-      return LT_ERR;
-  return LT_OK;
+  return lt_register_rules(ctx, rules, sizeof rules / sizeof rules[0]);
 }

@@ -3,6 +3,8 @@
  * right-hand sides, a permutation operator for sorted spectra.
  */
 #include <stdlib.h>
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "structured.h"
@@ -16,6 +18,33 @@ lt_tensor *st_like_rhs(lt_context *ctx, lt_tensor *X, const lt_tensor *b) {
   lt_tensor *v = lt_dense_reshape(ctx, X, 1, &n);
   lt_release(ctx, X);
   return v;
+}
+
+double st_sum_log_abs(const double *x, size_t n) {
+  const uint64_t MANT = 0x000fffffffffffffULL, ONE = 0x3ff0000000000000ULL;
+  double other = 0, prod = 1;
+  int64_t e = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b;
+    memcpy(&b, &x[i], sizeof b);
+    int ex = (int)((b >> 52) & 0x7ff);
+    if (ex == 0 || ex == 0x7ff) { /* zero, subnormal, inf, NaN */
+      other += log(fabs(x[i]));
+      continue;
+    }
+    b = (b & MANT) | ONE; /* |x| = m · 2^(ex - 1023), m in [1, 2) */
+    double m;
+    memcpy(&m, &b, sizeof m);
+    prod *= m;
+    e += ex - 1023;
+    if ((i & 511) == 511) { /* prod < 2^512: renormalise to [1, 2) */
+      memcpy(&b, &prod, sizeof b);
+      e += (int)((b >> 52) & 0x7ff) - 1023;
+      b = (b & MANT) | ONE;
+      memcpy(&prod, &b, sizeof prod);
+    }
+  }
+  return other + log(prod) + (double)e * 0.69314718055994530942;
 }
 
 lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a) {
@@ -149,4 +178,17 @@ fail:
   lt_release(ctx, s);
   lt_free(ctx, k, bytes > 0 ? bytes : 1);
   return LT_ERR;
+}
+
+lt_tensor *st_private_operand(lt_context *ctx, lt_tensor *f) {
+  if (f->type_id != LT_TYPE_DENSE) return lt_retain(f);
+  lt_tensor *c = lt_dense_clone(ctx, f);
+  if (c == NULL) return NULL;
+  if (lt_is_square(f)) {
+    lt_prop_mark(c, LT_PROP_SYMMETRIC, lt_is_symmetric(ctx, f));
+    lt_prop_mark(c, LT_PROP_PSD, lt_prop_get(f, LT_PROP_PSD));
+  }
+  lt_prop_mark(c, LT_PROP_LOWER, lt_prop_get(f, LT_PROP_LOWER));
+  lt_prop_mark(c, LT_PROP_UPPER, lt_prop_get(f, LT_PROP_UPPER));
+  return c;
 }

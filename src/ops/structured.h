@@ -20,6 +20,16 @@ lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b);
  * releases X. */
 lt_tensor *st_like_rhs(lt_context *ctx, lt_tensor *X, const lt_tensor *b);
 
+/* An operand a structured operator can keep: dense ones are copied (so later
+ * writes to the caller's tensor cannot change the operator), keeping what is
+ * known of their properties; lazy ones are immutable and retained. */
+lt_tensor *st_private_operand(lt_context *ctx, lt_tensor *f);
+
+/* Σ log|xᵢ| over n entries: exponents summed exactly, mantissas multiplied
+ * (one log per call instead of one per entry; agrees with the plain sum to
+ * a few ulps). Zeros give -inf, NaN gives NaN. */
+double st_sum_log_abs(const double *x, size_t n);
+
 /* A new contiguous copy of a dense matrix's transpose. */
 lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a);
 

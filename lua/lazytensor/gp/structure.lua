@@ -15,6 +15,7 @@ local lt = require "lazytensor"
 local structure = {}
 
 local abs, max = math.abs, math.max
+local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
 
 -- Relative tolerance for "regularly spaced" and for separability checks:
 -- data files round their inputs (co2's months to 4 decimals).
@@ -216,7 +217,7 @@ local function kron_derivative(factors, dfactors, c, dc, p, K)
   for k = 1, d do
     local parts = {}
     for j = 1, d do parts[j] = (j == k) and dfactors[j][p] or factors[j] end
-    terms[#terms + 1] = lt.kron(table.unpack(parts)) * scale
+    terms[#terms + 1] = lt.kron(unpack(parts)) * scale
   end
   local out = terms[1]
   for t = 2, #terms do out = out + terms[t] end
@@ -228,7 +229,7 @@ local function build_kron(kernel, points, axes, index, ngrid, want_grads)
   local factors, dfactors, c, dcg = axis_factors(kernel, axes, want_grads)
   if not is_separable(kernel, axes, c) then return nil end
   local d = #axes
-  local G = lt.kron(table.unpack(factors))
+  local G = lt.kron(unpack(factors))
   if d > 1 then G = G * (1 / c ^ (d - 1)) end
   local in_order = #points == ngrid
   for i = 1, #points do

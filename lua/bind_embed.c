@@ -1,0 +1,34 @@
+/*
+ * bind_embed.c — the host-facing functions of src/lazytensor_lua.h: the
+ * context of a Lua state, and tensors passed between C and Lua.
+ *
+ * These run outside the binding's closures (from host C code), so they find
+ * the state through the registry (ltb_find_state) and the tensor metatable
+ * by its registered name.
+ */
+#include "binding.h"
+#include "lazytensor_lua.h"
+
+#define TENSOR_NAME "lazytensor.tensor"
+
+lt_context *ltb_lua_context(lua_State *L) {
+  ltb_state *S = ltb_find_state(L);
+  return S ? S->ctx : NULL;
+}
+
+int ltb_lua_push(lua_State *L, lt_tensor *t) {
+  if (ltb_find_state(L) == NULL)
+    return luaL_error(L, "lazytensor: push: the module is not open in this Lua state");
+  if (t == NULL) return luaL_error(L, "lazytensor: push: no tensor (NULL)");
+  /* The box exists before it owns anything: a memory error here leaks nothing. */
+  ltb_box *b = ltb_newuserdata(L, sizeof *b);
+  b->t = NULL;
+  luaL_setmetatable(L, TENSOR_NAME);
+  b->t = lt_retain(t);
+  return 1;
+}
+
+lt_tensor *ltb_lua_totensor(lua_State *L, int idx) {
+  ltb_box *b = luaL_testudata(L, idx, TENSOR_NAME);
+  return b ? b->t : NULL;
+}

@@ -1,0 +1,125 @@
+#!/bin/sh
+# Reliability checks (Makefile targets check-asan, check-valgrind, check-tsan,
+# fuzz-c). Usage: tools/reliability.sh asan|valgrind|tsan|fuzz-c [lua]
+#
+# Sanitizer builds go to build/<kind>-<lua>/ so they never clobber the normal
+# lazytensor.so; the busted suite loads the module from there.
+# Prints "N passed, M failed" and exits non-zero when anything failed.
+set -u
+kind=$1
+lua=${2:-lua5.4}
+jobs=$(nproc 2>/dev/null || echo 2)
+busted_bin=$(command -v busted)
+export OPENBLAS_NUM_THREADS=1 # deterministic, and no pool threads for the tools to chase
+passed=0
+failed=0
+
+# count OUTPUT RC: adds a program's "N passed, M failed" line to the totals.
+count() {
+  p=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p' | tail -1)
+  f=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p' | tail -1)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  if [ "$2" -ne 0 ] && [ "${f:-0}" = 0 ]; then failed=$((failed + 1)); fi
+}
+
+# run_prog CMD...: runs a test program, shows its output, counts its line.
+run_prog() {
+  out=$("$@" 2>&1)
+  rc=$?
+  echo "$out"
+  count "$out" $rc
+}
+
+# run_busted PREFIX...: the busted suite (TAP), run through the given command
+# prefix (a sanitizer preload, valgrind), with the module from $cpath.
+run_busted() {
+  [ -d spec ] || { echo "no spec directory"; return; }
+  tap=$(mktemp)
+  LUA_CPATH="$cpath;;" LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' \
+    "$@" "$lua" "$busted_bin" -o TAP spec > "$tap" 2>&1
+  rc=$?
+  grep -v '^ok ' "$tap"
+  p=$(grep -c '^ok ' "$tap")
+  f=$(grep -c '^not ok ' "$tap")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ $rc -ne 0 ] && [ "$f" = 0 ]; then
+    echo "busted exited with status $rc"
+    failed=$((failed + 1))
+  fi
+  rm -f "$tap"
+}
+
+ctests() {
+  for c in tests/c/*.c; do
+    [ -f "$c" ] || continue
+    echo "$1/ctest/$(basename "$c" .c)"
+  done
+}
+
+case $kind in
+asan)
+  b=build/asan-$lua
+  san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  make --no-print-directory -j"$jobs" LUA="$lua" BUILD="$b" OPT="-O1 -g $san" LDFLAGS="$san" \
+    "$b/lazytensor.so" "$b/host/allocfail" "$b/host/threads" $(ctests "$b") || exit 1
+  export ASAN_OPTIONS="detect_leaks=1:exitcode=23"
+  export LSAN_OPTIONS="suppressions=$PWD/tools/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  for t in $(ctests "$b") "$b/host/allocfail" "$b/host/threads"; do run_prog "$t"; done
+  cpath="./$b/?.so"
+  # The ASan runtime must come first. The module is preloaded too: lua_close
+  # dlcloses C modules, and the libraries they pulled in (OpenBLAS, FFTW)
+  # would be unmapped with their process-lifetime caches, which LSan then
+  # reports as leaks from "<unknown module>". Preloaded, they stay mapped as
+  # in any host that links the library, and every stack has symbols.
+  run_busted env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $PWD/$b/lazytensor.so"
+  ;;
+valgrind)
+  b=build/$lua
+  make --no-print-directory -j"$jobs" LUA="$lua" all "$b/host/threads" $(ctests "$b") || exit 1
+  vg="valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1
+      --suppressions=$PWD/tools/valgrind.supp --gen-suppressions=all"
+  for t in $(ctests "$b"); do run_prog $vg "$t"; done
+  run_prog $vg "$b/host/threads" 200
+  # allocfail under memcheck: one script, both modes (the full set runs in
+  # make test and under ASan).
+  run_prog $vg "$b/host/allocfail" tests/host/scripts/operator.lua
+  cpath="./?.so"
+  run_busted $vg
+  ;;
+tsan)
+  b=build/tsan-$lua
+  san="-fsanitize=thread -fno-omit-frame-pointer"
+  make --no-print-directory -j"$jobs" LUA="$lua" BUILD="$b" OPT="-O1 -g $san" LDFLAGS="$san" \
+    "$b/host/threads" || exit 1
+  export TSAN_OPTIONS="halt_on_error=1:exitcode=66"
+  run_prog "$b/host/threads" 1000
+  ;;
+fuzz-c)
+  b=build/fuzz-$lua
+  san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  make --no-print-directory -j"$jobs" CC=clang LUA="$lua" BUILD="$b" OPT="-O1 -g $san" \
+    LDFLAGS="-fsanitize=address,undefined" "$b/fuzz/fuzz_dense" || exit 1
+  mkdir -p "$b/corpus"
+  secs=${LT_FUZZ_SECONDS:-60}
+  export ASAN_OPTIONS="detect_leaks=1"
+  log=$b/fuzz.log
+  if "$b/fuzz/fuzz_dense" -max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048 \
+       -artifact_prefix="$b/" -print_final_stats=1 "$b/corpus" tests/fuzz/corpus > "$log" 2>&1; then
+    tail -8 "$log"
+    passed=$((passed + 1))
+  else
+    tail -60 "$log"
+    echo "FAIL libFuzzer found a problem (the input: $b/crash-* / leak-* / timeout-*)"
+    failed=$((failed + 1))
+  fi
+  ;;
+*)
+  echo "usage: $0 asan|valgrind|tsan|fuzz-c [lua]"
+  exit 2
+  ;;
+esac
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
