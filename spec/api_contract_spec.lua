@@ -753,6 +753,11 @@ describe("API.md: Arithmetic", function()
     local K = lt.kernel(lt.tensor{0, 1}, {kind = "rbf", lengthscale = 1})
     local e = math.exp(-0.5)
     rows_near({{1, e * e}, {e * e, 1}}, lt.mul(K, K), 1e-14)
+    local op2 = lt.operator{shape = {2, 2},
+                            matmul = function(X) return lt.tensor{{1, 2}, {3, 4}} * X end}
+    rows_near({{0, 2}, {3, 0}}, lt.mul(op, op2))
+    rows_near({{0, 2 * e}, {3 * e, 0}}, lt.mul(op2, lt.mul(op, K)), 1e-14)
+    rows_near({2 * e, 3 * e}, lt.mul(op2, lt.mul(op, K)) * lt.tensor{1, 1}, 1e-14)
   end)
 
   it("'a / c divides by a number'", function()
@@ -872,9 +877,26 @@ describe("API.md: Arithmetic", function()
       for _, i in ipairs{1, 17, n} do assert.near(dv:get(i) + n, y:get(i), 1e-9) end
     end)
 
-    pending("lazy .* lazy (kernel .* kernel, lowrank .* toeplitz, ...) still goes dense: " ..
-            "the generic mul rule (src/ops/generic.c) densifies both operands; it needs a " ..
-            "lazy Hadamard type (rows of both children, Schur-product PSD flag)")
+    it("lazy .* lazy stays lazy, and its products see every entry", function()
+      local L = lt.lowrank(lt.randn(n, 2))
+      local T = lt.toeplitz(lt.linspace(1, 0, n))
+      local m0 = settle()
+      local KK, LT = lt.mul(K, K), lt.mul(L, T)
+      local y = KK * lt.ones(n)
+      local z = LT:t() * lt.ones(n)
+      local used = settle() - m0
+      assert.is_true(used < limit, string.format("lazy .* lazy used %.1f MB", used / 1e6))
+      assert.is_true(lt.is_lazy(KK) and lt.is_lazy(LT))
+      assert.is_true(KK:is_psd()) -- Schur product theorem
+      -- row 5 of K∘K summed in plain Lua from K's entries
+      local s = 0
+      for j = 1, n do s = s + K:get(5, j) ^ 2 end
+      assert.near(s, y:get(5), 1e-9 * s)
+      -- column 7 of L∘T summed: (L∘T)ᵀ·1 at 7 = Σ_i L[i,7]·T[i,7]
+      local c = 0
+      for i = 1, n do c = c + L:get(i, 7) * T:get(i, 7) end
+      assert.near(c, z:get(7), 1e-9 * math.max(1, math.abs(c)))
+    end)
   end)
 end)
 
