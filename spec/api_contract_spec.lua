@@ -1277,6 +1277,34 @@ describe("API.md: The registry", function()
     rows_near({{4, 1}, {1, 3}}, op:cholesky():dense() * op:cholesky():dense():t())
   end)
 
+  it("a rule's own info table (after its results) is what solve reports: 'An iterative " ..
+     "method that does not converge says so in info'", function()
+    local active = false
+    lt.implements("solve", "operator", "any", function(_, b)
+      if not active then return lt.NotImplemented end
+      return b * 0.5, {method = "my_iterative", iterations = 4, residual = 0.25, converged = false}
+    end)
+    lt.implements("eigh", "operator", function()
+      if not active then return lt.NotImplemented end
+      return lt.tensor{1, 2}, lt.eye(2), {method = "my_eigh", iterations = 2, converged = true}
+    end)
+    local op = lt.operator{shape = {2, 2}, matmul = function(X) return X * 2 end}
+    active = true
+    local x, info = op:solve(lt.tensor{2, 4})
+    local w, Q, einfo = op:eigh()
+    active = false
+    assert.same({1, 2}, x:totable())
+    assert.same({method = "my_iterative", iterations = 4, residual = 0.25, converged = false}, info)
+    assert.same({1, 2}, w:totable())
+    assert.same({2, 2}, Q:shape())
+    assert.equal("my_eigh", einfo.method)
+    assert.equal(2, einfo.iterations)
+    assert.is_true(einfo.converged)
+    -- a rule without an info table still reports one
+    local _, plain = op:solve(lt.tensor{2, 4})
+    assert.is_true(plain.converged)
+  end)
+
   it("'A rule registered later for the same key is tried before an earlier one'", function()
     local log = {}
     lt.implements("contract_later", "diag", function() log[#log + 1] = 1; return lt.tensor{1} end)
