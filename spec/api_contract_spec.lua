@@ -1045,6 +1045,39 @@ describe("API.md: Linear algebra", function()
     assert.near(ld, l, 1e-12)
   end)
 
+  it("'A:inv_quad_logdet(b): both, sharing one factorisation or one iterative run'", function()
+    local n = 120
+    lt.manual_seed(4)
+    local M = lt.randn(n, n)
+    local A = M * M:t() / n + lt.eye(n)
+    local columns = 0
+    local op = lt.operator{shape = {n, n}, psd = true, matmul = function(X)
+      columns = columns + X:size(2)
+      return A * X
+    end}
+    local rhs = lt.randn(n)
+    local function cost(f)
+      columns = 0
+      local r = table.pack(f())
+      return columns, r
+    end
+    -- direct: the operator is read once (n columns), as for logdet alone
+    local both, r = cost(function() return op:inv_quad_logdet(rhs) end)
+    local ld = cost(function() return op:logdet() end)
+    assert.equal(n, both)
+    assert.equal(n, ld)
+    local x = A:solve(rhs)
+    assert.near(rhs:dot(x), r[1], 1e-8 * math.abs(r[1]))
+    assert.near(A:logdet(), r[2], 1e-8 * math.abs(r[2]))
+    -- iterative: one run costs less than the two parts
+    lt.with_settings({max_cholesky_size = 0}, function()
+      local joint = cost(function() return op:inv_quad_logdet(rhs) end)
+      local parts = cost(function() return op:inv_quad(rhs) end) +
+                    cost(function() return op:logdet() end)
+      assert.is_true(joint < parts, joint .. " >= " .. parts)
+    end)
+  end)
+
   it("'A:cholesky([upper]): lower L with L·Lᵀ = A, or upper U with Uᵀ·U = A " ..
      "(an operator; ...; an error if A is not positive definite)'", function()
     local L = T():cholesky()
