@@ -251,7 +251,11 @@ static void step(machine *m, input *in) {
     }
     case 19: { /* kernel specs, once the kernel type exists */
       lt_tensor *x1 = slot(m, in), *x2 = slot(m, in);
-      lt_kernel_spec spec = {(lt_kernel_kind)(u8(in) % 7), value_arg(in), value_arg(in), value_arg(in)};
+      lt_kernel_spec spec = {.kind = (lt_kernel_kind)(u8(in) % 7)};
+      spec.lengthscale = value_arg(in);
+      spec.variance = value_arg(in);
+      spec.period = value_arg(in);
+      spec.derivative = (lt_kernel_derivative)(u8(in) % 5);
       if (lt_kernel_new && x1) put(m, in, lt_kernel_new(ctx, x1, u8(in) & 1 ? x2 : NULL, &spec));
       break;
     }

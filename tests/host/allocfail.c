@@ -71,10 +71,10 @@ static void track_update(uintptr_t old, uintptr_t p, size_t size, long n) {
   if (p && ntrack < TRACK_MAX) track[ntrack++] = (struct tracked){p, size, n};
 }
 
-/* gcc 12 reports (uintptr_t)ptr, taken before the realloc, as a use after
- * it (a false positive of -Wuse-after-free); the address is only compared. */
+/* The tracker keeps block addresses as integers and compares them after
+ * realloc/free; gcc 12's -Wuse-after-free flags that although nothing is
+ * dereferenced. */
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuse-after-free"
 #endif
 static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -101,9 +101,6 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   track_update(before, (uintptr_t)p, nsize, a->count);
   return p;
 }
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#pragma GCC diagnostic pop
-#endif
 
 /* Everything that may raise runs here, under lua_pcall. */
 static int run_script(lua_State *L) {
