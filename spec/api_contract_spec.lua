@@ -1572,6 +1572,11 @@ describe("API.md: Distributions", function()
     assert.same({2}, d:rsample():shape())
     assert.same({5, 2}, d:rsample(5):shape())
     assert.same({1, 2}, d:rsample(1):shape())
+    -- 'Sizes are non-negative integers': n = 0 is a size, others are errors
+    assert.same({0, 2}, d:rsample(0):shape())
+    for _, bad in ipairs{-1, 1.5, 0 / 0, math.huge, "3"} do
+      lazy_error("rsample", function() return d:rsample(bad) end)
+    end
     local n = 20000
     local xs = d:rsample(n)
     local mean = xs:mean(1)

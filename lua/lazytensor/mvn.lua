@@ -100,8 +100,10 @@ function MVN:rsample(n)
   if n == nil then
     return self._mean + root * lt.randn(r)
   end
-  if type(n) ~= "number" or n % 1 ~= 0 or n < 1 then
-    error("lazytensor: mvn:rsample: n must be a positive integer", 0)
+  -- a count is a size: any non-negative integer (0 gives a 0 x k tensor)
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then
+    error("lazytensor: mvn:rsample: n must be a non-negative integer, got "
+          .. (type(n) == "number" and tostring(n) or type(n)), 0)
   end
   return self:mean_rows(n) + lt.randn(n, r) * root:t()
 end
