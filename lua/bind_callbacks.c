@@ -151,14 +151,16 @@ static const char *intern_method(lua_State *L, int idx) {
   const char *fallback = "lua rule";
   if (lua_type(L, idx) != LUA_TSTRING) return fallback;
   idx = lua_absindex(L, idx);
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &method_names_key) != LUA_TTABLE) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &method_names_key); /* (no result type before 5.3) */
+  if (lua_type(L, -1) != LUA_TTABLE) {
     lua_pop(L, 1);
     lua_newtable(L);
     lua_pushvalue(L, -1);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &method_names_key);
   }
   lua_pushvalue(L, idx);
-  if (lua_rawget(L, -2) == LUA_TSTRING) {
+  lua_rawget(L, -2);
+  if (lua_type(L, -1) == LUA_TSTRING) {
     const char *s = lua_tostring(L, -1); /* anchored by the table */
     lua_pop(L, 2);
     return s;
@@ -191,7 +193,7 @@ static void store_info(lua_State *L, int idx, lt_result *res) {
   if (!lua_isnil(L, -1)) res->info.method = intern_method(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, idx, "iterations");
-  if (lua_isinteger(L, -1)) res->info.iterations = (int)lua_tointeger(L, -1);
+  if (ltb_isinteger(L, -1)) res->info.iterations = (int)lua_tointeger(L, -1);
   lua_pop(L, 1);
   lua_getfield(L, idx, "residual");
   if (lua_type(L, -1) == LUA_TNUMBER) res->info.residual = lua_tonumber(L, -1);
