@@ -3,6 +3,12 @@
 -- are hand-computed or come from plain-Lua loops, never from the library.
 local lt = require "lazytensor"
 
+-- The suite also runs on Lua 5.1-5.3 and LuaJIT: no 5.4-only syntax here
+-- (`<close>` is compiled with load), and these stand in for 5.4 library calls.
+local pack = table.pack or function(...) return {n = select("#", ...), ...} end
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+local has_close = _VERSION >= "Lua 5.4" and type(jit) ~= "table"
+
 local function rows_near(expected, got, tol, what)
   tol = tol or 1e-12
   if lt.is_tensor(got) then
@@ -88,17 +94,16 @@ describe("API.md: Loading from a checkout", function()
 
   it("'After make in the repository root, this must work from that root: " ..
      "LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' lua5.4 script.lua'", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert.is_true(os.execute("mkdir -p '" .. dir .. "'"))
-    local script = dir .. "/script.lua"
+    local script = os.tmpname() -- the script's name does not matter
     local f = assert(io.open(script, "w"))
     f:write([[
 local lt = require "lazytensor"
 local mvn = require "lazytensor.mvn"
-assert(package.searchpath("lazytensor", package.cpath):match("^%./lazytensor%.so$"))
 assert(type(mvn.new) == "function")
-assert(package.searchpath("lazytensor.mvn", package.path) == "./lua/lazytensor/mvn.lua")
+if package.searchpath then -- Lua 5.2+
+  assert(package.searchpath("lazytensor", package.cpath) == "./lazytensor.so")
+  assert(package.searchpath("lazytensor.mvn", package.path) == "./lua/lazytensor/mvn.lua")
+end
 io.write(lt.type(lt.diag{1, 2}), " ", (lt.tensor{1, 2} * lt.tensor{3, 4}))
 ]])
     f:close()
@@ -107,12 +112,10 @@ io.write(lt.type(lt.diag{1, 2}), " ", (lt.tensor{1, 2} * lt.tensor{3, 4}))
     local cmd = "cd '" .. root .. "' && LUA_CPATH='./?.so;;' " ..
                 "LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' " .. lua .. " '" .. script .. "' 2>&1"
     local p = assert(io.popen(cmd))
-    local out = p:read("a")
-    local ok = p:close()
+    local out = p:read("*a")
+    p:close()
     os.remove(script)
-    os.remove(dir)
-    assert.is_true(ok, out)
-    assert.equal("diag 11", out) -- io.write prints 11.0 as "11"
+    assert.equal("diag 11", out) -- io.write prints 11.0 as "11"; an error shows here
   end)
 end)
 
@@ -148,7 +151,7 @@ describe("API.md: Values", function()
   end)
 
   it("'lt.type of a non-tensor is nil'", function()
-    for _, v in ipairs{0, 1.5, "dense", true, {}, print, io.stdout, coroutine.create(print)} do
+    for _, v in ipairs{0, 1.5, "dense", true, {}, print, io.stdout, coroutine.create(function() end)} do
       assert.is_nil(lt.type(v), type(v))
     end
     assert.is_nil(lt.type(nil))
@@ -182,8 +185,10 @@ describe("API.md: Values", function()
 
   it("'Element type is double'", function()
     local t = lt.tensor{1, 2}
-    assert.equal("float", math.type(t:get(1)))
-    assert.equal("float", math.type(t[2]))
+    if math.type then
+      assert.equal("float", math.type(t:get(1)))
+      assert.equal("float", math.type(t[2]))
+    end
     -- 1/3 is stored to double precision, not single
     local third = lt.tensor{1 / 3}:get(1)
     assert.equal(1 / 3, third)
@@ -618,7 +623,7 @@ describe("API.md: Lazy operators (constructors)", function()
       seen[#seen + 1] = X:shape()
       return lt.tensor(M) * X
     end, t_matmul = function(X)
-      seen[#seen + 1] = {"t", table.unpack(X:shape())}
+      seen[#seen + 1] = {"t", unpack(X:shape())}
       return lt.tensor(transpose(M)) * X
     end}
     rows_near({1, 2, 8}, op * lt.tensor{1, 2})
@@ -814,7 +819,8 @@ describe("API.md: Arithmetic", function()
     for i = 1, 4 do
       want[i] = {}
       for j = 1, 4 do
-        local i1, i2, j1, j2 = (i - 1) // 2 + 1, (i - 1) % 2 + 1, (j - 1) // 2 + 1, (j - 1) % 2 + 1
+        local i1, i2 = math.floor((i - 1) / 2) + 1, (i - 1) % 2 + 1
+        local j1, j2 = math.floor((j - 1) / 2) + 1, (j - 1) % 2 + 1
         want[i][j] = PQ[i1][j1] * QP[i2][j2]
       end
     end
@@ -940,8 +946,8 @@ describe("API.md: Linear algebra", function()
         local A = make()
         assert.equal("function", type(lt[name]), "lt." .. name .. " is missing")
         assert.equal("function", type(A[name]), "A:" .. name .. " is missing")
-        local m = table.pack(A[name](A, table.unpack(args)))
-        local f = table.pack(lt[name](A, table.unpack(args)))
+        local m = pack(A[name](A, unpack(args)))
+        local f = pack(lt[name](A, unpack(args)))
         assert.equal(m.n, f.n, name)
         for i = 1, m.n do
           local u, v = m[i], f[i]
@@ -1018,13 +1024,13 @@ describe("API.md: Linear algebra", function()
     rows_near(Tb, x, 1e-12)
     assert.equal("table", type(info))
     assert.equal("string", type(info.method))
-    assert.equal("integer", math.type(info.iterations))
+    if math.type then assert.equal("integer", math.type(info.iterations)) end
     assert.equal("number", type(info.residual))
     assert.equal("boolean", type(info.converged))
     -- the iterative path fills the same four fields
     local _, it_info = T():solve(lt.tensor(b), {max_cholesky_size = 0})
     assert.matches("^cg", it_info.method)
-    assert.equal("integer", math.type(it_info.iterations))
+    if math.type then assert.equal("integer", math.type(it_info.iterations)) end
     assert.is_true(it_info.iterations >= 1)
     assert.equal("number", type(it_info.residual))
     assert.is_true(it_info.converged)
@@ -1063,7 +1069,7 @@ describe("API.md: Linear algebra", function()
     local rhs = lt.randn(n)
     local function cost(f)
       columns = 0
-      local r = table.pack(f())
+      local r = pack(f())
       return columns, r
     end
     -- direct: the operator is read once (n columns), as for logdet alone
@@ -1440,18 +1446,30 @@ describe("API.md: Settings, randomness, memory", function()
 
   it("'local <close> A = ... frees A's memory at the end of the scope; a closed tensor used " ..
      "again raises an error'", function()
-    local m0 = settle()
-    local keep, lazy
-    do
-      local A <close> = lt.zeros(500, 500) -- 2 MB
-      assert.is_true(lt.memory() - m0 >= 500 * 500 * 8)
-      keep = A
+    if not has_close then
+      pending("needs Lua 5.4 (this is " .. _VERSION .. ")")
+      return
     end
-    assert.is_true(lt.memory() - m0 < 100000) -- freed before any collection
-    do
-      local D <close> = lt.diag{1, 2}
-      lazy = D
-    end
+    -- compiled at run time: `<close>` does not parse before Lua 5.4
+    local scope = assert((loadstring or load)([[
+      local lt, settle = ...
+      local m0 = settle()
+      local keep, lazy, inside
+      do
+        local A <close> = lt.zeros(500, 500) -- 2 MB
+        inside = lt.memory() - m0
+        keep = A
+      end
+      local after = lt.memory() - m0 -- before any collection
+      do
+        local D <close> = lt.diag{1, 2}
+        lazy = D
+      end
+      return inside, after, keep, lazy
+    ]]))
+    local inside, after, keep, lazy = scope(lt, settle)
+    assert.is_true(inside >= 500 * 500 * 8)
+    assert.is_true(after < 100000)
     local uses = {
       function() return keep:sum() end,
       function() return keep[1] end,
@@ -1471,20 +1489,22 @@ describe("API.md: Settings, randomness, memory", function()
 
   it("'lt.memory() is the number of bytes the library holds for this Lua state'", function()
     local m0 = settle()
-    assert.equal("integer", math.type(m0))
+    if math.type then assert.equal("integer", math.type(m0)) end
     local t = lt.zeros(1000, 100)
     assert.equal(100000, t:numel())
     local held = lt.memory() - m0
     assert.is_true(held >= 1000 * 100 * 8 and held < 1000 * 100 * 8 + 4096, tostring(held))
     t = nil -- luacheck: ignore 311
-    -- and it returns to its baseline once the tensors are collected
-    do
+    -- and it returns to its baseline once the tensors are collected (in a
+    -- function: LuaJIT keeps a finished block's locals on the stack)
+    local function work()
       local x = lt.randn(300, 4)
       local K = lt.kernel(x, {kind = "rbf", lengthscale = 1}):add_jitter(0.1)
       local s = K:solve(lt.ones(300))
       local w = (K + lt.diag(lt.ones(300))):logdet()
       assert.is_true(lt.is_tensor(s) and w == w)
     end
+    work()
     assert.equal(m0, settle())
   end)
 end)
