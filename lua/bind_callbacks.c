@@ -259,9 +259,17 @@ static void free_lua_rule(lt_context *ctx, void *ud) {
   if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
+/* A name argument (operation or type): a string, else a lazytensor: error
+ * (luaL_checkstring's "bad argument" message would not name the library). */
+static const char *check_name(lua_State *L, int idx, const char *fn, const char *what) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    ltb_error(L, fn, "%s must be a name (a string), got %s", what, luaL_typename(L, idx));
+  return lua_tostring(L, idx);
+}
+
 static int check_type_name(lua_State *L, int idx) {
   lt_context *ctx = ltb_ctx(L);
-  const char *name = luaL_checkstring(L, idx);
+  const char *name = check_name(L, idx, "implements", "a type");
   int id = lt_type_id(ctx, name);
   if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
   return id;
@@ -307,7 +315,7 @@ static int l_implements(lua_State *L) {
 static int l_call(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "call", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_args args = {.op = op};
   args.a = ltb_operand(L, 2, lua_tostring(L, 1));
@@ -329,7 +337,7 @@ static int l_call(lua_State *L) {
 static int l_explain(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "explain", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");

@@ -512,7 +512,10 @@ static int l_is_symmetric(lua_State *L) {
 
 static int settings_index(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
     return 1;
@@ -528,7 +531,10 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
 
 static int settings_newindex(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     if (!lua_isnil(L, 3) && !lua_isfunction(L, 3))
       return ltb_error(L, "settings", "progress must be a function or nil");
@@ -587,8 +593,12 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
  * restores the previous ones afterwards, also when fn raises. */
 static int l_with_settings(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (!lua_istable(L, 1))
+    return ltb_error(L, "with_settings", "expected a table of settings, got %s",
+                     luaL_typename(L, 1));
+  if (!lua_isfunction(L, 2))
+    return ltb_error(L, "with_settings", "expected a function to run, got %s",
+                     luaL_typename(L, 2));
   lt_settings saved;
   ltb_apply_settings(L, 1, &saved, "with_settings");
   int nargs = lua_gettop(L) - 2;
