@@ -1527,9 +1527,24 @@ describe("API.md: Errors", function()
        function() return lt.kernel(lt.tensor{1, 2}, {kind = "nope", lengthscale = 1}) end},
       {"kron", "", function() return lt.kron() end},
       {"zeros", "non-negative integer", function() return lt.zeros(-2) end},
+      -- arguments of the wrong Lua type, in the helpers too
+      {"with_settings", "function", function() return lt.with_settings({}, 5) end},
+      {"with_settings", "table", function() return lt.with_settings(5, print) end},
+      {"settings", "string", function() return lt.settings[{}] end},
+      {"full", "table", function() return lt.full(5, 1) end},
+      {"implements", "string", function() lt.implements("add", {}, print) end},
+      {"call", "string", function() return lt.call({}, lt.diag{1}) end},
+      {"explain", "string", function() return lt.explain(nil, lt.diag{1}) end},
+      {"mvn", "cov", function() return lt.mvn(lt.zeros(2)) end},
+      {"mvn", "mean", function() return lt.mvn(5, lt.eye(2)) end},
+      {"mvn", "1-d", function() return lt.mvn(lt.zeros(2, 2), lt.eye(4)) end},
+      {"mvn:log_prob", "x", function() return lt.mvn(lt.zeros(2), lt.eye(2)):log_prob(5) end},
     }
     for _, c in ipairs(cases) do
-      local err = errmsg(c[3])
+      local err = errmsg(function()
+        local r = c[3]() -- not a tail call: a position prefix would show
+        return r
+      end)
       assert.matches("^lazytensor: " .. c[1], err)
       if c[2] ~= "" then assert.matches(c[2], err, 1, true) end
     end
