@@ -129,6 +129,9 @@ static inline int lt_is_square(const lt_tensor *t) {
 }
 int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t);
 int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
+/* Whether type_a has a rule of its own for op: registered under
+ * (type_a, type_b) or (type_a, any), not only the ("any", ...) fallbacks. */
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
 
 #endif
