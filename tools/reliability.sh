@@ -64,8 +64,7 @@ asan)
   san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
   make --no-print-directory -j"$jobs" LUA="$lua" BUILD="$b" OPT="-O1 -g $san" LDFLAGS="$san" \
     "$b/lazytensor.so" "$b/host/allocfail" "$b/host/threads" $(ctests "$b") || exit 1
-  export ASAN_OPTIONS="detect_leaks=1:exitcode=23"
-  export LSAN_OPTIONS="suppressions=$PWD/tools/lsan.supp:print_suppressions=0"
+  export ASAN_OPTIONS="detect_leaks=1:exitcode=23" # no suppressions needed
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   for t in $(ctests "$b") "$b/host/allocfail" "$b/host/threads"; do run_prog "$t"; done
   cpath="./$b/?.so"
@@ -78,7 +77,8 @@ asan)
   ;;
 valgrind)
   b=build/$lua
-  make --no-print-directory -j"$jobs" LUA="$lua" all "$b/host/threads" $(ctests "$b") || exit 1
+  make --no-print-directory -j"$jobs" LUA="$lua" all "$b/host/threads" "$b/host/allocfail" \
+    $(ctests "$b") || exit 1
   vg="valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1
       --suppressions=$PWD/tools/valgrind.supp --gen-suppressions=all"
   # C tests, except the numerically heavy ones (minutes of BLAS under the
