@@ -144,6 +144,76 @@ static void store_results(lua_State *L, int base, rule_call *c, const char *op) 
   }
 }
 
+/* lt_info.method must outlive the call: a rule's method names are interned
+ * in a table kept in the registry (keyed by this constant's address), up to
+ * a bound; past it the info says "lua rule". */
+static const char method_names_key = 0;
+
+static const char *intern_method(lua_State *L, int idx) {
+  const char *fallback = "lua rule";
+  if (lua_type(L, idx) != LUA_TSTRING) return fallback;
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &method_names_key); /* (no result type before 5.3) */
+  if (lua_type(L, -1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &method_names_key);
+  }
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, -1); /* anchored by the table */
+    lua_pop(L, 2);
+    return s;
+  }
+  lua_pop(L, 1);
+  lua_rawgeti(L, -1, 0); /* count of interned names, at [0] */
+  lua_Integer n = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  if (n >= 64) {
+    lua_pop(L, 1);
+    return fallback;
+  }
+  lua_pushinteger(L, n + 1);
+  lua_rawseti(L, -2, 0);
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 2);
+  return s;
+}
+
+/* An info table a rule returns after its results (solve, logdet, eigh, ...):
+ * {method =, iterations =, residual =, converged =}, each field optional. */
+static void store_info(lua_State *L, int idx, lt_result *res) {
+  if (lua_type(L, idx) != LUA_TTABLE) return;
+  lua_getfield(L, idx, "method");
+  if (!lua_isnil(L, -1)) res->info.method = intern_method(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "iterations");
+  if (ltb_isinteger(L, -1)) res->info.iterations = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "residual");
+  if (lua_type(L, -1) == LUA_TNUMBER) res->info.residual = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "converged");
+  if (!lua_isnil(L, -1)) res->info.converged = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+}
+
+/* How many results come before a rule's optional info table. */
+static int main_results(int op) {
+  switch (op) {
+    case LT_OP_EIGH: case LT_OP_INV_QUAD_LOGDET: return 2;
+    case LT_OP_SVD: return 3;
+    default: return 1;
+  }
+}
+
 static int protected_rule(lua_State *L) {
   rule_call *c = lua_touserdata(L, 1);
   ltb_state *S = c->rule->S;
@@ -157,7 +227,7 @@ static int protected_rule(lua_State *L) {
     nargs++;
   }
   nargs += push_extra_args(L, c->args);
-  lua_call(L, nargs, 3);
+  lua_call(L, nargs, 4);
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
   if (lua_rawequal(L, -1, base)) {
     c->not_implemented = 1;
@@ -165,6 +235,7 @@ static int protected_rule(lua_State *L) {
   }
   lua_pop(L, 1);
   store_results(L, base, c, op);
+  store_info(L, base + main_results(c->args->op), c->res);
   return 0;
 }
 
@@ -190,9 +261,17 @@ static void free_lua_rule(lt_context *ctx, void *ud) {
   if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
+/* A name argument (operation or type): a string, else a lazytensor: error
+ * (luaL_checkstring's "bad argument" message would not name the library). */
+static const char *check_name(lua_State *L, int idx, const char *fn, const char *what) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    ltb_error(L, fn, "%s must be a name (a string), got %s", what, luaL_typename(L, idx));
+  return lua_tostring(L, idx);
+}
+
 static int check_type_name(lua_State *L, int idx) {
   lt_context *ctx = ltb_ctx(L);
-  const char *name = luaL_checkstring(L, idx);
+  const char *name = check_name(L, idx, "implements", "a type");
   int id = lt_type_id(ctx, name);
   if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
   return id;
@@ -239,7 +318,7 @@ static int l_implements(lua_State *L) {
 static int l_call(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "call", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_args args = {.op = op};
   args.a = ltb_operand(L, 2, lua_tostring(L, 1));
@@ -261,7 +340,7 @@ static int l_call(lua_State *L) {
 static int l_explain(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "explain", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");

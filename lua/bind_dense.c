@@ -122,7 +122,9 @@ static int l_ones(lua_State *L) {
 
 static int l_full(lua_State *L) {
   size_t shape[LT_MAX_DIM];
-  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_istable(L, 1))
+    return ltb_error(L, "full", "expected a shape table {d1, d2, ...}, got %s",
+                     luaL_typename(L, 1));
   double v = ltb_check_number(L, 2, "full", "the fill value");
   lua_settop(L, 1);
   int n = check_shape_args(L, 1, "full", shape);

@@ -415,11 +415,14 @@ static int m_tostring(lua_State *L) {
   if (lt_is_dense(t)) {
     return ltb_push_cstring(L, lt_dense_format(ctx, t));
   }
-  char head[256];
+  char head[320];
   static const char *const flag[] = {"?", "yes", "no"};
-  snprintf(head, sizeof head, "[lazytensor.%s of size %zux%zu, symmetric: %s, psd: %s]",
-           lt_typename(ctx, t), lt_size(t, 0), lt_size(t, 1),
-           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
+  /* An lt.operator's name = "..." shows next to its type. */
+  const char *name = lt_operator_name(t);
+  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %zux%zu, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
+           lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
+           flag[lt_prop_get(t, LT_PROP_PSD)]);
   size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
   if (rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
@@ -510,7 +513,10 @@ static int l_is_symmetric(lua_State *L) {
 
 static int settings_index(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
     return 1;
@@ -526,7 +532,10 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
 
 static int settings_newindex(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     if (!lua_isnil(L, 3) && !lua_isfunction(L, 3))
       return ltb_error(L, "settings", "progress must be a function or nil");
@@ -585,8 +594,12 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
  * restores the previous ones afterwards, also when fn raises. */
 static int l_with_settings(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (!lua_istable(L, 1))
+    return ltb_error(L, "with_settings", "expected a table of settings, got %s",
+                     luaL_typename(L, 1));
+  if (!lua_isfunction(L, 2))
+    return ltb_error(L, "with_settings", "expected a function to run, got %s",
+                     luaL_typename(L, 2));
   lt_settings saved;
   ltb_apply_settings(L, 1, &saved, "with_settings");
   int nargs = lua_gettop(L) - 2;

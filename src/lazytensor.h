@@ -156,6 +156,7 @@ enum {
   LT_TYPE_LOWRANK_DIAG,       /* "lowrank_plus_diag": D + U·Vᵀ (Woodbury) */
   LT_TYPE_KRON_PLUS_IDENTITY, /* "kron_plus_identity": kron + σ·I */
   LT_TYPE_SUBMATRIX,          /* "submatrix": A[rows, cols], lazy */
+  LT_TYPE_HADAMARD,           /* "hadamard": A ∘ B of two lazy operators */
   LT_TYPE_BUILTIN_COUNT
 };
 

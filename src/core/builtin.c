@@ -22,6 +22,7 @@ static int register_types(lt_context *ctx) {
       {LT_TYPE_IDENTITY, &lt_identity_type},
       {LT_TYPE_OPERATOR, &lt_operator_type},
       {LT_TYPE_SUBMATRIX, &lt_submatrix_type},
+      {LT_TYPE_HADAMARD, &lt_hadamard_type},
       {LT_TYPE_TRIANGULAR, &lt_triangular_type},
       {LT_TYPE_TOEPLITZ, &lt_toeplitz_type},
       {LT_TYPE_KERNEL, &lt_kernel_type},
@@ -58,6 +59,7 @@ int lt_register_builtins(lt_context *ctx) {
       lt_register_triangular_rules,
       lt_register_toeplitz_rules,
       lt_register_kernel_rules,
+      lt_register_hadamard_rules,
       /* ops-a */
       lt_register_lowrank_rules,
       lt_register_lowrank_diag_rules,

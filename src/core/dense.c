@@ -3,6 +3,7 @@
  * Storage is row-major; views share it through strides and an offset.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -13,14 +14,14 @@
 _Static_assert(sizeof(lt_storage) % sizeof(double) == 0,
                "storage header must keep doubles aligned");
 
-static lt_storage *storage_new(lt_context *ctx, size_t count) {
-  lt_storage *s = lt_malloc(ctx, sizeof *s + count * sizeof(double));
-  if (s == NULL) return NULL;
+_Static_assert(sizeof(lt_tensor) % sizeof(double) == 0, "tensor header must keep doubles aligned");
+
+static void storage_init(lt_storage *s, size_t count, int embedded) {
   s->refcount = 1;
   s->version = 0;
   s->count = count;
   s->data = (double *)(s + 1);
-  return s;
+  s->embedded = embedded;
 }
 
 static void set_contiguous_strides(lt_tensor *t) {
@@ -36,13 +37,16 @@ static void set_contiguous_strides(lt_tensor *t) {
 lt_tensor *lt_dense_new(lt_context *ctx, int ndim, const size_t *shape) {
   size_t numel;
   if (lt_check_shape(ctx, "tensor", ndim, shape, &numel) != LT_OK) return NULL;
-  lt_tensor *t = lt_tensor_alloc(ctx, LT_TYPE_DENSE, ndim, shape);
-  if (t == NULL) return NULL;
-  t->storage = storage_new(ctx, numel);
-  if (t->storage == NULL) {
-    lt_free(ctx, t, sizeof *t);
+  /* One block: the header, the storage header, the numbers. */
+  if (numel > (SIZE_MAX - sizeof(lt_tensor) - sizeof(lt_storage)) / sizeof(double)) {
+    lt_error(ctx, "tensor: %zu elements overflow", numel);
     return NULL;
   }
+  lt_tensor *t = lt_malloc(ctx, lt_embedded_block_size(numel));
+  if (t == NULL) return NULL;
+  lt_tensor_init(ctx, t, LT_TYPE_DENSE, ndim, shape);
+  t->storage = (lt_storage *)(t + 1);
+  storage_init(t->storage, numel, 1);
   set_contiguous_strides(t);
   if (ndim == 2 && shape[0] != shape[1]) {
     t->props[LT_PROP_SYMMETRIC] = LT_NO;

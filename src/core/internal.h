@@ -14,6 +14,8 @@ typedef struct lt_storage {
   unsigned version; /* bumped on every write through the API */
   size_t count;     /* doubles */
   double *data;     /* right after this header, in the same allocation */
+  int embedded;     /* allocated in one block right after the tensor that
+                       created it: the block is freed with the storage */
 } lt_storage;
 
 struct lt_tensor {
@@ -34,6 +36,16 @@ struct lt_tensor {
   lt_tensor *inline_children[2];
   void *payload;
 };
+
+/* A cached pair of FFT plans for one transform length (see toeplitz.c);
+ * the plans are FFTW's, opaque here. */
+#define LT_FFT_PLAN_SLOTS 8
+typedef struct lt_fft_plan_slot {
+  size_t L;        /* 0: empty */
+  void *fwd, *inv; /* fftw_plan; inv NULL until needed */
+  int in_use;      /* products running with these plans */
+  unsigned long used;
+} lt_fft_plan_slot;
 
 /* One rule in a registry list. */
 typedef struct lt_rule {
@@ -69,6 +81,11 @@ struct lt_context {
   /* rules */
   lt_rule_slot *slots;
   size_t nslots, nused;
+  /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
+   * context through fft_plans_free (the core knows nothing of FFTW). */
+  lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
+  unsigned long fft_tick;
+  void (*fft_plans_free)(lt_context *ctx);
 };
 
 /* Context plumbing ------------------------------------------------------ */
@@ -83,6 +100,12 @@ int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
+/* Initialises a tensor header in memory the caller allocated. */
+void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape);
+/* Bytes of the block holding a tensor and its embedded storage. */
+static inline size_t lt_embedded_block_size(size_t count) {
+  return sizeof(lt_tensor) + sizeof(lt_storage) + count * sizeof(double);
+}
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
@@ -106,6 +129,9 @@ static inline int lt_is_square(const lt_tensor *t) {
 }
 int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t);
 int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
+/* Whether type_a has a rule of its own for op: registered under
+ * (type_a, type_b) or (type_a, any), not only the ("any", ...) fallbacks. */
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
 
 #endif

@@ -283,6 +283,16 @@ static int operand_types(lt_context *ctx, const lt_args *args, int *ta, int *tb,
   return LT_OK;
 }
 
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b) {
+  if (type_a == LT_TYPE_ANY) return 0;
+  uint64_t keys[2] = {rule_key(op, type_a, type_b), rule_key(op, type_a, LT_TYPE_ANY)};
+  for (int k = 0; k < 2; k++) {
+    lt_rule_slot *s = find_slot(ctx, keys[k]);
+    if (s->key && s->head) return 1;
+  }
+  return 0;
+}
+
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
   int ta, tb, unary;
   if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;

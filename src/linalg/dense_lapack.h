@@ -31,6 +31,10 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
 
 /* X = A⁻¹B from a lower Cholesky factor L (contiguous n×n), for a
  * contiguous n×k B. */
+/* The lower factor L without jitter, for callers that read only its lower
+ * triangle (solves, log-determinants): the strictly upper triangle is left
+ * as it was (A's entries), which saves clearing n²/2 numbers. */
+lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a);
 lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b);
 
 /* Σ log L_ii · 2 = log det A for a lower Cholesky factor. */

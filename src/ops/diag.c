@@ -431,6 +431,25 @@ static int rule_mul_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
   return done(res, lt_diag_from_owned(ctx, out));
 }
 
+/* diag .* A → diag for any operator A: only A's diagonal survives, so the
+ * result never materialises A (a kernel, a Kronecker product, ...). */
+static int rule_mul_any(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (args->b->ndim != 2) return LT_NOT_IMPLEMENTED;
+  lt_tensor *bd = lt_diagonal(ctx, args->b);
+  if (bd == NULL) return LT_ERR;
+  dview v = view_of(args->a);
+  lt_tensor *out = lt_dense_vector(ctx, v.n);
+  if (out == NULL) {
+    lt_release(ctx, bd);
+    return LT_ERR;
+  }
+  for (size_t i = 0; i < v.n; i++)
+    lt_dense_data(out)[i] = at(&v, i) * lt_dense_data(bd)[(ptrdiff_t)i * bd->strides[0]];
+  lt_release(ctx, bd);
+  return done(res, lt_diag_from_owned(ctx, out));
+}
+
 /* diag ± identity → diag (called with a = diag). */
 static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   int sub = ud != NULL;
@@ -505,6 +524,9 @@ int lt_register_diag_rules(lt_context *ctx) {
     snprintf(name, sizeof name, "%s + dense (dense result)", names[t]);
     if (lt_register_rule(ctx, LT_OP_ADD, types[t], DN, name, rule_add_dense, NULL, NULL, 1) !=
         LT_OK)
+      return LT_ERR;
+    snprintf(name, sizeof name, "%s .* any operator (stays diag)", names[t]);
+    if (lt_register_rule(ctx, LT_OP_MUL, types[t], ANY, name, rule_mul_any, NULL, NULL, 1) != LT_OK)
       return LT_ERR;
     snprintf(name, sizeof name, "%s .* dense (stays diag)", names[t]);
     if (lt_register_rule(ctx, LT_OP_MUL, types[t], DN, name, rule_mul_dense, NULL, NULL, 1) !=
