@@ -208,7 +208,8 @@ static void store_info(lua_State *L, int idx, lt_result *res) {
 /* How many results come before a rule's optional info table. */
 static int main_results(int op) {
   switch (op) {
-    case LT_OP_EIGH: case LT_OP_INV_QUAD_LOGDET: return 2;
+    case LT_OP_EIGH:
+    case LT_OP_INV_QUAD_LOGDET: return 2;
     case LT_OP_SVD: return 3;
     default: return 1;
   }

@@ -598,8 +598,7 @@ static int l_with_settings(lua_State *L) {
     return ltb_error(L, "with_settings", "expected a table of settings, got %s",
                      luaL_typename(L, 1));
   if (!lua_isfunction(L, 2))
-    return ltb_error(L, "with_settings", "expected a function to run, got %s",
-                     luaL_typename(L, 2));
+    return ltb_error(L, "with_settings", "expected a function to run, got %s", luaL_typename(L, 2));
   lt_settings saved;
   ltb_apply_settings(L, 1, &saved, "with_settings");
   int nargs = lua_gettop(L) - 2;

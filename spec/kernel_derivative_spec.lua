@@ -61,7 +61,9 @@ end
 local function points(n, d, seed, scale)
   local P = {}
   local function rnd()
-    seed = (seed * 1103515245 + 12345) % 2147483648
+    -- 1103515245 = 16838 * 2^16 + 20077: every step below 2^53, so the same
+    -- points with the doubles of Lua 5.1, 5.2 and LuaJIT as with 5.3+ integers
+    seed = ((seed * 16838) % 32768 * 65536 + seed * 20077 + 12345) % 2147483648
     return seed / 2147483648
   end
   for i = 1, n do

@@ -2,7 +2,8 @@
 -- type present in this build (probed, so the script runs as types land).
 local lt = require "lazytensor"
 local function close(a, b, what)
-  assert(math.abs(a - b) < 1e-8 * (1 + math.abs(b)), (what or "") .. ": " .. tostring(a) .. " vs " .. tostring(b))
+  assert(math.abs(a - b) < 1e-8 * (1 + math.abs(b)),
+    (what or "") .. ": " .. tostring(a) .. " vs " .. tostring(b))
 end
 
 local A = lt.tensor{{4, 1, 0}, {1, 3, 1}, {0, 1, 2}}
