@@ -189,8 +189,15 @@ void lt_registry_free(lt_context *ctx) {
   lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
 }
 
-static int push_rule(lt_context *ctx, uint64_t key, lt_rule *rule) {
-  if ((ctx->nused + 1) * 4 > ctx->nslots * 3 && grow_slots(ctx) != LT_OK) return LT_ERR;
+/* Room for `extra` more keys, so that the pushes after it cannot fail. */
+static int reserve_slots(lt_context *ctx, size_t extra) {
+  while ((ctx->nused + extra) * 4 > ctx->nslots * 3)
+    if (grow_slots(ctx) != LT_OK) return LT_ERR;
+  return LT_OK;
+}
+
+/* Cannot fail: the caller reserved the slot (reserve_slots). */
+static void push_rule(lt_context *ctx, uint64_t key, lt_rule *rule) {
   lt_rule_slot *s = find_slot(ctx, key);
   if (s->key == 0) {
     s->key = key;
@@ -198,7 +205,6 @@ static int push_rule(lt_context *ctx, uint64_t key, lt_rule *rule) {
   }
   rule->next = s->head;
   s->head = rule;
-  return LT_OK;
 }
 
 static lt_rule *new_rule(lt_context *ctx, const char *name, lt_rule_fn fn, void *ud,
@@ -235,12 +241,12 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b, const char
   /* The mirror shares ud; only the first registration owns (frees) it. */
   lt_rule *r = new_rule(ctx, name, fn, ud, free_ud, 0);
   lt_rule *m = mirrored ? new_rule(ctx, name, fn, ud, NULL, 1) : NULL;
-  if (r == NULL || (mirrored && m == NULL)) goto fail;
-  if (push_rule(ctx, rule_key(op, type_a, type_b), r) != LT_OK) goto fail;
-  r = NULL;
-  if (mirrored) {
-    if (push_rule(ctx, rule_key(op, type_b, type_a), m) != LT_OK) goto fail;
-  }
+  /* Everything that can fail happens before the first push: a failure
+   * leaves the registry as it was and ud with the caller. */
+  if (r == NULL || (mirrored && m == NULL) || reserve_slots(ctx, mirrored ? 2 : 1) != LT_OK)
+    goto fail;
+  push_rule(ctx, rule_key(op, type_a, type_b), r);
+  if (mirrored) push_rule(ctx, rule_key(op, type_b, type_a), m);
   return LT_OK;
 fail:
   if (r) {
