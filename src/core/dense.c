@@ -3,6 +3,7 @@
  * Storage is row-major; views share it through strides and an offset.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -10,16 +11,17 @@
 /* One allocation holds the header and the numbers (the header's size is a
  * multiple of 8, so the doubles after it are aligned): small tensors cost a
  * single call to the allocator. */
-_Static_assert(sizeof(lt_storage) % sizeof(double) == 0, "storage header must keep doubles aligned");
+_Static_assert(sizeof(lt_storage) % sizeof(double) == 0,
+               "storage header must keep doubles aligned");
 
-static lt_storage *storage_new(lt_context *ctx, size_t count) {
-  lt_storage *s = lt_malloc(ctx, sizeof *s + count * sizeof(double));
-  if (s == NULL) return NULL;
+_Static_assert(sizeof(lt_tensor) % sizeof(double) == 0, "tensor header must keep doubles aligned");
+
+static void storage_init(lt_storage *s, size_t count, int embedded) {
   s->refcount = 1;
   s->version = 0;
   s->count = count;
   s->data = (double *)(s + 1);
-  return s;
+  s->embedded = embedded;
 }
 
 static void set_contiguous_strides(lt_tensor *t) {
@@ -35,13 +37,16 @@ static void set_contiguous_strides(lt_tensor *t) {
 lt_tensor *lt_dense_new(lt_context *ctx, int ndim, const size_t *shape) {
   size_t numel;
   if (lt_check_shape(ctx, "tensor", ndim, shape, &numel) != LT_OK) return NULL;
-  lt_tensor *t = lt_tensor_alloc(ctx, LT_TYPE_DENSE, ndim, shape);
-  if (t == NULL) return NULL;
-  t->storage = storage_new(ctx, numel);
-  if (t->storage == NULL) {
-    lt_free(ctx, t, sizeof *t);
+  /* One block: the header, the storage header, the numbers. */
+  if (numel > (SIZE_MAX - sizeof(lt_tensor) - sizeof(lt_storage)) / sizeof(double)) {
+    lt_error(ctx, "tensor: %zu elements overflow", numel);
     return NULL;
   }
+  lt_tensor *t = lt_malloc(ctx, lt_embedded_block_size(numel));
+  if (t == NULL) return NULL;
+  lt_tensor_init(ctx, t, LT_TYPE_DENSE, ndim, shape);
+  t->storage = (lt_storage *)(t + 1);
+  storage_init(t->storage, numel, 1);
   set_contiguous_strides(t);
   if (ndim == 2 && shape[0] != shape[1]) {
     t->props[LT_PROP_SYMMETRIC] = LT_NO;
@@ -165,8 +170,7 @@ double *lt_dense_ptr(const lt_tensor *t, const size_t *index) {
 static int check_index(lt_context *ctx, const char *op, const lt_tensor *t, int n,
                        const size_t *index) {
   if (t->type_id != LT_TYPE_DENSE) return lt_error(ctx, "%s: not a dense tensor", op);
-  if (n != t->ndim)
-    return lt_error(ctx, "%s: %d indices for a %d-d tensor", op, n, t->ndim);
+  if (n != t->ndim) return lt_error(ctx, "%s: %d indices for a %d-d tensor", op, n, t->ndim);
   for (int d = 0; d < n; d++)
     if (index[d] >= t->shape[d])
       return lt_error(ctx, "%s: index %zu out of range for dimension %d of size %zu", op,
@@ -312,8 +316,7 @@ lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {
   if (c == NULL) return NULL;
   if (lt_dense_is_contiguous(t))
     memcpy(c->storage->data, lt_dense_data(t), lt_numel(t) * sizeof(double));
-  else
-    copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
+  else copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
   /* Only properties still valid for t's storage carry over. */
   for (int p = 0; p < LT_PROP_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
   return c;
@@ -328,7 +331,8 @@ int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src) {
   if (src->ndim == 0) return lt_dense_fill(ctx, dst, *lt_dense_data(src));
   if (lt_numel(src) != lt_numel(dst))
     return lt_error(ctx, "copy: %zu elements into %zu", lt_numel(src), lt_numel(dst));
-  if (src->ndim == dst->ndim && memcmp(src->shape, dst->shape, sizeof(size_t) * (size_t)src->ndim) == 0) {
+  if (src->ndim == dst->ndim &&
+      memcmp(src->shape, dst->shape, sizeof(size_t) * (size_t)src->ndim) == 0) {
     /* Copy through a temporary when the two overlap in storage. */
     if (src->storage == dst->storage) {
       lt_tensor *tmp = lt_dense_clone(ctx, src);

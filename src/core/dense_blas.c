@@ -47,7 +47,10 @@ static lt_tensor *blas_operand(lt_context *ctx, const lt_tensor *t, blas_view *v
 
 static lt_tensor *gemm(lt_context *ctx, const lt_tensor *a, const lt_tensor *b) {
   size_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){m, n});
+  /* BLAS overwrites the output (beta = 0): only an empty inner dimension
+   * needs the zeros written. */
+  lt_tensor *out =
+      k == 0 ? lt_dense_zeros(ctx, 2, (size_t[]){m, n}) : lt_dense_new(ctx, 2, (size_t[]){m, n});
   if (out == NULL || m == 0 || n == 0 || k == 0) return out;
   blas_view va, vb;
   lt_tensor *ca = blas_operand(ctx, a, &va);
@@ -75,7 +78,7 @@ static lt_tensor *gemm(lt_context *ctx, const lt_tensor *a, const lt_tensor *b) 
 static lt_tensor *gemv(lt_context *ctx, const lt_tensor *a, const lt_tensor *x, int transpose_a) {
   size_t m = transpose_a ? a->shape[1] : a->shape[0];
   size_t k = transpose_a ? a->shape[0] : a->shape[1];
-  lt_tensor *out = lt_dense_zeros(ctx, 1, &m);
+  lt_tensor *out = k == 0 ? lt_dense_zeros(ctx, 1, &m) : lt_dense_new(ctx, 1, &m);
   if (out == NULL || m == 0 || k == 0) return out;
   blas_view va;
   lt_tensor *ca = blas_operand(ctx, a, &va);

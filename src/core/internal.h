@@ -12,8 +12,10 @@
 typedef struct lt_storage {
   int refcount;
   unsigned version; /* bumped on every write through the API */
-  size_t count; /* doubles */
-  double *data; /* right after this header, in the same allocation */
+  size_t count;     /* doubles */
+  double *data;     /* right after this header, in the same allocation */
+  int embedded;     /* allocated in one block right after the tensor that
+                       created it: the block is freed with the storage */
 } lt_storage;
 
 struct lt_tensor {
@@ -26,8 +28,8 @@ struct lt_tensor {
   unsigned props_version;             /* dense: storage version the props hold for */
   /* dense */
   lt_storage *storage;
-  size_t offset;                  /* elements */
-  ptrdiff_t strides[LT_MAX_DIM];  /* elements */
+  size_t offset;                 /* elements */
+  ptrdiff_t strides[LT_MAX_DIM]; /* elements */
   /* lazy */
   int nchildren;
   lt_tensor **children; /* inline_children when there are at most two */
@@ -35,13 +37,23 @@ struct lt_tensor {
   void *payload;
 };
 
+/* A cached pair of FFT plans for one transform length (see toeplitz.c);
+ * the plans are FFTW's, opaque here. */
+#define LT_FFT_PLAN_SLOTS 8
+typedef struct lt_fft_plan_slot {
+  size_t L;        /* 0: empty */
+  void *fwd, *inv; /* fftw_plan; inv NULL until needed */
+  int in_use;      /* products running with these plans */
+  unsigned long used;
+} lt_fft_plan_slot;
+
 /* One rule in a registry list. */
 typedef struct lt_rule {
   lt_rule_fn fn;
   void *ud;
   void (*free_ud)(lt_context *ctx, void *ud);
   char *name;
-  int swap; /* called with a and b exchanged */
+  int swap;             /* called with a and b exchanged */
   struct lt_rule *next; /* next candidate (registered earlier) */
 } lt_rule;
 
@@ -69,6 +81,11 @@ struct lt_context {
   /* rules */
   lt_rule_slot *slots;
   size_t nslots, nused;
+  /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
+   * context through fft_plans_free (the core knows nothing of FFTW). */
+  lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
+  unsigned long fft_tick;
+  void (*fft_plans_free)(lt_context *ctx);
 };
 
 /* Context plumbing ------------------------------------------------------ */
@@ -83,6 +100,12 @@ int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
+/* Initialises a tensor header in memory the caller allocated. */
+void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape);
+/* Bytes of the block holding a tensor and its embedded storage. */
+static inline size_t lt_embedded_block_size(size_t count) {
+  return sizeof(lt_tensor) + sizeof(lt_storage) + count * sizeof(double);
+}
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
@@ -99,14 +122,16 @@ lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X);
 /* Calls f with A's columns [start, start+b) as a dense rows×b matrix, for
  * consecutive blocks: memory O(rows · block). */
 int lt_for_column_blocks(lt_context *ctx, lt_tensor *A,
-                         int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols),
-                         void *ud);
+                         int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols), void *ud);
 /* Helpers for rules ------------------------------------------------------- */
 static inline int lt_is_square(const lt_tensor *t) {
   return t->ndim == 2 && t->shape[0] == t->shape[1];
 }
 int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t);
 int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
+/* Whether type_a has a rule of its own for op: registered under
+ * (type_a, type_b) or (type_a, any), not only the ("any", ...) fallbacks. */
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
 
 #endif

@@ -8,35 +8,45 @@
 
 #include "internal.h"
 
-int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape,
-                   size_t *numel) {
+int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel) {
   if (ndim < 0 || ndim > LT_MAX_DIM)
     return lt_error(ctx, "%s: %d dimensions (at most %d)", op, ndim, LT_MAX_DIM);
+  /* Factors below `half` cannot overflow: the checked product is only
+   * needed for huge sizes. */
+  const size_t half = (size_t)1 << (sizeof(size_t) * 4);
   size_t n = 1, extent = 1;
   for (int d = 0; d < ndim; d++) {
-    if (!lt_mul_size(ctx, op, n, shape[d], &n)) return LT_ERR;
+    size_t s = shape[d];
+    if (n < half && s < half) n *= s;
+    else if (!lt_mul_size(ctx, op, n, s, &n)) return LT_ERR;
     /* Strides (ptrdiff_t) are products of the sizes even when another size
      * is 0 and the tensor holds nothing: they must not overflow either. */
-    if (shape[d] != 0 && !lt_mul_size(ctx, op, extent, shape[d], &extent)) return LT_ERR;
+    if (s == 0) continue;
+    if (extent < half && s < half) extent *= s;
+    else if (!lt_mul_size(ctx, op, extent, s, &extent)) return LT_ERR;
   }
   if (extent > (size_t)PTRDIFF_MAX / sizeof(double))
     return lt_error(ctx, "%s: size %zu overflows", op, extent);
   /* The storage is n doubles: that product must fit too. */
   size_t bytes;
-  if (!lt_mul_size(ctx, op, n, sizeof(double), &bytes)) return LT_ERR;
+  if (n > SIZE_MAX / sizeof(double) && !lt_mul_size(ctx, op, n, sizeof(double), &bytes))
+    return LT_ERR;
   if (numel) *numel = n;
   return LT_OK;
 }
 
-lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape) {
-  lt_tensor *t = lt_malloc(ctx, sizeof *t);
-  if (t == NULL) return NULL;
+void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape) {
   memset(t, 0, sizeof *t);
   t->refcount = 1;
   t->type_id = type_id;
   t->type = lt_type_descriptor(ctx, type_id);
   t->ndim = ndim;
   for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+}
+
+lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape) {
+  lt_tensor *t = lt_malloc(ctx, sizeof *t);
+  if (t != NULL) lt_tensor_init(ctx, t, type_id, ndim, shape);
   return t;
 }
 
@@ -45,14 +55,22 @@ lt_tensor *lt_retain(lt_tensor *t) {
   return t;
 }
 
+/* An embedded storage's block starts at the tensor that created it; that
+ * header stays allocated (unused) while views keep the storage alive. */
 static void release_storage(lt_context *ctx, lt_storage *s) {
   if (s == NULL || --s->refcount > 0) return;
-  lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
+  if (s->embedded) lt_free(ctx, (char *)s - sizeof(lt_tensor), lt_embedded_block_size(s->count));
+  else lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
 }
 
 void lt_release(lt_context *ctx, lt_tensor *t) {
   if (t == NULL || --t->refcount > 0) return;
   if (t->type && t->type->destroy) t->type->destroy(ctx, t);
+  if (t->storage != NULL && t->storage->embedded && t->storage == (lt_storage *)(t + 1)) {
+    /* t and its storage are one block: freed with the storage's last user */
+    release_storage(ctx, t->storage);
+    return;
+  }
   release_storage(ctx, t->storage);
   for (int i = 0; i < t->nchildren; i++) lt_release(ctx, t->children[i]);
   if (t->children != t->inline_children)
@@ -82,8 +100,7 @@ size_t lt_cols(const lt_tensor *t) { return t->ndim >= 2 ? t->shape[1] : 1; }
  * been written since; shape-derived facts (non-square) always hold. */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) {
   if (t->storage && t->props_version != t->storage->version) {
-    if (t->ndim == 2 && t->shape[0] != t->shape[1] &&
-        (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
+    if (t->ndim == 2 && t->shape[0] != t->shape[1] && (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
       return LT_NO;
     return LT_UNKNOWN;
   }

@@ -11,6 +11,7 @@
 #include <lapacke.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -22,9 +23,27 @@ int lt_lapack_check_dim(lt_context *ctx, const char *op, size_t n) {
   return LT_OK;
 }
 
+/* 1 when an entry of p[0..n) is NaN or infinite: all-ones exponent bits,
+ * tested on the integers so that the loop vectorises. */
+static int any_nonfinite(const double *p, size_t n) {
+  const uint64_t EXP = 0x7ff0000000000000ULL;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b;
+    memcpy(&b, &p[i], sizeof b);
+    bad |= (uint64_t)((b & EXP) == EXP);
+  }
+  return bad != 0;
+}
+
 int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a) {
   size_t rows = lt_rows(a), cols = lt_cols(a);
   const double *p = lt_dense_data(a);
+  if (lt_dense_is_contiguous(a)) {
+    if (any_nonfinite(p, rows * cols))
+      return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+    return LT_OK;
+  }
   const ptrdiff_t *st = lt_dense_strides(a);
   ptrdiff_t s0 = a->ndim >= 1 ? st[0] : 0, s1 = a->ndim >= 2 ? st[1] : 0;
   for (size_t i = 0; i < rows; i++)
@@ -49,19 +68,44 @@ static int check_square(lt_context *ctx, const char *op, const lt_tensor *a) {
 
 /* Keeps one triangle of a contiguous row-major n×n buffer, zeroing the other. */
 static void zero_triangle(double *p, size_t n, int keep_upper) {
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < n; j++)
-      if (keep_upper ? j < i : j > i) p[i * n + j] = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (keep_upper) memset(p + i * n, 0, i * sizeof(double));
+    else memset(p + i * n + i + 1, 0, (n - i - 1) * sizeof(double));
+  }
 }
 
 /* ------------------------------------------------------------- Cholesky */
 
+/* scratch_copy of a contiguous a that also checks, in the same pass, that
+ * every entry is finite (NULL with the error set when one is not). */
+static lt_tensor *copy_checked(lt_context *ctx, const char *op, const lt_tensor *a) {
+  lt_tensor *c = lt_dense_new(ctx, a->ndim, a->shape);
+  if (c == NULL) return NULL;
+  memset(c->props, LT_UNKNOWN, sizeof c->props);
+  const uint64_t EXP = 0x7ff0000000000000ULL;
+  const double *s = lt_dense_data(a);
+  double *d = lt_dense_data(c);
+  uint64_t bad = 0;
+  for (size_t i = 0, n = lt_numel(a); i < n; i++) {
+    uint64_t b;
+    memcpy(&b, &s[i], sizeof b);
+    bad |= (uint64_t)((b & EXP) == EXP);
+    d[i] = s[i];
+  }
+  if (bad) {
+    lt_release(ctx, c);
+    lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+    return NULL;
+  }
+  return c;
+}
+
 /* One attempt on a fresh copy with `add` on the diagonal; NULL with no
  * error set when the matrix is not positive definite (*failed = 1). */
-static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, int upper, double add,
-                                int *failed) {
+static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, lt_tensor *first, int upper,
+                                double add, int zero_other, int *failed) {
   *failed = 0;
-  lt_tensor *c = scratch_copy(ctx, a);
+  lt_tensor *c = first ? first : scratch_copy(ctx, a);
   if (c == NULL) return NULL;
   size_t n = c->shape[0];
   double *p = lt_dense_data(c);
@@ -75,15 +119,24 @@ static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, int upper, 
     *failed = 1;
     return NULL;
   }
-  zero_triangle(p, n, upper);
-  c->props[upper ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
+  if (zero_other) {
+    zero_triangle(p, n, upper);
+    c->props[upper ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
+  }
   return c;
 }
 
-lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
-                              double jitter, int max_tries, double *jitter_used) {
-  if (check_square(ctx, op, a) != LT_OK || lt_lapack_check_finite(ctx, op, a) != LT_OK)
+static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                                 double jitter, int max_tries, double *jitter_used,
+                                 int zero_other) {
+  if (check_square(ctx, op, a) != LT_OK) return NULL;
+  /* A contiguous matrix is checked while it is copied for the first try. */
+  lt_tensor *first = NULL;
+  if (lt_dense_is_contiguous(a)) {
+    if ((first = copy_checked(ctx, op, a)) == NULL) return NULL;
+  } else if (lt_lapack_check_finite(ctx, op, a) != LT_OK) {
     return NULL;
+  }
   size_t n = a->shape[0];
   double scale = 0;
   for (size_t i = 0; i < n; i++) scale += fabs(*lt_dense_ptr(a, (size_t[]){i, i}));
@@ -93,7 +146,8 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
   for (int t = 0; t <= max_tries; t++) {
     if (t > 0) add = t == 1 ? jitter * scale : add * 10;
     int failed;
-    lt_tensor *c = cholesky_once(ctx, a, upper, add, &failed);
+    lt_tensor *c = cholesky_once(ctx, a, first, upper, add, zero_other, &failed);
+    first = NULL; /* consumed */
     if (c != NULL) {
       if (jitter_used) *jitter_used = add;
       return c;
@@ -103,6 +157,15 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
   }
   lt_error(ctx, "%s: matrix is not positive definite", op);
   return NULL;
+}
+
+lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
+                              double jitter, int max_tries, double *jitter_used) {
+  return cholesky_tries(ctx, op, a, upper, jitter, max_tries, jitter_used, 1);
+}
+
+lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a) {
+  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 0);
 }
 
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {
@@ -187,8 +250,8 @@ lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) tmp[i + j * n] = xp[i * k + j];
   /* (Aᵀ)ᵀ X = B. */
-  lapack_int info = LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', (lapack_int)n, (lapack_int)k,
-                                        lu->lu, (lapack_int)n, lu->ipiv, tmp, (lapack_int)n);
+  lapack_int info = LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', (lapack_int)n, (lapack_int)k, lu->lu,
+                                        (lapack_int)n, lu->ipiv, tmp, (lapack_int)n);
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) xp[i * k + j] = tmp[i + j * n];
   lt_free(ctx, tmp, count * sizeof(double));
@@ -269,8 +332,8 @@ fail:
   return LT_ERR;
 }
 
-int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
-                  lt_tensor **s, lt_tensor **v) {
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u, lt_tensor **s,
+                  lt_tensor **v) {
   *u = *s = *v = NULL;
   if (lt_require_matrix(ctx, op, a) != LT_OK || lt_lapack_check_dim(ctx, op, a->shape[0]) ||
       lt_lapack_check_dim(ctx, op, a->shape[1]) || lt_lapack_check_finite(ctx, op, a) != LT_OK)
@@ -292,9 +355,9 @@ int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor
     if (iwork == NULL) goto fail;
     lapack_int M = (lapack_int)m, N = (lapack_int)n, R = (lapack_int)r;
     double wq;
-    lapack_int info = LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N,
-                                          lt_dense_data(S), up, N, lt_dense_data(U), R, &wq, -1,
-                                          iwork);
+    lapack_int info =
+        LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N, lt_dense_data(S), up,
+                            N, lt_dense_data(U), R, &wq, -1, iwork);
     if (info != 0) goto lapack_fail;
     lwork = (size_t)wq + 1;
     work = lt_malloc(ctx, lwork * sizeof(double));

@@ -31,6 +31,10 @@ lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *
 
 /* X = A⁻¹B from a lower Cholesky factor L (contiguous n×n), for a
  * contiguous n×k B. */
+/* The lower factor L without jitter, for callers that read only its lower
+ * triangle (solves, log-determinants): the strictly upper triangle is left
+ * as it was (A's entries), which saves clearing n²/2 numbers. */
+lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a);
 lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b);
 
 /* Σ log L_ii · 2 = log det A for a lower Cholesky factor. */
@@ -47,8 +51,7 @@ typedef struct lt_lu {
 int lt_lapack_lu(lt_context *ctx, const char *op, const lt_tensor *a, lt_lu *lu);
 void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu);
 /* X = A⁻¹B for a contiguous n×k B; an error when singular. */
-lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
-                              const lt_tensor *b);
+lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu, const lt_tensor *b);
 /* log det A: -inf when singular, NaN when det A < 0 (as torch.logdet). */
 double lt_lapack_lu_logdet(const lt_lu *lu);
 
@@ -64,7 +67,7 @@ int lt_lapack_eigh(lt_context *ctx, const char *op, const lt_tensor *a, lt_tenso
 
 /* Thin SVD of an m×n A: U (m×r), S (r, descending), V (n×r), r = min(m, n),
  * A = U·diag(S)·Vᵀ. */
-int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
-                  lt_tensor **s, lt_tensor **v);
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u, lt_tensor **s,
+                  lt_tensor **v);
 
 #endif

@@ -29,19 +29,25 @@ static void set_info(lt_result *res, const char *method) {
 }
 
 /* Finite entries first, so NaN is named as such (NaN ≠ NaN would read as
- * "not symmetric"). */
-static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a) {
-  if (lt_lapack_check_finite(ctx, op, a) != LT_OK) return LT_ERR;
-  if (lt_is_symmetric(ctx, a) != LT_YES)
-    return lt_error(ctx, "%s: matrix is not symmetric", op);
+ * "not symmetric"). A matrix already known symmetric is not scanned when
+ * the caller's LAPACK wrapper checks finiteness itself (finite_later). */
+static int require_symmetric_then(lt_context *ctx, const char *op, lt_tensor *a, int finite_later) {
+  if (!(finite_later && lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES) &&
+      lt_lapack_check_finite(ctx, op, a) != LT_OK)
+    return LT_ERR;
+  if (lt_is_symmetric(ctx, a) != LT_YES) return lt_error(ctx, "%s: matrix is not symmetric", op);
   return LT_OK;
+}
+
+static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a) {
+  return require_symmetric_then(ctx, op, a, 0);
 }
 
 /* Exact Cholesky (no jitter) of a matrix flagged PSD, or NULL with no error
  * left behind when it fails, so the caller can fall back to LU. */
 static lt_tensor *try_cholesky(lt_context *ctx, const char *op, lt_tensor *a) {
   if (lt_is_psd(ctx, a) != LT_YES) return NULL;
-  lt_tensor *l = lt_lapack_cholesky(ctx, op, a, 0, 0.0, 0, NULL);
+  lt_tensor *l = lt_lapack_cholesky_lower_only(ctx, op, a);
   if (l == NULL) lt_clear_error(ctx);
   return l;
 }
@@ -54,7 +60,8 @@ static double inner(const lt_tensor *b, const lt_tensor *x) {
   ptrdiff_t s0 = st[0], s1 = b->ndim == 2 ? st[1] : 0;
   double s = 0;
   for (size_t i = 0; i < rows; i++)
-    for (size_t j = 0; j < cols; j++) s += bp[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * xp[i * cols + j];
+    for (size_t j = 0; j < cols; j++)
+      s += bp[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * xp[i * cols + j];
   return s;
 }
 
@@ -62,7 +69,8 @@ static double inner(const lt_tensor *b, const lt_tensor *x) {
 
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (require_symmetric(ctx, "cholesky", args->a) != LT_OK) return LT_ERR;
+  /* lt_lapack_cholesky checks the entries are finite */
+  if (require_symmetric_then(ctx, "cholesky", args->a, 1) != LT_OK) return LT_ERR;
   const lt_settings *s = lt_settings_of(ctx);
   lt_tensor *f = lt_lapack_cholesky(ctx, "cholesky", args->a, args->flag, s->cholesky_jitter,
                                     s->cholesky_max_tries, NULL);
@@ -105,7 +113,8 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
       } else {
         lt_lapack_trsm(lt_dense_data(l), l->shape[0], 0, 0, lt_dense_data(y), lt_cols(b));
         *quad = 0;
-        for (size_t i = 0, n = lt_numel(y); i < n; i++) *quad += lt_dense_data(y)[i] * lt_dense_data(y)[i];
+        for (size_t i = 0, n = lt_numel(y); i < n; i++)
+          *quad += lt_dense_data(y)[i] * lt_dense_data(y)[i];
         lt_release(ctx, y);
       }
     }
