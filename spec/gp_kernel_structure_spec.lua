@@ -188,8 +188,12 @@ describe("gp kernel structure: iterative path at n = 3000", function()
   end)
 end)
 
+-- The two specs below evaluate 10⁸–10⁹ kernel entries each (about a minute
+-- of CPU together); LT_SKIP_SLOW=1 skips them.
+local slow_it = os.getenv("LT_SKIP_SLOW") == "1" and pending or it
+
 describe("gp kernel structure: scale", function()
-  it("holds far less than n² doubles during a fit step at n = 20000", function()
+  slow_it("holds far less than n² doubles during a fit step at n = 20000", function()
     local n = 20000
     local P, rnd = scattered(n, 2, 77, 20)
     local y = targets(P, rnd)
@@ -224,20 +228,24 @@ describe("gp kernel structure: scale", function()
     assert.is_true(held < nn / 50, "held " .. held .. " bytes")
   end)
 
-  it("fits n = 5000 scattered points in a few iterations (time printed)", function()
+  slow_it("fits n = 5000 scattered points in a few iterations (time printed)", function()
     local n = 5000
     local P, rnd = scattered(n, 2, 31, 5)
     local y = targets(P, rnd)
     local model = gp.exact{x = P, y = y, kernel = K.matern32{lengthscale = 0.3, dims = {1, 2}},
                            noise = 0.5}
     lt.manual_seed(9)
-    local before = model:mll()
     local t0 = os.clock()
+    local steps = 0
     local result = lt.with_settings({num_trace_samples = 8}, function()
-      return model:fit{method = "adam", lr = 0.1, max_iter = 2}
+      lt.settings.progress = function(ev)
+        if ev.method == "cg" then steps = steps + 1 end
+      end
+      return model:fit{method = "adam", lr = 0.1, max_iter = 1}
     end)
-    print(string.format("\n  gp kernel n = %d: %d adam iterations in %.1f s CPU, mll %.1f -> %.1f",
-                        n, result.iterations, os.clock() - t0, before, model:mll()))
+    print(string.format("\n  gp kernel n = %d: %d adam iteration(s), %d evaluations, %d CG steps "
+                        .. "in %.1f s CPU; best mll %.1f", n, result.iterations,
+                        result.evaluations or -1, steps, os.clock() - t0, result.mll))
     assert.matches("^kernel", model:explain())
     assert.is_true(result.iterations >= 1)
   end)
