@@ -188,21 +188,28 @@ describe("gp kernel structure: iterative path at n = 3000", function()
   end)
 end)
 
+-- The two specs below evaluate 10⁸–10⁹ kernel entries each (about a minute
+-- of CPU together); LT_SKIP_SLOW=1 skips them.
+local slow_it = os.getenv("LT_SKIP_SLOW") == "1" and pending or it
+
 describe("gp kernel structure: scale", function()
-  it("holds far less than n² doubles during a fit step at n = 20000", function()
+  slow_it("holds far less than n² doubles during a fit step at n = 20000", function()
     local n = 20000
     local P, rnd = scattered(n, 2, 77, 20)
     local y = targets(P, rnd)
-    -- Short lengthscale against a large noise: CG converges in a few steps, so
-    -- the step stays quick; memory does not depend on the iteration count.
+    -- Every product at this size evaluates 2·10⁸ kernel entries (~2 s), so
+    -- the step is cut short: 3 CG/Lanczos iterations, 2 probes, a rank-8
+    -- control variate. Memory does not grow with those counts beyond
+    -- n·(columns) doubles; what matters is that no n×n matrix appears.
     local model = gp.exact{x = P, y = y, kernel = K.rbf{lengthscale = 0.3, dims = {1, 2}},
-                           noise = 0.5}
+                           noise = 0.5, trace_rank = 8}
     collectgarbage()
     collectgarbage()
     local before = lt.memory()
     local peak, steps = 0, 0
     local t0 = os.clock()
-    local v, g = lt.with_settings({num_trace_samples = 4}, function()
+    local v, g = lt.with_settings({num_trace_samples = 2, max_cg_iterations = 3,
+                                   max_lanczos_iterations = 3}, function()
       lt.settings.progress = function()
         steps = steps + 1
         peak = math.max(peak, lt.memory())
@@ -221,20 +228,24 @@ describe("gp kernel structure: scale", function()
     assert.is_true(held < nn / 50, "held " .. held .. " bytes")
   end)
 
-  it("fits n = 5000 scattered points in a few iterations (time printed)", function()
+  slow_it("fits n = 5000 scattered points in a few iterations (time printed)", function()
     local n = 5000
     local P, rnd = scattered(n, 2, 31, 5)
     local y = targets(P, rnd)
-    local model = gp.exact{x = P, y = y, kernel = K.matern32{lengthscale = 1, dims = {1, 2}},
-                           noise = 0.2}
+    local model = gp.exact{x = P, y = y, kernel = K.matern32{lengthscale = 0.3, dims = {1, 2}},
+                           noise = 0.5}
     lt.manual_seed(9)
-    local before = model:mll()
     local t0 = os.clock()
+    local steps = 0
     local result = lt.with_settings({num_trace_samples = 8}, function()
-      return model:fit{method = "adam", lr = 0.1, max_iter = 3}
+      lt.settings.progress = function(ev)
+        if ev.method == "cg" then steps = steps + 1 end
+      end
+      return model:fit{method = "adam", lr = 0.1, max_iter = 1}
     end)
-    print(string.format("\n  gp kernel n = %d: %d adam iterations in %.1f s CPU, mll %.1f -> %.1f",
-                        n, result.iterations, os.clock() - t0, before, model:mll()))
+    print(string.format("\n  gp kernel n = %d: %d adam iteration(s), %d evaluations, %d CG steps "
+                        .. "in %.1f s CPU; best mll %.1f", n, result.iterations,
+                        result.evaluations or -1, steps, os.clock() - t0, result.mll))
     assert.matches("^kernel", model:explain())
     assert.is_true(result.iterations >= 1)
   end)

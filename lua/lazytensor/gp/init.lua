@@ -19,7 +19,8 @@
 --   ∂MLL/∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ),  α = K⁻¹(y − m),
 -- is exact on the first path and uses Hutchinson trace estimates
 -- (num_trace_samples Rademacher probes, solved together with y − m in one
--- block CG run) on the second.
+-- block CG run, with a pivoted-Cholesky control variate when the structure
+-- exposes K's rows) on the second.
 local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
@@ -207,9 +208,9 @@ end
 -- the control variate's ∂K L: with lazy (lt.kernel) derivatives each product
 -- is one pass over the kernel entries, so the columns share it.
 --
--- Control variate (when the covariance exposes rows): P = L·Lᵀ + σ²I with L
+-- Control variate (when the covariance exposes rows): P = L·Lᵀ + τI with L
 -- a pivoted Cholesky of K approximates Ky, its inverse is cheap (Woodbury,
--- P⁻¹ = (I − L C⁻¹ Lᵀ)/σ², C = σ²I + LᵀL), and tr(P⁻¹∂K) is exact:
+-- P⁻¹ = (I − L C⁻¹ Lᵀ)/τ, C = τI + LᵀL), and tr(P⁻¹∂K) is exact:
 --   tr(Ky⁻¹∂K) = tr(P⁻¹∂K) + E[zᵀ(Ky⁻¹ − P⁻¹)∂K z],
 -- so only the (small) difference is estimated by the probes.
 local function stochastic_gradient(self, cov, Ky, r, grad)
@@ -227,16 +228,16 @@ local function stochastic_gradient(self, cov, Ky, r, grad)
   R:narrow(2, 2, s):copy(Z)
   -- P = L·Lᵀ + τI, τ = σ² + the mean of K − L·Lᵀ's diagonal: the part of K
   -- that L leaves out, spread evenly (any τ > 0 leaves the estimate unbiased).
-  local sigma2 = self.noise + (tail or 0)
+  local tau = self.noise + (tail or 0)
   local resid, Cinv = KinvZ, nil
   local noise_tr -- tr(Ky⁻¹)
   if L then
     R:narrow(2, 2 + s, k):copy(L)
-    Cinv = (L:t() * L + lt.eye(k) * sigma2):solve(lt.eye(k))
-    local PinvZ = (Z - L * (Cinv * (L:t() * Z))) / sigma2
+    Cinv = (L:t() * L + lt.eye(k) * tau):solve(lt.eye(k))
+    local PinvZ = (Z - L * (Cinv * (L:t() * Z))) / tau
     resid = KinvZ - PinvZ
-    -- tr(P⁻¹) = (n − tr(C⁻¹ LᵀL)) / σ²
-    noise_tr = (n - frobenius(Cinv, L:t() * L)) / sigma2 + frobenius(resid, Z) / s
+    -- tr(P⁻¹) = (n − tr(C⁻¹ LᵀL)) / τ
+    noise_tr = (n - frobenius(Cinv, L:t() * L)) / tau + frobenius(resid, Z) / s
   else
     noise_tr = frobenius(KinvZ, Z) / s
   end
@@ -247,9 +248,9 @@ local function stochastic_gradient(self, cov, Ky, r, grad)
     local quad = alpha:dot(D:narrow(2, 1, 1):contiguous():reshape(n))
     local tr = frobenius(resid, D:narrow(2, 2, s)) / s
     if L then
-      -- tr(P⁻¹∂K) = (tr ∂K − tr(C⁻¹ Lᵀ∂K L)) / σ²
+      -- tr(P⁻¹∂K) = (tr ∂K − tr(C⁻¹ Lᵀ∂K L)) / τ
       local LtDL = L:t() * D:narrow(2, 2 + s, k)
-      tr = tr + (dK:trace() - frobenius(Cinv, LtDL)) / sigma2
+      tr = tr + (dK:trace() - frobenius(Cinv, LtDL)) / tau
     end
     grad[p] = 0.5 * (quad - tr)
   end
