@@ -172,14 +172,20 @@ describe("dense linear algebra", function()
 
     it("sums over the columns of b", function()
       local B = {{1, 0}, {0, 1}, {1, 1}, {2, 0}, {0, 3}}
-      local X = ref.solve(G, B)
+      local X = ref.solve(S, B)
       local q = 0
       for i = 1, n do
         for j = 1, 2 do q = q + B[i][j] * X[i][j] end
       end
-      local q2, ld = lt.tensor(G):inv_quad_logdet(lt.tensor(B))
+      local q2, ld = lt.tensor(S):inv_quad_logdet(lt.tensor(B))
       ref.near(q, q2, 1e-10)
-      ref.near(math.log(ref.det(G)), ld, 1e-10)
+      ref.near(math.log(ref.det(S)), ld, 1e-10)
+    end)
+
+    it("raise for a matrix that is not symmetric positive definite (API.md)", function()
+      local ok, err = pcall(function() return lt.tensor(G):inv_quad_logdet(lt.ones(n)) end)
+      assert.is_false(ok)
+      assert.matches("^lazytensor: inv_quad_logdet: matrix is not symmetric", err)
     end)
   end)
 

@@ -101,7 +101,12 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
 /* logdet and, when b is given, bᵀA⁻¹b from one factorisation. */
 static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_tensor *b,
                            double *logdet, double *quad, lt_result *res) {
-  lt_tensor *l = try_cholesky(ctx, op, a);
+  /* bᵀA⁻¹b needs A positive definite (API.md), flagged or not: without a
+   * Cholesky factor it is an error, never an LU number. */
+  if (b != NULL && lt_is_symmetric(ctx, a) != LT_YES)
+    return lt_error(ctx, "%s: matrix is not symmetric (positive definite)", op);
+  lt_tensor *l = b != NULL ? lt_lapack_cholesky_lower_only(ctx, op, a) : try_cholesky(ctx, op, a);
+  if (l == NULL && b != NULL) return lt_error(ctx, "%s: matrix is not positive definite", op);
   if (l != NULL) {
     *logdet = lt_lapack_cholesky_logdet(l);
     int rc = LT_OK;

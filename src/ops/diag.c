@@ -242,10 +242,12 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
   return LT_OK;
 }
 
-/* Σ_ij b_ij² / d_i. */
+/* Σ_ij b_ij² / d_i, for a positive definite diagonal (API.md: inv_quad
+ * needs positive definiteness and raises without it). */
 static int inv_quad_of(lt_context *ctx, const char *op, const dview *v, const lt_tensor *b,
                        double *out) {
-  if (first_not(v, nonzero) < v->n) return lt_error(ctx, "%s: matrix is singular", op);
+  if (first_not(v, positive) < v->n)
+    return lt_error(ctx, "%s: matrix is not positive definite", op);
   size_t k = lt_cols(b);
   const double *p = lt_dense_data(b);
   const ptrdiff_t *st = lt_dense_strides(b);

@@ -186,7 +186,7 @@ static int op_solve_psd(lt_context *ctx, lt_tensor **in) {
 }
 static int op_inv_quad_logdet(lt_context *ctx, lt_tensor **in) {
   double q, l;
-  return lt_inv_quad_logdet(ctx, in[1], in[2], &q, &l, NULL);
+  return lt_inv_quad_logdet(ctx, in[0], in[2], &q, &l, NULL);
 }
 static int op_eigh(lt_context *ctx, lt_tensor **in) {
   lt_tensor *w, *q;
