@@ -35,8 +35,9 @@ static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
 static int is_yield_error(lua_State *L, int idx) {
   const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   /* "... across a C-call boundary" (5.2+), "... across metamethod/C-call
-   * boundary" (5.1), "... from outside a coroutine" (main thread) */
-  return msg && strncmp(msg, "attempt to yield ", 17) == 0;
+   * boundary" (5.1), "... from outside a coroutine" (main thread); LuaJIT
+   * puts the caller's position first ("file:line: attempt to yield ..."). */
+  return msg && strstr(msg, "attempt to yield ") != NULL;
 }
 
 static int yield_message(lua_State *L) {
@@ -101,7 +102,7 @@ static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
   lt_tensor *t = cb_to_tensor(L, idx);
   if (t == NULL)
     ltb_throw(L, "lazytensor: %s: a Lua rule must return a tensor (or lt.NotImplemented), got %s",
-               op, luaL_typename(L, idx));
+              op, luaL_typename(L, idx));
   return lt_retain(t);
 }
 
@@ -109,7 +110,7 @@ static double result_number(lua_State *L, int idx, const char *op) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
   if (lua_type(L, idx) != LUA_TNUMBER)
     ltb_throw(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
-               op, luaL_typename(L, idx));
+              op, luaL_typename(L, idx));
   return lua_tonumber(L, idx);
 }
 
@@ -117,9 +118,11 @@ static double result_number(lua_State *L, int idx, const char *op) {
 static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
   lt_result *res = c->res;
   switch (c->args->op) {
-    case LT_OP_TRACE: case LT_OP_GET: case LT_OP_LOGDET: case LT_OP_INV_QUAD: case LT_OP_EQUAL:
-      res->x[0] = result_number(L, base, op);
-      return;
+    case LT_OP_TRACE:
+    case LT_OP_GET:
+    case LT_OP_LOGDET:
+    case LT_OP_INV_QUAD:
+    case LT_OP_EQUAL: res->x[0] = result_number(L, base, op); return;
     case LT_OP_INV_QUAD_LOGDET:
       res->x[0] = result_number(L, base, op);
       res->x[1] = result_number(L, base + 1, op);
@@ -137,8 +140,77 @@ static void store_results(lua_State *L, int base, rule_call *c, const char *op) 
       /* Custom operations may answer with a number as well. */
       if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
         res->x[0] = lua_tonumber(L, base);
-      else
-        res->t[0] = result_tensor(L, base, op);
+      else res->t[0] = result_tensor(L, base, op);
+  }
+}
+
+/* lt_info.method must outlive the call: a rule's method names are interned
+ * in a table kept in the registry (keyed by this constant's address), up to
+ * a bound; past it the info says "lua rule". */
+static const char method_names_key = 0;
+
+static const char *intern_method(lua_State *L, int idx) {
+  const char *fallback = "lua rule";
+  if (lua_type(L, idx) != LUA_TSTRING) return fallback;
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &method_names_key); /* (no result type before 5.3) */
+  if (lua_type(L, -1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &method_names_key);
+  }
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, -1); /* anchored by the table */
+    lua_pop(L, 2);
+    return s;
+  }
+  lua_pop(L, 1);
+  lua_rawgeti(L, -1, 0); /* count of interned names, at [0] */
+  lua_Integer n = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  if (n >= 64) {
+    lua_pop(L, 1);
+    return fallback;
+  }
+  lua_pushinteger(L, n + 1);
+  lua_rawseti(L, -2, 0);
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 2);
+  return s;
+}
+
+/* An info table a rule returns after its results (solve, logdet, eigh, ...):
+ * {method =, iterations =, residual =, converged =}, each field optional. */
+static void store_info(lua_State *L, int idx, lt_result *res) {
+  if (lua_type(L, idx) != LUA_TTABLE) return;
+  lua_getfield(L, idx, "method");
+  if (!lua_isnil(L, -1)) res->info.method = intern_method(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "iterations");
+  if (ltb_isinteger(L, -1)) res->info.iterations = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "residual");
+  if (lua_type(L, -1) == LUA_TNUMBER) res->info.residual = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "converged");
+  if (!lua_isnil(L, -1)) res->info.converged = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+}
+
+/* How many results come before a rule's optional info table. */
+static int main_results(int op) {
+  switch (op) {
+    case LT_OP_EIGH: case LT_OP_INV_QUAD_LOGDET: return 2;
+    case LT_OP_SVD: return 3;
+    default: return 1;
   }
 }
 
@@ -155,7 +227,7 @@ static int protected_rule(lua_State *L) {
     nargs++;
   }
   nargs += push_extra_args(L, c->args);
-  lua_call(L, nargs, 3);
+  lua_call(L, nargs, 4);
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
   if (lua_rawequal(L, -1, base)) {
     c->not_implemented = 1;
@@ -163,6 +235,7 @@ static int protected_rule(lua_State *L) {
   }
   lua_pop(L, 1);
   store_results(L, base, c, op);
+  store_info(L, base + main_results(c->args->op), c->res);
   return 0;
 }
 
@@ -188,9 +261,17 @@ static void free_lua_rule(lt_context *ctx, void *ud) {
   if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
+/* A name argument (operation or type): a string, else a lazytensor: error
+ * (luaL_checkstring's "bad argument" message would not name the library). */
+static const char *check_name(lua_State *L, int idx, const char *fn, const char *what) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    ltb_error(L, fn, "%s must be a name (a string), got %s", what, luaL_typename(L, idx));
+  return lua_tostring(L, idx);
+}
+
 static int check_type_name(lua_State *L, int idx) {
   lt_context *ctx = ltb_ctx(L);
-  const char *name = luaL_checkstring(L, idx);
+  const char *name = check_name(L, idx, "implements", "a type");
   int id = lt_type_id(ctx, name);
   if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
   return id;
@@ -201,7 +282,8 @@ static int l_implements(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   int top = lua_gettop(L);
   if (top < 3 || top > 4)
-    return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments", top);
+    return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments",
+                     top);
   if (lua_type(L, 1) != LUA_TSTRING)
     return ltb_error(L, "implements", "the operation must be a name, got %s", luaL_typename(L, 1));
   if (!lua_isfunction(L, top))
@@ -236,7 +318,7 @@ static int l_implements(lua_State *L) {
 static int l_call(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "call", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_args args = {.op = op};
   args.a = ltb_operand(L, 2, lua_tostring(L, 1));
@@ -258,7 +340,7 @@ static int l_call(lua_State *L) {
 static int l_explain(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, luaL_checkstring(L, 1), 0);
+  int op = lt_op_id(S->ctx, check_name(L, 1, "explain", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
@@ -287,7 +369,7 @@ static int protected_matmul(lua_State *L) {
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
     ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
-               luaL_typename(L, -1));
+              luaL_typename(L, -1));
   c->out = lt_retain(t);
   return 0;
 }

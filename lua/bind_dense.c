@@ -122,7 +122,9 @@ static int l_ones(lua_State *L) {
 
 static int l_full(lua_State *L) {
   size_t shape[LT_MAX_DIM];
-  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_istable(L, 1))
+    return ltb_error(L, "full", "expected a shape table {d1, d2, ...}, got %s",
+                     luaL_typename(L, 1));
   double v = ltb_check_number(L, 2, "full", "the fill value");
   lua_settop(L, 1);
   int n = check_shape_args(L, 1, "full", shape);
@@ -181,13 +183,12 @@ static int l_get(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lt_tensor *t = ltb_check_tensor(L, 1, "get");
   int n = lua_gettop(L) - 1;
-  if (n != lt_ndim(t))
-    return ltb_error(L, "get", "%d indices for a %d-d tensor", n, lt_ndim(t));
+  if (n != lt_ndim(t)) return ltb_error(L, "get", "%d indices for a %d-d tensor", n, lt_ndim(t));
   size_t index[LT_MAX_DIM];
   for (int d = 0; d < n; d++) index[d] = ltb_check_index(L, d + 2, lt_size(t, d), "get");
   double v;
-  int rc = lt_is_dense(t) ? lt_dense_get(ctx, t, n, index, &v)
-                          : lt_get(ctx, t, index[0], index[1], &v);
+  int rc =
+      lt_is_dense(t) ? lt_dense_get(ctx, t, n, index, &v) : lt_get(ctx, t, index[0], index[1], &v);
   if (rc != LT_OK) return ltb_raise(L);
   lua_pushnumber(L, v);
   return 1;
@@ -389,21 +390,18 @@ static int l_dot(lua_State *L) {
 }
 
 static const luaL_Reg creators[] = {
-    {"tensor", l_tensor}, {"zeros", l_zeros},       {"ones", l_ones},
-    {"full", l_full},     {"eye", l_eye},           {"arange", l_arange},
-    {"linspace", l_linspace}, {"rand", l_rand},     {"randn", l_randn},
-    {"totable", l_totable}, {"get", l_get},         {"cmul", l_cmul},
+    {"tensor", l_tensor}, {"zeros", l_zeros},     {"ones", l_ones},         {"full", l_full},
+    {"eye", l_eye},       {"arange", l_arange},   {"linspace", l_linspace}, {"rand", l_rand},
+    {"randn", l_randn},   {"totable", l_totable}, {"get", l_get},           {"cmul", l_cmul},
     {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
-    {"get", l_get},       {"set", l_set},           {"fill", l_fill},
-    {"copy", l_copy},     {"reshape", l_reshape},   {"narrow", l_narrow},
-    {"clone", l_clone},   {"contiguous", l_contiguous}, {"totable", l_totable},
-    {"cmul", l_cmul},     {"cdiv", l_cdiv},         {"exp", l_exp},
-    {"log", l_log},       {"sqrt", l_sqrt},         {"abs", l_abs},
-    {"pow", l_pow},       {"sum", l_sum},           {"mean", l_mean},
-    {"max", l_max},       {"min", l_min},           {"norm", l_norm},
-    {"dot", l_dot},       {NULL, NULL}};
+    {"get", l_get},         {"set", l_set},       {"fill", l_fill},   {"copy", l_copy},
+    {"reshape", l_reshape}, {"narrow", l_narrow}, {"clone", l_clone}, {"contiguous", l_contiguous},
+    {"totable", l_totable}, {"cmul", l_cmul},     {"cdiv", l_cdiv},   {"exp", l_exp},
+    {"log", l_log},         {"sqrt", l_sqrt},     {"abs", l_abs},     {"pow", l_pow},
+    {"sum", l_sum},         {"mean", l_mean},     {"max", l_max},     {"min", l_min},
+    {"norm", l_norm},       {"dot", l_dot},       {NULL, NULL}};
 
 void ltb_open_dense(lua_State *L, int module) {
   ltb_set_functions(L, module, creators);

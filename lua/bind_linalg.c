@@ -51,12 +51,12 @@ static int l_add_jitter(lua_State *L) {
 
 /* Runs one call with per-call settings (opts at index opts_idx), restoring
  * them before any error is raised. */
-#define WITH_OPTS(L, ctx, opts_idx, op, call)            \
-  do {                                                   \
-    lt_settings saved_;                                  \
-    ltb_apply_settings((L), (opts_idx), &saved_, (op));  \
-    call;                                                \
-    *lt_settings_of(ctx) = saved_;                       \
+#define WITH_OPTS(L, ctx, opts_idx, op, call)           \
+  do {                                                  \
+    lt_settings saved_;                                 \
+    ltb_apply_settings((L), (opts_idx), &saved_, (op)); \
+    call;                                               \
+    *lt_settings_of(ctx) = saved_;                      \
   } while (0)
 
 static int l_solve(lua_State *L) {
@@ -214,13 +214,24 @@ static int l_psd(lua_State *L) {
   return ltb_fill(L, box, lt_psd(ctx, a));
 }
 
-static const luaL_Reg functions[] = {
-    {"dense", l_dense},       {"diagonal", l_diagonal}, {"t", l_t},
-    {"transpose", l_t},       {"inverse", l_inverse},   {"trace", l_trace},
-    {"add_diag", l_add_diag}, {"add_jitter", l_add_jitter}, {"solve", l_solve},
-    {"inv_quad", l_inv_quad}, {"logdet", l_logdet},     {"inv_quad_logdet", l_inv_quad_logdet},
-    {"cholesky", l_cholesky}, {"root", l_root},         {"root_inv", l_root_inv},
-    {"eigh", l_eigh},         {"svd", l_svd},           {NULL, NULL}};
+static const luaL_Reg functions[] = {{"dense", l_dense},
+                                     {"diagonal", l_diagonal},
+                                     {"t", l_t},
+                                     {"transpose", l_t},
+                                     {"inverse", l_inverse},
+                                     {"trace", l_trace},
+                                     {"add_diag", l_add_diag},
+                                     {"add_jitter", l_add_jitter},
+                                     {"solve", l_solve},
+                                     {"inv_quad", l_inv_quad},
+                                     {"logdet", l_logdet},
+                                     {"inv_quad_logdet", l_inv_quad_logdet},
+                                     {"cholesky", l_cholesky},
+                                     {"root", l_root},
+                                     {"root_inv", l_root_inv},
+                                     {"eigh", l_eigh},
+                                     {"svd", l_svd},
+                                     {NULL, NULL}};
 
 /* 1-based indices from a Lua array or a 1-d tensor, as 0-based size_t in a
  * userdata left on the stack (the garbage collector owns it). */
@@ -265,10 +276,9 @@ static int l_submatrix(lua_State *L) {
   return ltb_fill(L, box, lt_submatrix_new(ctx, a, rows, nr, cols, nc));
 }
 
-static const luaL_Reg constructors[] = {
-    {"submatrix", l_submatrix},
-    {"diag", l_diag}, {"identity", l_identity}, {"psd", l_psd},
-    {"triangular", l_triangular}, {NULL, NULL}};
+static const luaL_Reg constructors[] = {{"submatrix", l_submatrix},   {"diag", l_diag},
+                                        {"identity", l_identity},     {"psd", l_psd},
+                                        {"triangular", l_triangular}, {NULL, NULL}};
 
 void ltb_open_linalg(lua_State *L, int module) {
   ltb_set_functions(L, module, functions);

@@ -25,9 +25,9 @@
 typedef struct ltb_state {
   lt_context *ctx;
   lua_State *L;
-  int pending_error; /* error_slot while a Lua callback's error waits, else LUA_NOREF */
-  int error_slot;    /* registry ref made at open: storing into it never allocates */
-  int closing;       /* the Lua state is being closed */
+  int pending_error;   /* error_slot while a Lua callback's error waits, else LUA_NOREF */
+  int error_slot;      /* registry ref made at open: storing into it never allocates */
+  int closing;         /* the Lua state is being closed */
   int not_implemented; /* registry ref of lt.NotImplemented */
   int progress;        /* registry ref of settings.progress, or LUA_NOREF */
   size_t gc_mark;      /* lt_memory() at the last collector nudge (ltb_fill) */
@@ -102,10 +102,10 @@ void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *o
 /* Pieces of the module, one per file. */
 /* Pieces of the module, one per file: each adds its functions to the
  * module table and its methods to the methods table. */
-void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
-void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
-void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
-void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: toeplitz, kernel */
+void ltb_open_dense(lua_State *L, int module);      /* bind_dense.c */
+void ltb_open_linalg(lua_State *L, int module);     /* bind_linalg.c */
+void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
+void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
 void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
 
 #endif

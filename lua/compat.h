@@ -94,8 +94,8 @@ static inline void ltb_compat_rawsetp(lua_State *L, int idx, const void *p) {
 
 /* luaL_requiref: calls openf(modname), stores the result in
  * package.loaded[modname] (and as a global when glb), leaves it on the stack. */
-static inline void ltb_compat_requiref(lua_State *L, const char *modname,
-                                       lua_CFunction openf, int glb) {
+static inline void ltb_compat_requiref(lua_State *L, const char *modname, lua_CFunction openf,
+                                       int glb) {
   lua_pushcfunction(L, openf);
   lua_pushstring(L, modname);
   lua_call(L, 1, 1);

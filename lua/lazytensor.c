@@ -181,8 +181,7 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
       lua_replace(L, idx);
       return t;
     }
-    case LUA_TUSERDATA:
-      return ltb_check_tensor(L, idx, op);
+    case LUA_TUSERDATA: return ltb_check_tensor(L, idx, op);
     default:
       ltb_error(L, op, "argument #%d: expected a tensor, a number or a table, got %s", idx,
                 luaL_typename(L, idx));
@@ -208,7 +207,8 @@ size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what) {
     ltb_error(L, op, "%s must be a non-negative integer, got %s", what,
               lua_type(L, idx) == LUA_TNUMBER ? lua_tostring(L, idx) : luaL_typename(L, idx));
   lua_Number n = lua_tonumber(L, idx);
-  if (n < 0) ltb_error(L, op, "%s must be a non-negative integer, got %s", what, lua_tostring(L, idx));
+  if (n < 0)
+    ltb_error(L, op, "%s must be a non-negative integer, got %s", what, lua_tostring(L, idx));
   if (n > 9007199254740992.0) ltb_error(L, op, "%s is too large", what);
   return (size_t)n;
 }
@@ -396,7 +396,8 @@ static int m_newindex(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lt_tensor *t = ltb_check_tensor(L, 1, "newindex");
   if (!lt_is_dense(t))
-    return ltb_error(L, "newindex", "cannot assign into a %s operator (lazy operators are immutable)",
+    return ltb_error(L, "newindex",
+                     "cannot assign into a %s operator (lazy operators are immutable)",
                      lt_typename(ctx, t));
   if (lt_ndim(t) == 0) return ltb_error(L, "newindex", "cannot index a 0-d tensor");
   size_t i = ltb_check_index(L, 2, lt_size(t, 0), "newindex");
@@ -432,11 +433,14 @@ static int m_tostring(lua_State *L) {
   if (lt_is_dense(t)) {
     return ltb_push_cstring(L, lt_dense_format(ctx, t));
   }
-  char head[256];
+  char head[320];
   static const char *const flag[] = {"?", "yes", "no"};
-  snprintf(head, sizeof head, "[lazytensor.%s of size %zux%zu, symmetric: %s, psd: %s]",
-           lt_typename(ctx, t), lt_size(t, 0), lt_size(t, 1),
-           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
+  /* An lt.operator's name = "..." shows next to its type. */
+  const char *name = lt_operator_name(t);
+  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %zux%zu, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
+           lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
+           flag[lt_prop_get(t, LT_PROP_PSD)]);
   size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
   if (rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
@@ -527,7 +531,10 @@ static int l_is_symmetric(lua_State *L) {
 
 static int settings_index(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
     return 1;
@@ -543,7 +550,10 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
 
 static int settings_newindex(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
+                     luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (strcmp(name, "progress") == 0) {
     if (!lua_isnil(L, 3) && !lua_isfunction(L, 3))
       return ltb_error(L, "settings", "progress must be a function or nil");
@@ -602,8 +612,12 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
  * restores the previous ones afterwards, also when fn raises. */
 static int l_with_settings(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (!lua_istable(L, 1))
+    return ltb_error(L, "with_settings", "expected a table of settings, got %s",
+                     luaL_typename(L, 1));
+  if (!lua_isfunction(L, 2))
+    return ltb_error(L, "with_settings", "expected a function to run, got %s",
+                     luaL_typename(L, 2));
   lt_settings saved;
   ltb_apply_settings(L, 1, &saved, "with_settings");
   int nargs = lua_gettop(L) - 2;
@@ -630,33 +644,58 @@ static int l_memory(lua_State *L) {
 
 /* ------------------------------------------------------------ the module */
 
-static const luaL_Reg module_functions[] = {
-    {"add", l_add},         {"sub", l_sub},
-    {"mul", l_mul},         {"matmul", l_matmul},
-    {"scale", l_scale},     {"div", l_div},
-    {"neg", l_neg},         {"type", l_type},
-    {"is_tensor", l_is_tensor}, {"is_lazy", l_is_lazy},
-    {"is_psd", l_is_psd},   {"is_symmetric", l_is_symmetric},
-    {"with_settings", l_with_settings}, {"manual_seed", l_manual_seed},
-    {"memory", l_memory},   {"free", l_free},
-    {"shape", l_shape},     {"size", l_size},
-    {"dim", l_dim},         {"numel", l_numel},
-    {NULL, NULL}};
+static const luaL_Reg module_functions[] = {{"add", l_add},
+                                            {"sub", l_sub},
+                                            {"mul", l_mul},
+                                            {"matmul", l_matmul},
+                                            {"scale", l_scale},
+                                            {"div", l_div},
+                                            {"neg", l_neg},
+                                            {"type", l_type},
+                                            {"is_tensor", l_is_tensor},
+                                            {"is_lazy", l_is_lazy},
+                                            {"is_psd", l_is_psd},
+                                            {"is_symmetric", l_is_symmetric},
+                                            {"with_settings", l_with_settings},
+                                            {"manual_seed", l_manual_seed},
+                                            {"memory", l_memory},
+                                            {"free", l_free},
+                                            {"shape", l_shape},
+                                            {"size", l_size},
+                                            {"dim", l_dim},
+                                            {"numel", l_numel},
+                                            {NULL, NULL}};
 
-static const luaL_Reg common_methods[] = {
-    {"shape", l_shape},   {"size", l_size},     {"dim", l_dim},
-    {"numel", l_numel},   {"free", l_free},     {"is_psd", l_is_psd},
-    {"is_symmetric", l_is_symmetric},           {"add", l_add},
-    {"sub", l_sub},       {"mul", l_mul},       {"matmul", l_matmul},
-    {"scale", l_scale},   {"div", l_div},       {"neg", l_neg},
-    {"type", l_type},     {NULL, NULL}};
+static const luaL_Reg common_methods[] = {{"shape", l_shape},
+                                          {"size", l_size},
+                                          {"dim", l_dim},
+                                          {"numel", l_numel},
+                                          {"free", l_free},
+                                          {"is_psd", l_is_psd},
+                                          {"is_symmetric", l_is_symmetric},
+                                          {"add", l_add},
+                                          {"sub", l_sub},
+                                          {"mul", l_mul},
+                                          {"matmul", l_matmul},
+                                          {"scale", l_scale},
+                                          {"div", l_div},
+                                          {"neg", l_neg},
+                                          {"type", l_type},
+                                          {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {
-    {"__add", l_add},     {"__sub", l_sub},       {"__mul", m_mul},
-    {"__div", l_div},     {"__unm", l_neg},       {"__index", m_index},
-    {"__newindex", m_newindex}, {"__len", m_len}, {"__tostring", m_tostring},
-    {"__eq", m_eq},       {"__gc", m_gc},         {"__close", m_gc},
-    {NULL, NULL}};
+static const luaL_Reg metamethods[] = {{"__add", l_add},
+                                       {"__sub", l_sub},
+                                       {"__mul", m_mul},
+                                       {"__div", l_div},
+                                       {"__unm", l_neg},
+                                       {"__index", m_index},
+                                       {"__newindex", m_newindex},
+                                       {"__len", m_len},
+                                       {"__tostring", m_tostring},
+                                       {"__eq", m_eq},
+                                       {"__gc", m_gc},
+                                       {"__close", m_gc},
+                                       {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
 static int module_index(lua_State *L) {
@@ -725,14 +764,18 @@ static void create_settings(lua_State *L, int module) {
   lua_setfield(L, module, "settings");
 }
 
-/* The module table of this Lua state, in the registry under this address:
+/* The module table of this Lua state, in the registry under this name:
  * opening the module again returns it (one context per Lua state), and
- * hosts reach the context through it (ltb_lua_context). */
-static const char module_key = 'M';
+ * hosts reach the context through it (ltb_lua_context). A name, not a C
+ * address, so that a second copy of the library in the process (a host
+ * linking it statically, then `require` finding lazytensor.so) reuses the
+ * first one's module instead of installing closures of code that Lua 5.1
+ * unloads before the last finalizers run. */
+#define LTB_MODULE_KEY "lazytensor.module"
 
 ltb_state *ltb_find_state(lua_State *L) {
   ltb_state *S = NULL;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   if (lua_istable(L, -1)) {
     lua_pushliteral(L, "_state");
     lua_rawget(L, -2);
@@ -746,7 +789,7 @@ ltb_state *ltb_find_state(lua_State *L) {
 }
 
 LUALIB_API int luaopen_lazytensor(lua_State *L) {
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_getfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   if (lua_istable(L, -1)) return 1;
   lua_settop(L, 0);
   create_state(L);                   /* LTB_OPEN_STATE */
@@ -775,6 +818,6 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, module);
   lua_pushvalue(L, module);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &module_key);
+  lua_setfield(L, LUA_REGISTRYINDEX, LTB_MODULE_KEY);
   return 1;
 }

@@ -48,7 +48,7 @@ describe("coroutines", function()
     local ok, tr = coroutine.resume(co)
     assert.is_true(ok)
     assert.equal(12, tr)
-    co = nil
+    co = nil -- luacheck: ignore 311 (dropped for the collector)
     collectgarbage()
     collectgarbage()
     assert.equal(6, made:get(3, 3))

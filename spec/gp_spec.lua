@@ -170,10 +170,12 @@ describe("gp structure choice", function()
     assert.matches("^toeplitz", m:explain())
   end)
 
-  it("picks the dense kernel matrix for scattered inputs", function()
+  it("picks lt.kernel for scattered inputs, the dense matrix for a product kernel", function()
     lt.manual_seed(3)
     local m = gp.exact{x = lt.rand(30), y = lt.randn(30), kernel = K.rbf{}}
-    assert.matches("^dense", m:explain())
+    assert.matches("^kernel", m:explain())
+    local p = gp.exact{x = lt.rand(30), y = lt.randn(30), kernel = K.rbf{} * K.periodic{}}
+    assert.matches("^dense", p:explain())
   end)
 
   it("picks Kronecker for a full grid with a separable kernel, not for matern", function()
@@ -190,7 +192,7 @@ describe("gp structure choice", function()
                           kernel = K.rbf{dims = {1, 2}}}
     assert.matches("^kron_masked", held:explain())
     local mat = gp.exact{x = x, y = y, kernel = K.matern52{dims = {1, 2}}}
-    assert.matches("^dense", mat:explain())
+    assert.matches("^kernel", mat:explain()) -- not separable: lt.kernel
   end)
 end)
 
@@ -227,7 +229,7 @@ describe("gp marginal likelihood (exact path)", function()
     end
     local kernel = K.matern32{lengthscale = 0.3} + K.rbf{lengthscale = 1}
     local m = check(xs, points, y, kernel, 0.01, -0.1)
-    assert.matches("^dense", m:explain())
+    assert.matches("^kernel", m:explain())
   end)
 
   it("agrees with a dense computation to 1e-8 on a Kronecker grid", function()

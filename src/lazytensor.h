@@ -96,15 +96,15 @@ int lt_mul_size(lt_context *ctx, const char *op, size_t a, size_t b, size_t *out
 
 /* Settings ---------------------------------------------------------- */
 typedef struct lt_settings {
-  size_t max_cholesky_size;      /* exact methods up to this size (800) */
-  double cg_tolerance;           /* relative residual for CG (1e-6) */
-  int max_cg_iterations;         /* (1000) */
-  int num_trace_samples;         /* probes for SLQ / Hutchinson (10) */
-  int max_lanczos_iterations;    /* (100) */
-  double cholesky_jitter;        /* first jitter tried, relative (1e-8) */
-  int cholesky_max_tries;        /* jitter retries after the first attempt (3) */
-  int preconditioner_size;       /* pivoted Cholesky rank (15) */
-  int num_threads;               /* BLAS threads, 0 = leave as is (0) */
+  size_t max_cholesky_size;        /* exact methods up to this size (800) */
+  double cg_tolerance;             /* relative residual for CG (1e-6) */
+  int max_cg_iterations;           /* (1000) */
+  int num_trace_samples;           /* probes for SLQ / Hutchinson (10) */
+  int max_lanczos_iterations;      /* (100) */
+  double cholesky_jitter;          /* first jitter tried, relative (1e-8) */
+  int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
+  int preconditioner_size;         /* pivoted Cholesky rank (15) */
+  int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
   int max_root_decomposition_size; /* Lanczos root rank (100) */
   /* Called by iterative methods with their progress; NULL for none. */
   void (*progress)(void *ud, const char *method, int iteration, double value);
@@ -156,6 +156,7 @@ enum {
   LT_TYPE_LOWRANK_DIAG,       /* "lowrank_plus_diag": D + U·Vᵀ (Woodbury) */
   LT_TYPE_KRON_PLUS_IDENTITY, /* "kron_plus_identity": kron + σ·I */
   LT_TYPE_SUBMATRIX,          /* "submatrix": A[rows, cols], lazy */
+  LT_TYPE_HADAMARD,           /* "hadamard": A ∘ B of two lazy operators */
   LT_TYPE_BUILTIN_COUNT
 };
 
@@ -197,9 +198,9 @@ typedef struct lt_type {
  * tensors of the new type with lt_lazy_new, and give it rules with
  * lt_register_rule; Lua code sees it by name (lt.type, lt.implements). */
 int lt_register_type(lt_context *ctx, const lt_type *type);
-int lt_type_id(lt_context *ctx, const char *name); /* LT_ERR if unknown; "any" is 0 */
+int lt_type_id(lt_context *ctx, const char *name);      /* LT_ERR if unknown; "any" is 0 */
 const char *lt_type_name(lt_context *ctx, int type_id); /* "?" for an unknown id */
-int lt_type_count(const lt_context *ctx); /* ids are 0 .. count - 1 */
+int lt_type_count(const lt_context *ctx);               /* ids are 0 .. count - 1 */
 const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id); /* NULL if unknown */
 
 /* ------------------------------------------------------------------ */
@@ -273,17 +274,17 @@ lt_tensor *lt_dense_select(lt_context *ctx, lt_tensor *t, int dim, size_t index)
 lt_tensor *lt_dense_narrow(lt_context *ctx, lt_tensor *t, int dim, size_t start, size_t len);
 lt_tensor *lt_dense_transpose(lt_context *ctx, lt_tensor *t); /* 2-d view */
 lt_tensor *lt_dense_reshape(lt_context *ctx, lt_tensor *t, int ndim, const size_t *shape);
-lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t);   /* contiguous copy */
-lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t); /* t itself (retained) if already */
-int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src); /* same numel, broadcasting */
+lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t); /* contiguous copy */
+lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t);  /* t itself (retained) if already */
+int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst,
+                       const lt_tensor *src); /* same numel, broadcasting */
 int lt_dense_fill(lt_context *ctx, lt_tensor *t, double v);
 
 /* Element-wise with numpy broadcasting. */
 typedef enum { LT_EW_ADD, LT_EW_SUB, LT_EW_MUL, LT_EW_DIV, LT_EW_POW } lt_binary_op;
-typedef enum {
-  LT_EW_NEG, LT_EW_EXP, LT_EW_LOG, LT_EW_SQRT, LT_EW_ABS
-} lt_unary_op;
-lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a, const lt_tensor *b);
+typedef enum { LT_EW_NEG, LT_EW_EXP, LT_EW_LOG, LT_EW_SQRT, LT_EW_ABS } lt_unary_op;
+lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
+                           const lt_tensor *b);
 lt_tensor *lt_dense_unary(lt_context *ctx, lt_unary_op op, const lt_tensor *a);
 lt_tensor *lt_dense_pow_scalar(lt_context *ctx, const lt_tensor *a, double p);
 lt_tensor *lt_dense_scale(lt_context *ctx, const lt_tensor *a, double c);
@@ -314,9 +315,9 @@ char *lt_dense_format(lt_context *ctx, const lt_tensor *t);
 enum {
   LT_OP_ADD = 0,
   LT_OP_SUB,
-  LT_OP_MUL,      /* element-wise */
+  LT_OP_MUL, /* element-wise */
   LT_OP_MATMUL,
-  LT_OP_SCALE,    /* a · scalar */
+  LT_OP_SCALE, /* a · scalar */
   LT_OP_NEG,
   LT_OP_TRANSPOSE,
   LT_OP_DENSE,
@@ -335,7 +336,7 @@ enum {
   LT_OP_EIGH,
   LT_OP_SVD,
   LT_OP_INVERSE,
-  LT_OP_EQUAL,    /* same shape and entries */
+  LT_OP_EQUAL, /* same shape and entries */
   LT_OP_BUILTIN_COUNT
 };
 
@@ -396,9 +397,9 @@ const char *lt_op_name(const lt_context *ctx, int op);
  * the same key is tried first. With symmetric != 0 the rule is also registered
  * for (op, type_b, type_a) and there called with a and b swapped.
  * free_ud (may be NULL) is called on ud when the context is freed. */
-int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b,
-                     const char *name, lt_rule_fn fn, void *ud,
-                     void (*free_ud)(lt_context *ctx, void *ud), int symmetric);
+int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                     lt_rule_fn fn, void *ud, void (*free_ud)(lt_context *ctx, void *ud),
+                     int symmetric);
 
 /* A row of a rule table, for registering many rules at once. */
 typedef struct lt_rule_spec {
@@ -464,8 +465,8 @@ int lt_equal(lt_context *ctx, lt_tensor *a, lt_tensor *b, int *out);
 /* Lazy operator constructors (API.md "Lazy operators")                */
 /* ------------------------------------------------------------------ */
 
-lt_tensor *lt_diag_new(lt_context *ctx, lt_tensor *v);            /* v: 1-d dense */
-lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c);  /* c·I */
+lt_tensor *lt_diag_new(lt_context *ctx, lt_tensor *v);           /* v: 1-d dense */
+lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c); /* c·I */
 lt_tensor *lt_triangular_new(lt_context *ctx, lt_tensor *a, int upper);
 lt_tensor *lt_constant_new(lt_context *ctx, size_t rows, size_t cols, double c); /* c·11ᵀ */
 lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n);
@@ -485,13 +486,19 @@ lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n);
  * so contexts in different threads may plan concurrently. */
 lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r /* NULL: symmetric */);
 typedef enum {
-  LT_KERNEL_RBF, LT_KERNEL_MATERN12, LT_KERNEL_MATERN32, LT_KERNEL_MATERN52,
+  LT_KERNEL_RBF,
+  LT_KERNEL_MATERN12,
+  LT_KERNEL_MATERN32,
+  LT_KERNEL_MATERN52,
   LT_KERNEL_PERIODIC
 } lt_kernel_kind;
 /* What the operator's entries are: the kernel itself, or its derivative with
  * respect to the log of one hyperparameter (θ·∂k/∂θ). */
 typedef enum {
-  LT_KERNEL_VALUE, LT_KERNEL_D_LENGTHSCALE, LT_KERNEL_D_VARIANCE, LT_KERNEL_D_PERIOD
+  LT_KERNEL_VALUE,
+  LT_KERNEL_D_LENGTHSCALE,
+  LT_KERNEL_D_VARIANCE,
+  LT_KERNEL_D_PERIOD
 } lt_kernel_derivative;
 typedef struct lt_kernel_spec {
   lt_kernel_kind kind;

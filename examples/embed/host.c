@@ -240,8 +240,9 @@ int main(int argc, char **argv) {
   type_id = lt_register_type(ctx, &tridiag_type);
   check(&h, type_id >= LT_TYPE_BUILTIN_COUNT, "lt_register_type gives a new id");
   check(&h, lt_register_type(ctx, &tridiag_type) == LT_ERR, "a type name registers once");
-  check(&h, lt_register_rule(ctx, LT_OP_ADD, type_id, type_id, "tridiag + tridiag (C)",
-                             rule_tridiag_add, &type_id, NULL, 0) == LT_OK,
+  check(&h,
+        lt_register_rule(ctx, LT_OP_ADD, type_id, type_id, "tridiag + tridiag (C)",
+                         rule_tridiag_add, &type_id, NULL, 0) == LT_OK,
         "lt_register_rule");
   check_memory(&h, ctx);
 

@@ -28,9 +28,15 @@ local function lib()
   return lt_module
 end
 
--- A plain Lua array (not a tensor) becomes a 1-d tensor.
-local function as_tensor(x)
+-- A plain Lua array (not a tensor) becomes a 1-d tensor; anything else that
+-- is not a tensor is a lazytensor: error naming the operation (op) and the
+-- argument (what).
+local function as_tensor(x, op, what)
   if type(x) == "table" and getmetatable(x) == nil then return lib().tensor(x) end
+  local is_tensor = lib().is_tensor -- (a stand-in library may not have it)
+  if is_tensor and not is_tensor(x) or not is_tensor and type(x) ~= "table" then
+    error(string.format("lazytensor: %s: %s must be a tensor, got %s", op, what, type(x)), 0)
+  end
   return x
 end
 
@@ -41,11 +47,16 @@ MVN.__name = "lazytensor.mvn"
 --- A multivariate normal with the given mean (1-d tensor or Lua array of k
 -- numbers) and covariance (any k x k positive definite operator).
 function mvn.new(mean, cov)
-  mean = as_tensor(mean)
+  mean = as_tensor(mean, "mvn", "mean")
+  cov = as_tensor(cov, "mvn", "cov")
+  if mean:dim() ~= 1 then
+    error(string.format("lazytensor: mvn: mean must be 1-d, got %s",
+      table.concat(mean:shape(), "x")), 0)
+  end
   local k = mean:numel()
   if cov:dim() ~= 2 or cov:size(1) ~= k or cov:size(2) ~= k then
     error(string.format("lazytensor: mvn: mean has %d entries but cov is %s", k,
-      table.concat(cov:shape(), "x")), 2)
+      table.concat(cov:shape(), "x")), 0)
   end
   return setmetatable({ _mean = mean, _cov = cov, k = k }, MVN)
 end
@@ -70,18 +81,18 @@ end
 --- log density at x: a number for x of k entries, a 1-d tensor of n numbers
 -- for an n x k tensor of points (one per row).
 function MVN:log_prob(x)
-  x = as_tensor(x)
+  x = as_tensor(x, "mvn:log_prob", "x")
   if x:dim() == 1 then
     if x:numel() ~= self.k then
       error(string.format("lazytensor: mvn:log_prob: x has %d entries, expected %d",
-        x:numel(), self.k), 2)
+        x:numel(), self.k), 0)
     end
     local quad, logdet = self._cov:inv_quad_logdet(x - self._mean)
     return -0.5 * (quad + logdet + self.k * LOG_2PI)
   end
   if x:dim() ~= 2 or x:size(2) ~= self.k then
     error(string.format("lazytensor: mvn:log_prob: x must have %d entries or be n x %d",
-      self.k, self.k), 2)
+      self.k, self.k), 0)
   end
   -- One solve for all points: the quadratic form of column i of D^T is the
   -- column sum of D^T .* cov^-1 D^T.
@@ -100,8 +111,10 @@ function MVN:rsample(n)
   if n == nil then
     return self._mean + root * lt.randn(r)
   end
-  if type(n) ~= "number" or n % 1 ~= 0 or n < 1 then
-    error("lazytensor: mvn:rsample: n must be a positive integer", 0)
+  -- a count is a size: any non-negative integer (0 gives a 0 x k tensor)
+  if type(n) ~= "number" or n % 1 ~= 0 or n < 0 then
+    error("lazytensor: mvn:rsample: n must be a non-negative integer, got "
+          .. (type(n) == "number" and tostring(n) or type(n)), 0)
   end
   return self:mean_rows(n) + lt.randn(n, r) * root:t()
 end

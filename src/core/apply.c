@@ -17,8 +17,7 @@ static int check_product(lt_context *ctx, const lt_tensor *A, lt_tensor *out, si
       out->shape[1] != k) {
     char buf[64];
     return lt_error(ctx, "matmul: the %s operator's product returned %s, expected %zux%zu",
-                    A->type ? A->type->name : "?", lt_shape_string(out, buf, sizeof buf), rows,
-                    k);
+                    A->type ? A->type->name : "?", lt_shape_string(out, buf, sizeof buf), rows, k);
   }
   return LT_OK;
 }
@@ -54,8 +53,7 @@ static int t_apply_block(lt_context *ctx, void *ud, size_t start, lt_tensor *col
   lt_tensor *part = colsT ? lt_dense_matmul(ctx, colsT, st->X) : NULL; /* b×k */
   lt_release(ctx, colsT);
   if (part == NULL) return LT_ERR;
-  memcpy(lt_dense_data(st->out) + start * k, lt_dense_data(part),
-         lt_numel(part) * sizeof(double));
+  memcpy(lt_dense_data(st->out) + start * k, lt_dense_data(part), lt_numel(part) * sizeof(double));
   lt_release(ctx, part);
   return LT_OK;
 }

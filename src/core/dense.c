@@ -11,7 +11,8 @@
 /* One allocation holds the header and the numbers (the header's size is a
  * multiple of 8, so the doubles after it are aligned): small tensors cost a
  * single call to the allocator. */
-_Static_assert(sizeof(lt_storage) % sizeof(double) == 0, "storage header must keep doubles aligned");
+_Static_assert(sizeof(lt_storage) % sizeof(double) == 0,
+               "storage header must keep doubles aligned");
 
 _Static_assert(sizeof(lt_tensor) % sizeof(double) == 0, "tensor header must keep doubles aligned");
 
@@ -169,8 +170,7 @@ double *lt_dense_ptr(const lt_tensor *t, const size_t *index) {
 static int check_index(lt_context *ctx, const char *op, const lt_tensor *t, int n,
                        const size_t *index) {
   if (t->type_id != LT_TYPE_DENSE) return lt_error(ctx, "%s: not a dense tensor", op);
-  if (n != t->ndim)
-    return lt_error(ctx, "%s: %d indices for a %d-d tensor", op, n, t->ndim);
+  if (n != t->ndim) return lt_error(ctx, "%s: %d indices for a %d-d tensor", op, n, t->ndim);
   for (int d = 0; d < n; d++)
     if (index[d] >= t->shape[d])
       return lt_error(ctx, "%s: index %zu out of range for dimension %d of size %zu", op,
@@ -316,8 +316,7 @@ lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {
   if (c == NULL) return NULL;
   if (lt_dense_is_contiguous(t))
     memcpy(c->storage->data, lt_dense_data(t), lt_numel(t) * sizeof(double));
-  else
-    copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
+  else copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
   /* Only properties still valid for t's storage carry over. */
   for (int p = 0; p < LT_PROP_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
   return c;
@@ -332,7 +331,8 @@ int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src) {
   if (src->ndim == 0) return lt_dense_fill(ctx, dst, *lt_dense_data(src));
   if (lt_numel(src) != lt_numel(dst))
     return lt_error(ctx, "copy: %zu elements into %zu", lt_numel(src), lt_numel(dst));
-  if (src->ndim == dst->ndim && memcmp(src->shape, dst->shape, sizeof(size_t) * (size_t)src->ndim) == 0) {
+  if (src->ndim == dst->ndim &&
+      memcmp(src->shape, dst->shape, sizeof(size_t) * (size_t)src->ndim) == 0) {
     /* Copy through a temporary when the two overlap in storage. */
     if (src->storage == dst->storage) {
       lt_tensor *tmp = lt_dense_clone(ctx, src);

@@ -49,8 +49,8 @@ static lt_tensor *gemm(lt_context *ctx, const lt_tensor *a, const lt_tensor *b) 
   size_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
   /* BLAS overwrites the output (beta = 0): only an empty inner dimension
    * needs the zeros written. */
-  lt_tensor *out = k == 0 ? lt_dense_zeros(ctx, 2, (size_t[]){m, n})
-                          : lt_dense_new(ctx, 2, (size_t[]){m, n});
+  lt_tensor *out =
+      k == 0 ? lt_dense_zeros(ctx, 2, (size_t[]){m, n}) : lt_dense_new(ctx, 2, (size_t[]){m, n});
   if (out == NULL || m == 0 || n == 0 || k == 0) return out;
   blas_view va, vb;
   lt_tensor *ca = blas_operand(ctx, a, &va);

@@ -63,7 +63,7 @@ static numfmt choose_format(const lt_tensor *t) {
                       (maxabs > 0 && minabs < INFINITY && maxabs / minabs > 1e8)))
     f.scientific = 1;
   char buf[64];
-  f.width = f.integers ? snprintf(buf, sizeof buf, "%.0f", maxabs) + 1
+  f.width = f.integers     ? snprintf(buf, sizeof buf, "%.0f", maxabs) + 1
             : f.scientific ? 12
                            : snprintf(buf, sizeof buf, "%.4f", maxabs) + 1;
   if (f.width < 3) f.width = 3; /* room for nan/inf */
@@ -71,12 +71,9 @@ static numfmt choose_format(const lt_tensor *t) {
 }
 
 static void format_number(char *buf, size_t size, const numfmt *f, double v) {
-  if (f->integers && isfinite(v))
-    snprintf(buf, size, " %*.0f", f->width, v);
-  else if (f->scientific)
-    snprintf(buf, size, " %*.4e", f->width, v);
-  else
-    snprintf(buf, size, " %*.4f", f->width, v);
+  if (f->integers && isfinite(v)) snprintf(buf, size, " %*.0f", f->width, v);
+  else if (f->scientific) snprintf(buf, size, " %*.4e", f->width, v);
+  else snprintf(buf, size, " %*.4f", f->width, v);
 }
 
 static void format_matrix(outbuf *o, const lt_tensor *t, const double *base, const numfmt *f,

@@ -17,8 +17,8 @@ static void broadcast_strides(const lt_tensor *t, int ndim, ptrdiff_t *strides) 
   }
 }
 
-static int broadcast_shape(lt_context *ctx, const char *op, const lt_tensor *a,
-                           const lt_tensor *b, int *ndim, size_t *shape) {
+static int broadcast_shape(lt_context *ctx, const char *op, const lt_tensor *a, const lt_tensor *b,
+                           int *ndim, size_t *shape) {
   int n = a->ndim > b->ndim ? a->ndim : b->ndim;
   for (int d = 0; d < n; d++) {
     int da = d - (n - a->ndim), db = d - (n - b->ndim);
@@ -59,10 +59,18 @@ static lt_tensor *binary_flat(lt_context *ctx, lt_binary_op op, const lt_tensor 
   double *po = lt_dense_data(out);
   size_t n = lt_numel(a);
   switch (op) {
-    case LT_EW_ADD: for (size_t i = 0; i < n; i++) po[i] = pa[i] + pb[i]; break;
-    case LT_EW_SUB: for (size_t i = 0; i < n; i++) po[i] = pa[i] - pb[i]; break;
-    case LT_EW_MUL: for (size_t i = 0; i < n; i++) po[i] = pa[i] * pb[i]; break;
-    default: for (size_t i = 0; i < n; i++) po[i] = apply_binary(op, pa[i], pb[i]); break;
+    case LT_EW_ADD:
+      for (size_t i = 0; i < n; i++) po[i] = pa[i] + pb[i];
+      break;
+    case LT_EW_SUB:
+      for (size_t i = 0; i < n; i++) po[i] = pa[i] - pb[i];
+      break;
+    case LT_EW_MUL:
+      for (size_t i = 0; i < n; i++) po[i] = pa[i] * pb[i];
+      break;
+    default:
+      for (size_t i = 0; i < n; i++) po[i] = apply_binary(op, pa[i], pb[i]);
+      break;
   }
   return out;
 }
@@ -115,18 +123,18 @@ lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
 }
 
 /* Visits every element of t in row-major order. */
-#define FOR_EACH_ELEMENT(t, p, body)                                  \
-  do {                                                                \
-    size_t n_ = lt_numel(t);                                          \
-    size_t idx_[LT_MAX_DIM] = {0};                                    \
-    for (size_t k_ = 0; k_ < n_; k_++) {                              \
-      const double *p = lt_dense_ptr((t), idx_);                      \
-      body;                                                           \
-      for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) {                   \
-        if (++idx_[d_] < (t)->shape[d_]) break;                       \
-        idx_[d_] = 0;                                                 \
-      }                                                               \
-    }                                                                 \
+#define FOR_EACH_ELEMENT(t, p, body)                \
+  do {                                              \
+    size_t n_ = lt_numel(t);                        \
+    size_t idx_[LT_MAX_DIM] = {0};                  \
+    for (size_t k_ = 0; k_ < n_; k_++) {            \
+      const double *p = lt_dense_ptr((t), idx_);    \
+      body;                                         \
+      for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) { \
+        if (++idx_[d_] < (t)->shape[d_]) break;     \
+        idx_[d_] = 0;                               \
+      }                                             \
+    }                                               \
   } while (0)
 
 static double apply_unary(lt_unary_op op, double x) {
@@ -160,9 +168,11 @@ lt_tensor *lt_dense_pow_scalar(lt_context *ctx, const lt_tensor *a, double e) {
   double *po = lt_dense_data(out);
   size_t k = 0;
   if (e == 2.0)
-    FOR_EACH_ELEMENT(a, p, { po[k] = *p * *p; k++; });
-  else
-    FOR_EACH_ELEMENT(a, p, po[k++] = pow(*p, e));
+    FOR_EACH_ELEMENT(a, p, {
+      po[k] = *p * *p;
+      k++;
+    });
+  else FOR_EACH_ELEMENT(a, p, po[k++] = pow(*p, e));
   return out;
 }
 

@@ -12,10 +12,10 @@
 typedef struct lt_storage {
   int refcount;
   unsigned version; /* bumped on every write through the API */
-  size_t count; /* doubles */
-  double *data; /* right after this header, in the same allocation */
-  int embedded; /* allocated in one block right after the tensor that
-                   created it: the block is freed with the storage */
+  size_t count;     /* doubles */
+  double *data;     /* right after this header, in the same allocation */
+  int embedded;     /* allocated in one block right after the tensor that
+                       created it: the block is freed with the storage */
 } lt_storage;
 
 struct lt_tensor {
@@ -28,8 +28,8 @@ struct lt_tensor {
   unsigned props_version;             /* dense: storage version the props hold for */
   /* dense */
   lt_storage *storage;
-  size_t offset;                  /* elements */
-  ptrdiff_t strides[LT_MAX_DIM];  /* elements */
+  size_t offset;                 /* elements */
+  ptrdiff_t strides[LT_MAX_DIM]; /* elements */
   /* lazy */
   int nchildren;
   lt_tensor **children; /* inline_children when there are at most two */
@@ -53,7 +53,7 @@ typedef struct lt_rule {
   void *ud;
   void (*free_ud)(lt_context *ctx, void *ud);
   char *name;
-  int swap; /* called with a and b exchanged */
+  int swap;             /* called with a and b exchanged */
   struct lt_rule *next; /* next candidate (registered earlier) */
 } lt_rule;
 
@@ -122,14 +122,16 @@ lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X);
 /* Calls f with A's columns [start, start+b) as a dense rows×b matrix, for
  * consecutive blocks: memory O(rows · block). */
 int lt_for_column_blocks(lt_context *ctx, lt_tensor *A,
-                         int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols),
-                         void *ud);
+                         int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols), void *ud);
 /* Helpers for rules ------------------------------------------------------- */
 static inline int lt_is_square(const lt_tensor *t) {
   return t->ndim == 2 && t->shape[0] == t->shape[1];
 }
 int lt_require_square(lt_context *ctx, const char *op, const lt_tensor *t);
 int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
+/* Whether type_a has a rule of its own for op: registered under
+ * (type_a, type_b) or (type_a, any), not only the ("any", ...) fallbacks. */
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
 
 #endif

@@ -66,8 +66,7 @@ static expect expect_elementwise(const lt_tensor *a, const lt_tensor *b) {
  * wrong one (a buggy or a user's Lua rule) is released and reported. */
 static lt_tensor *check_result(lt_context *ctx, int op, lt_tensor *t, const expect *e) {
   if (t == NULL || e->ndim < 0) return t;
-  if (t->ndim == e->ndim &&
-      memcmp(t->shape, e->shape, sizeof(size_t) * (size_t)e->ndim) == 0)
+  if (t->ndim == e->ndim && memcmp(t->shape, e->shape, sizeof(size_t) * (size_t)e->ndim) == 0)
     return t;
   lt_tensor want = {.ndim = e->ndim};
   memcpy(want.shape, e->shape, sizeof(size_t) * (size_t)e->ndim);
@@ -88,8 +87,7 @@ static lt_tensor *dispatch_tensor(lt_context *ctx, lt_args *args, lt_info *info,
   return check_result(ctx, args->op, res.t[0], &e);
 }
 
-static int dispatch_numbers(lt_context *ctx, lt_args *args, double *x0, double *x1,
-                            lt_info *info) {
+static int dispatch_numbers(lt_context *ctx, lt_args *args, double *x0, double *x1, lt_info *info) {
   lt_result res;
   if (lt_dispatch(ctx, args, &res) != LT_OK) return LT_ERR;
   for (int i = 0; i < 3; i++) lt_release(ctx, res.t[i]);
@@ -305,12 +303,18 @@ int lt_call(lt_context *ctx, const lt_args *args, lt_result *res) {
   if (op >= LT_OP_BUILTIN_COUNT) return lt_dispatch(ctx, args, res);
   if (a == NULL) return lt_error(ctx, "%s: missing operand", lt_op_name(ctx, op));
   switch (op) {
-    case LT_OP_ADD: case LT_OP_SUB: case LT_OP_MUL: case LT_OP_MATMUL: case LT_OP_ADD_DIAG:
-    case LT_OP_SOLVE: case LT_OP_INV_QUAD: case LT_OP_INV_QUAD_LOGDET: case LT_OP_EQUAL:
+    case LT_OP_ADD:
+    case LT_OP_SUB:
+    case LT_OP_MUL:
+    case LT_OP_MATMUL:
+    case LT_OP_ADD_DIAG:
+    case LT_OP_SOLVE:
+    case LT_OP_INV_QUAD:
+    case LT_OP_INV_QUAD_LOGDET:
+    case LT_OP_EQUAL:
       if (b == NULL) return lt_error(ctx, "%s: expected two operands", lt_op_name(ctx, op));
       break;
-    default:
-      break;
+    default: break;
   }
   switch (op) {
     case LT_OP_ADD: return tensor_out(res, lt_add(ctx, a, b));
@@ -365,7 +369,8 @@ static lt_tristate dense_symmetric(lt_tensor *a) {
   double tol = isfinite(big) ? LT_SYMMETRY_TOLERANCE * big : 0.0;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < i; j++) {
-      double x = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1], y = p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1];
+      double x = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1],
+             y = p[(ptrdiff_t)j * s0 + (ptrdiff_t)i * s1];
       if (x != y && !(fabs(x - y) <= tol)) return LT_NO;
     }
   return LT_YES;
@@ -394,8 +399,8 @@ lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
  * immutable, so it is marked itself. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
   if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
-  lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
-                                             : lt_retain(a);
+  lt_tensor *t =
+      a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0]) : lt_retain(a);
   if (t == NULL) return NULL;
   lt_prop_mark(t, LT_PROP_SYMMETRIC, LT_YES);
   lt_prop_mark(t, LT_PROP_PSD, LT_YES);

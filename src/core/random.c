@@ -35,9 +35,7 @@ uint64_t lt_random_u64(lt_context *ctx) {
   return result;
 }
 
-double lt_random_uniform(lt_context *ctx) {
-  return (double)(lt_random_u64(ctx) >> 11) * 0x1.0p-53;
-}
+double lt_random_uniform(lt_context *ctx) { return (double)(lt_random_u64(ctx) >> 11) * 0x1.0p-53; }
 
 /* Marsaglia's polar method: needs only sqrt and log, which are correctly
  * rounded enough on every libm we target to agree across platforms. */

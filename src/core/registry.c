@@ -11,23 +11,35 @@
 
 #include "internal.h"
 
+/* Names of the built-in operations, in LT_OP_* order. */
+/* clang-format off */
 static const char *const BUILTIN_OP_NAMES[LT_OP_BUILTIN_COUNT] = {
     "add",      "sub",      "mul",       "matmul",   "scale",
     "neg",      "transpose", "dense",    "diagonal", "trace",
     "get",      "row",      "add_diag",  "solve",    "inv_quad",
     "logdet",   "inv_quad_logdet", "cholesky", "root", "root_inv",
     "eigh",     "svd",      "inverse",   "equal"};
+/* clang-format on */
 
 /* Operations that take one operand: resolution uses type a only. */
 static int op_is_unary(int op) {
   switch (op) {
-    case LT_OP_NEG: case LT_OP_TRANSPOSE: case LT_OP_DENSE: case LT_OP_DIAGONAL:
-    case LT_OP_TRACE: case LT_OP_GET: case LT_OP_ROW: case LT_OP_LOGDET:
-    case LT_OP_CHOLESKY: case LT_OP_ROOT: case LT_OP_ROOT_INV: case LT_OP_EIGH:
-    case LT_OP_SVD: case LT_OP_INVERSE: case LT_OP_SCALE:
-      return 1;
-    default:
-      return 0;
+    case LT_OP_NEG:
+    case LT_OP_TRANSPOSE:
+    case LT_OP_DENSE:
+    case LT_OP_DIAGONAL:
+    case LT_OP_TRACE:
+    case LT_OP_GET:
+    case LT_OP_ROW:
+    case LT_OP_LOGDET:
+    case LT_OP_CHOLESKY:
+    case LT_OP_ROOT:
+    case LT_OP_ROOT_INV:
+    case LT_OP_EIGH:
+    case LT_OP_SVD:
+    case LT_OP_INVERSE:
+    case LT_OP_SCALE: return 1;
+    default: return 0;
   }
 }
 
@@ -103,8 +115,8 @@ int lt_op_id(lt_context *ctx, const char *name, int create) {
   if (!create) return lt_error(ctx, "unknown operation '%s'", name);
   if (ctx->nops == ctx->ops_cap) {
     int cap = ctx->ops_cap ? 2 * ctx->ops_cap : 8;
-    char **n = lt_realloc(ctx, ctx->op_names, sizeof *n * (size_t)ctx->ops_cap,
-                          sizeof *n * (size_t)cap);
+    char **n =
+        lt_realloc(ctx, ctx->op_names, sizeof *n * (size_t)ctx->ops_cap, sizeof *n * (size_t)cap);
     if (n == NULL) return LT_ERR;
     ctx->op_names = n;
     ctx->ops_cap = cap;
@@ -172,8 +184,7 @@ void lt_registry_free(lt_context *ctx) {
     }
   }
   lt_free(ctx, ctx->slots, ctx->nslots * sizeof *ctx->slots);
-  for (int i = 0; i < ctx->nops; i++)
-    lt_free(ctx, ctx->op_names[i], strlen(ctx->op_names[i]) + 1);
+  for (int i = 0; i < ctx->nops; i++) lt_free(ctx, ctx->op_names[i], strlen(ctx->op_names[i]) + 1);
   lt_free(ctx, ctx->op_names, sizeof *ctx->op_names * (size_t)ctx->ops_cap);
   lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
 }
@@ -272,6 +283,16 @@ static int operand_types(lt_context *ctx, const lt_args *args, int *ta, int *tb,
   return LT_OK;
 }
 
+int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b) {
+  if (type_a == LT_TYPE_ANY) return 0;
+  uint64_t keys[2] = {rule_key(op, type_a, type_b), rule_key(op, type_a, LT_TYPE_ANY)};
+  for (int k = 0; k < 2; k++) {
+    lt_rule_slot *s = find_slot(ctx, keys[k]);
+    if (s->key && s->head) return 1;
+  }
+  return 0;
+}
+
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
   int ta, tb, unary;
   if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;
@@ -345,8 +366,7 @@ char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b
   int nkeys = candidate_keys(op, ta, tb, unary, keys);
   strbuf sb = {.ctx = ctx};
   char line[256];
-  if (unary)
-    snprintf(line, sizeof line, "%s(%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta));
+  if (unary) snprintf(line, sizeof line, "%s(%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta));
   else
     snprintf(line, sizeof line, "%s(%s, %s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta),
              lt_type_name(ctx, tb));

@@ -31,7 +31,8 @@ typedef struct setting_desc {
   double min; /* inclusive lower bound */
 } setting_desc;
 
-#define SETTING(field, kind, min) {#field, kind, offsetof(lt_settings, field), min}
+#define SETTING(field, kind, min) \
+  { #field, kind, offsetof(lt_settings, field), min }
 static const setting_desc SETTINGS[] = {
     SETTING(max_cholesky_size, KIND_SIZE, 0),
     SETTING(cg_tolerance, KIND_DOUBLE, 0),
@@ -47,11 +48,17 @@ static const setting_desc SETTINGS[] = {
 #undef SETTING
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
-static const char *const SETTING_NAMES[NSETTINGS + 1] = {
-    "max_cholesky_size",     "cg_tolerance",           "max_cg_iterations",
-    "num_trace_samples",     "max_lanczos_iterations", "cholesky_jitter",
-    "cholesky_max_tries",    "preconditioner_size",    "num_threads",
-    "max_root_decomposition_size", NULL};
+static const char *const SETTING_NAMES[NSETTINGS + 1] = {"max_cholesky_size",
+                                                         "cg_tolerance",
+                                                         "max_cg_iterations",
+                                                         "num_trace_samples",
+                                                         "max_lanczos_iterations",
+                                                         "cholesky_jitter",
+                                                         "cholesky_max_tries",
+                                                         "preconditioner_size",
+                                                         "num_threads",
+                                                         "max_root_decomposition_size",
+                                                         NULL};
 
 const char *const *lt_setting_names(void) { return SETTING_NAMES; }
 

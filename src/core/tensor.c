@@ -8,8 +8,7 @@
 
 #include "internal.h"
 
-int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape,
-                   size_t *numel) {
+int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel) {
   if (ndim < 0 || ndim > LT_MAX_DIM)
     return lt_error(ctx, "%s: %d dimensions (at most %d)", op, ndim, LT_MAX_DIM);
   /* Factors below `half` cannot overflow: the checked product is only
@@ -60,10 +59,8 @@ lt_tensor *lt_retain(lt_tensor *t) {
  * header stays allocated (unused) while views keep the storage alive. */
 static void release_storage(lt_context *ctx, lt_storage *s) {
   if (s == NULL || --s->refcount > 0) return;
-  if (s->embedded)
-    lt_free(ctx, (char *)s - sizeof(lt_tensor), lt_embedded_block_size(s->count));
-  else
-    lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
+  if (s->embedded) lt_free(ctx, (char *)s - sizeof(lt_tensor), lt_embedded_block_size(s->count));
+  else lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
 }
 
 void lt_release(lt_context *ctx, lt_tensor *t) {
@@ -103,8 +100,7 @@ size_t lt_cols(const lt_tensor *t) { return t->ndim >= 2 ? t->shape[1] : 1; }
  * been written since; shape-derived facts (non-square) always hold. */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p) {
   if (t->storage && t->props_version != t->storage->version) {
-    if (t->ndim == 2 && t->shape[0] != t->shape[1] &&
-        (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
+    if (t->ndim == 2 && t->shape[0] != t->shape[1] && (p == LT_PROP_SYMMETRIC || p == LT_PROP_PSD))
       return LT_NO;
     return LT_UNKNOWN;
   }

@@ -250,8 +250,8 @@ lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) tmp[i + j * n] = xp[i * k + j];
   /* (Aᵀ)ᵀ X = B. */
-  lapack_int info = LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', (lapack_int)n, (lapack_int)k,
-                                        lu->lu, (lapack_int)n, lu->ipiv, tmp, (lapack_int)n);
+  lapack_int info = LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', (lapack_int)n, (lapack_int)k, lu->lu,
+                                        (lapack_int)n, lu->ipiv, tmp, (lapack_int)n);
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < k; j++) xp[i * k + j] = tmp[i + j * n];
   lt_free(ctx, tmp, count * sizeof(double));
@@ -332,8 +332,8 @@ fail:
   return LT_ERR;
 }
 
-int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
-                  lt_tensor **s, lt_tensor **v) {
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u, lt_tensor **s,
+                  lt_tensor **v) {
   *u = *s = *v = NULL;
   if (lt_require_matrix(ctx, op, a) != LT_OK || lt_lapack_check_dim(ctx, op, a->shape[0]) ||
       lt_lapack_check_dim(ctx, op, a->shape[1]) || lt_lapack_check_finite(ctx, op, a) != LT_OK)
@@ -355,9 +355,9 @@ int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor
     if (iwork == NULL) goto fail;
     lapack_int M = (lapack_int)m, N = (lapack_int)n, R = (lapack_int)r;
     double wq;
-    lapack_int info = LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N,
-                                          lt_dense_data(S), up, N, lt_dense_data(U), R, &wq, -1,
-                                          iwork);
+    lapack_int info =
+        LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'S', N, M, lt_dense_data(c), N, lt_dense_data(S), up,
+                            N, lt_dense_data(U), R, &wq, -1, iwork);
     if (info != 0) goto lapack_fail;
     lwork = (size_t)wq + 1;
     work = lt_malloc(ctx, lwork * sizeof(double));

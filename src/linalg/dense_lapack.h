@@ -51,8 +51,7 @@ typedef struct lt_lu {
 int lt_lapack_lu(lt_context *ctx, const char *op, const lt_tensor *a, lt_lu *lu);
 void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu);
 /* X = A⁻¹B for a contiguous n×k B; an error when singular. */
-lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu,
-                              const lt_tensor *b);
+lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu, const lt_tensor *b);
 /* log det A: -inf when singular, NaN when det A < 0 (as torch.logdet). */
 double lt_lapack_lu_logdet(const lt_lu *lu);
 
@@ -68,7 +67,7 @@ int lt_lapack_eigh(lt_context *ctx, const char *op, const lt_tensor *a, lt_tenso
 
 /* Thin SVD of an m×n A: U (m×r), S (r, descending), V (n×r), r = min(m, n),
  * A = U·diag(S)·Vᵀ. */
-int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u,
-                  lt_tensor **s, lt_tensor **v);
+int lt_lapack_svd(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **u, lt_tensor **s,
+                  lt_tensor **v);
 
 #endif

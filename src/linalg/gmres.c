@@ -16,8 +16,8 @@
 typedef struct gmres_work {
   size_t n;
   int restart;
-  double *V;  /* (restart+1)×n Arnoldi basis */
-  double *H;  /* (restart+1)×restart Hessenberg, row-major */
+  double *V;               /* (restart+1)×n Arnoldi basis */
+  double *H;               /* (restart+1)×restart Hessenberg, row-major */
   double *cs, *sn, *g, *y; /* restart+1 each */
   double *b, *x, *r;       /* n each */
 } gmres_work;
@@ -88,8 +88,8 @@ static double givens_step(gmres_work *w, int i) {
 
 /* One restart cycle from the residual in w->r (norm beta). Adds the
  * correction to x; *steps gets the Arnoldi steps taken. */
-static int gmres_cycle(lt_context *ctx, const lt_linop *A, gmres_work *w, double beta,
-                       double bnorm, double target, int budget, int *steps, lt_progress_fn progress,
+static int gmres_cycle(lt_context *ctx, const lt_linop *A, gmres_work *w, double beta, double bnorm,
+                       double target, int budget, int *steps, lt_progress_fn progress,
                        void *progress_ud, int done_before) {
   size_t n = w->n, m = (size_t)w->restart;
   for (size_t i = 0; i < n; i++) w->V[i] = w->r[i] / beta;
@@ -129,8 +129,8 @@ static int gmres_cycle(lt_context *ctx, const lt_linop *A, gmres_work *w, double
 }
 
 /* Solves one column; *rel gets ‖b − Ax‖/‖b‖, *its the Arnoldi steps. */
-static int gmres_column(lt_context *ctx, const lt_linop *A, gmres_work *w, double tol,
-                        int max_iter, lt_progress_fn progress, void *pud, double *rel, int *its) {
+static int gmres_column(lt_context *ctx, const lt_linop *A, gmres_work *w, double tol, int max_iter,
+                        lt_progress_fn progress, void *pud, double *rel, int *its) {
   double bnorm = cblas_dnrm2((int)w->n, w->b, 1), rnorm;
   memset(w->x, 0, w->n * sizeof(double));
   *its = 0;
@@ -152,9 +152,8 @@ static int gmres_column(lt_context *ctx, const lt_linop *A, gmres_work *w, doubl
   }
 }
 
-int lt_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double *B, double *X,
-             int restart, double tol, int max_iter, lt_progress_fn progress,
-             void *progress_ud, lt_info *info) {
+int lt_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double *B, double *X, int restart,
+             double tol, int max_iter, lt_progress_fn progress, void *progress_ud, lt_info *info) {
   size_t n = A->n;
   if (restart < 1) restart = 1;
   if ((size_t)restart > n) restart = n > 0 ? (int)n : 1;

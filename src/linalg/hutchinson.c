@@ -10,8 +10,8 @@
 #include "linalg.h"
 
 /* Z (n×k) Rademacher probes and AZ = A·Z, both allocated here. */
-static int probe_products(lt_context *ctx, const lt_linop *A, size_t k, const char *op,
-                          double **Z, double **AZ) {
+static int probe_products(lt_context *ctx, const lt_linop *A, size_t k, const char *op, double **Z,
+                          double **AZ) {
   size_t nk;
   *Z = *AZ = NULL;
   if (k == 0) return lt_error(ctx, "%s: need at least one probe", op);

@@ -106,12 +106,12 @@ static int tridiag_eigen(lt_context *ctx, const double *alpha, const double *bet
 /* Y (n×m) = Qᵀ V, V column-major m×m. */
 static void ritz_vectors(const lt_lanczos_result *r, size_t n, const double *V, double *Y) {
   int m = r->m;
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)n, m, m, 1.0, r->Q, (int)n, V, m,
-              0.0, Y, m);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)n, m, m, 1.0, r->Q, (int)n, V, m, 0.0, Y,
+              m);
 }
 
-int lt_lanczos_ritz(lt_context *ctx, const lt_lanczos_result *r, size_t n, double *theta,
-                    double *Y, double *bounds) {
+int lt_lanczos_ritz(lt_context *ctx, const lt_lanczos_result *r, size_t n, double *theta, double *Y,
+                    double *bounds) {
   int m = r->m;
   double *V = lt_linalg_alloc(ctx, "lanczos", (size_t)m * (size_t)m);
   if (V == NULL) return LT_ERR;

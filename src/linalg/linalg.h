@@ -62,9 +62,9 @@ void lt_col_norms(size_t n, size_t k, const double *X, double *norms);
 /* ------------------------------------------------------------ mbcg.c */
 
 typedef struct lt_cg_opts {
-  double tol;     /* stop a column when ||r|| <= tol·||b|| */
+  double tol; /* stop a column when ||r|| <= tol·||b|| */
   int max_iter;
-  size_t nprobe;  /* the last nprobe columns record Lanczos coefficients */
+  size_t nprobe; /* the last nprobe columns record Lanczos coefficients */
   lt_progress_fn progress;
   void *progress_ud;
 } lt_cg_opts;
@@ -84,9 +84,8 @@ typedef struct lt_tridiag {
  * whose arrays the caller allocated (lt_tridiag_alloc). info: "cg",
  * iterations, max relative residual over columns, converged.
  * Returns LT_OK (see info->converged), LT_INDEFINITE or LT_ERR. */
-int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k,
-            const double *B, double *X, const lt_cg_opts *opts, lt_tridiag *T,
-            lt_info *info);
+int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k, const double *B,
+            double *X, const lt_cg_opts *opts, lt_tridiag *T, lt_info *info);
 int lt_tridiag_alloc(lt_context *ctx, lt_tridiag *T, size_t count, int max_iter);
 void lt_tridiag_free(lt_context *ctx, lt_tridiag *T, size_t count, int max_iter);
 
@@ -96,12 +95,12 @@ void lt_tridiag_free(lt_context *ctx, lt_tridiag *T, size_t count, int max_iter)
  * q0 (need not be normalised); stops early on an invariant subspace. The
  * result's arrays are allocated here: release them with lt_lanczos_free. */
 typedef struct lt_lanczos_result {
-  int m;               /* steps taken */
-  double *Q;           /* cap × n: row j is the j-th Lanczos vector */
-  double *alpha, *beta;/* cap each: T's diagonal; beta[j] couples steps j and j+1,
-                          beta[m-1] is the coupling left out */
-  int invariant;       /* 1 if an invariant subspace was found */
-  int cap;             /* m_max actually allocated (at most n) */
+  int m;                /* steps taken */
+  double *Q;            /* cap × n: row j is the j-th Lanczos vector */
+  double *alpha, *beta; /* cap each: T's diagonal; beta[j] couples steps j and j+1,
+                           beta[m-1] is the coupling left out */
+  int invariant;        /* 1 if an invariant subspace was found */
+  int cap;              /* m_max actually allocated (at most n) */
 } lt_lanczos_result;
 
 int lt_lanczos(lt_context *ctx, const lt_linop *A, const double *q0, int m_max,
@@ -111,14 +110,13 @@ void lt_lanczos_free(lt_context *ctx, lt_lanczos_result *r, size_t n);
 /* Ritz pairs of a Lanczos run: theta (m, ascending), Y (n×m row-major, the
  * Ritz vectors as columns) and bounds (m) = |beta_m · last component|, the
  * residual norm of each pair. Y and bounds may be NULL. */
-int lt_lanczos_ritz(lt_context *ctx, const lt_lanczos_result *r, size_t n, double *theta,
-                    double *Y, double *bounds);
+int lt_lanczos_ritz(lt_context *ctx, const lt_lanczos_result *r, size_t n, double *theta, double *Y,
+                    double *bounds);
 
 /* Low-rank root from Lanczos: R (n×m row-major) with A ≈ R·Rᵀ (power = +0.5)
  * or A⁻¹ ≈ R·Rᵀ (power = -0.5). Errors when a Ritz value is clearly negative
  * (or, for -0.5, not positive). */
-int lt_lanczos_root(lt_context *ctx, const lt_lanczos_result *r, size_t n, double power,
-                    double *R);
+int lt_lanczos_root(lt_context *ctx, const lt_lanczos_result *r, size_t n, double power, double *R);
 
 /* ------------------------------------------------------------ slq.c */
 
@@ -131,9 +129,8 @@ int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, doubl
  * pivoted-Cholesky preconditioner: its probes are then N(0, M) and its
  * log-determinant is added. Otherwise probes are of the given kind. */
 struct lt_precond;
-int lt_slq_logdet(lt_context *ctx, const lt_linop *A, const struct lt_precond *P,
-                  size_t nprobe, lt_probe_kind kind, const lt_cg_opts *opts,
-                  double *logdet, lt_info *info);
+int lt_slq_logdet(lt_context *ctx, const lt_linop *A, const struct lt_precond *P, size_t nprobe,
+                  lt_probe_kind kind, const lt_cg_opts *opts, double *logdet, lt_info *info);
 
 /* ------------------------------------------------------------ hutchinson.c */
 
@@ -154,9 +151,8 @@ typedef int (*lt_row_fn)(lt_context *ctx, void *ud, size_t i, double *row);
  * diagonal (n, not modified). Stops early when the residual trace falls to
  * tol·trace(K) (tol may be 0). err_out (may be NULL) gets the residual
  * trace tr(K − LLᵀ). */
-int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
-                        void *row_ud, int max_rank, double tol, double *L, int *rank,
-                        double *err_out);
+int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                        int max_rank, double tol, double *L, int *rank, double *err_out);
 
 /* The preconditioner M = L·Lᵀ + D (D diagonal, positive) with Woodbury solves
  * M⁻¹R = D⁻¹R − D⁻¹L (I + LᵀD⁻¹L)⁻¹ LᵀD⁻¹R and
@@ -164,15 +160,15 @@ int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn
 typedef struct lt_precond {
   size_t n;
   int k;
-  double *L;    /* n×k */
-  double *d;    /* n */
-  double *C;    /* k×k lower Cholesky factor of I + LᵀD⁻¹L */
+  double *L; /* n×k */
+  double *d; /* n */
+  double *C; /* k×k lower Cholesky factor of I + LᵀD⁻¹L */
   double logdet;
 } lt_precond;
 
 /* Copies L (n×k, leading dimension ldl) and d. */
-int lt_precond_init(lt_context *ctx, lt_precond *P, size_t n, int k, const double *L,
-                    size_t ldl, const double *d);
+int lt_precond_init(lt_context *ctx, lt_precond *P, size_t n, int k, const double *L, size_t ldl,
+                    const double *d);
 void lt_precond_free(lt_context *ctx, lt_precond *P);
 /* The product with M⁻¹ as an lt_linop (borrows P). */
 lt_linop lt_precond_linop(const lt_precond *P);
@@ -184,8 +180,7 @@ int lt_precond_sample(lt_context *ctx, const lt_precond *P, size_t k, double *Z)
 /* Restarted GMRES(restart) for each column of B (n×k); X starts from zero.
  * info: "gmres", total inner iterations (max over columns), max relative
  * residual, converged. Returns LT_OK (see info->converged) or LT_ERR. */
-int lt_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double *B, double *X,
-             int restart, double tol, int max_iter, lt_progress_fn progress,
-             void *progress_ud, lt_info *info);
+int lt_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double *B, double *X, int restart,
+             double tol, int max_iter, lt_progress_fn progress, void *progress_ud, lt_info *info);
 
 #endif

@@ -30,8 +30,7 @@ void lt_linalg_free(lt_context *ctx, double *p, size_t count) {
 /* The tensor's own product (lt_apply: type->matmul with its result checked):
  * X is copied into a contiguous dense tensor and the result copied out. The
  * copies cost O(nk), nothing beside the product itself. */
-static int tensor_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X,
-                        double *Y) {
+static int tensor_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X, double *Y) {
   lt_tensor *t = ud;
   size_t shape[2] = {n, k};
   lt_tensor *Xt = lt_dense_from(ctx, 2, shape, X);
@@ -56,15 +55,14 @@ int lt_linop_of_tensor(lt_context *ctx, lt_tensor *t, lt_linop *op) {
   return LT_OK;
 }
 
-static int dense_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X,
-                       double *Y) {
+static int dense_apply(lt_context *ctx, void *ud, size_t n, size_t k, const double *X, double *Y) {
   (void)ctx;
   const double *A = ud;
   if (k == 1)
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)n, 1.0, A, (int)n, X, 1, 0.0, Y, 1);
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)k, (int)n, 1.0, A,
-                (int)n, X, (int)k, 0.0, Y, (int)k);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)k, (int)n, 1.0, A, (int)n,
+                X, (int)k, 0.0, Y, (int)k);
   return LT_OK;
 }
 

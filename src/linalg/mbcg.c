@@ -43,11 +43,11 @@ void lt_tridiag_free(lt_context *ctx, lt_tridiag *T, size_t count, int max_iter)
 /* Working state of one mBCG run. Arrays are n×k row-major unless noted. */
 typedef struct cg_state {
   size_t n, k;
-  double *R, *Z, *P;     /* residual, preconditioned residual, direction */
-  double *Pa, *APa;      /* active columns of P, and A times them (n×ka) */
+  double *R, *Z, *P; /* residual, preconditioned residual, direction */
+  double *Pa, *APa;  /* active columns of P, and A times them (n×ka) */
   double *rz, *bnorm, *rnorm, *alpha_prev, *beta_prev; /* k each */
-  size_t *act;           /* active column indices */
-  int *steps;            /* k: CG steps taken per column */
+  size_t *act;                                         /* active column indices */
+  int *steps;                                          /* k: CG steps taken per column */
   size_t ka;
 } cg_state;
 
@@ -145,16 +145,15 @@ static int cg_start(lt_context *ctx, const lt_linop *Minv, const double *B, cg_s
   for (size_t a = 0; a < s->ka; a++) {
     size_t c = s->act[a];
     s->rz[c] = col_dot(s, s->R, s->Z, c);
-    if (!(s->rz[c] > 0.0))
-      return lt_error(ctx, "cg: the preconditioner is not positive definite");
+    if (!(s->rz[c] > 0.0)) return lt_error(ctx, "cg: the preconditioner is not positive definite");
   }
   return LT_OK;
 }
 
 /* One CG step for every active column; converged columns leave the active
  * set. Records tridiagonal entries for probe columns. */
-static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_state *s,
-                   double *X, const lt_cg_opts *o, lt_tridiag *T) {
+static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_state *s, double *X,
+                   const lt_cg_opts *o, lt_tridiag *T) {
   gather(s, s->P, s->Pa);
   if (lt_linop_apply(ctx, A, s->ka, s->Pa, s->APa) != LT_OK) return LT_ERR;
   size_t first_probe = s->k - o->nprobe;
@@ -209,9 +208,8 @@ static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_
   return LT_OK;
 }
 
-int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k,
-            const double *B, double *X, const lt_cg_opts *opts, lt_tridiag *T,
-            lt_info *info) {
+int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k, const double *B,
+            double *X, const lt_cg_opts *opts, lt_tridiag *T, lt_info *info) {
   size_t n = A->n;
   if (opts->nprobe > k) return lt_error(ctx, "cg: more probe columns than columns");
   if (Minv && Minv->n != n) return lt_error(ctx, "cg: preconditioner size mismatch");

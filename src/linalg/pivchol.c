@@ -30,9 +30,8 @@ static double residual_trace(size_t n, const double *d, const unsigned char *cho
   return s;
 }
 
-int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
-                        void *row_ud, int max_rank, double tol, double *L, int *rank,
-                        double *err_out) {
+int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                        int max_rank, double tol, double *L, int *rank, double *err_out) {
   *rank = 0;
   if (max_rank < 0) return lt_error(ctx, "pivoted_cholesky: negative rank");
   size_t ld = max_rank > 0 ? (size_t)max_rank : 1;
@@ -53,8 +52,8 @@ int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn
     if ((rc = row(ctx, row_ud, i, r)) != LT_OK) goto done;
     /* r ← K[i,:] − L[:, :m]·L[i, :m]: the Schur complement's row i. */
     if (m > 0)
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, m, -1.0, L, (int)ld, L + i * ld, 1, 1.0,
-                  r, 1);
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, m, -1.0, L, (int)ld, L + i * ld, 1, 1.0, r,
+                  1);
     double piv = sqrt(d[i]);
     for (size_t j = 0; j < n; j++) {
       double l = chosen[j] ? 0.0 : r[j] / piv;
@@ -97,8 +96,8 @@ static int precond_factor(lt_context *ctx, lt_precond *P) {
     }
     for (size_t a = 0; a < k * k; a++) P->C[a] = 0.0;
     for (size_t a = 0; a < k; a++) P->C[a * k + a] = 1.0;
-    cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)k, (int)n, 1.0, W, (int)k, 1.0,
-                P->C, (int)k);
+    cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, (int)k, (int)n, 1.0, W, (int)k, 1.0, P->C,
+                (int)k);
     lt_linalg_free(ctx, W, n * k);
     lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', (lapack_int)k, P->C, (lapack_int)k);
     if (info != 0) return lt_error(ctx, "preconditioner: capacitance factorisation failed");
@@ -108,8 +107,8 @@ static int precond_factor(lt_context *ctx, lt_precond *P) {
   return LT_OK;
 }
 
-int lt_precond_init(lt_context *ctx, lt_precond *P, size_t n, int k, const double *L,
-                    size_t ldl, const double *d) {
+int lt_precond_init(lt_context *ctx, lt_precond *P, size_t n, int k, const double *L, size_t ldl,
+                    const double *d) {
   memset(P, 0, sizeof *P);
   if (k < 0) return lt_error(ctx, "preconditioner: negative rank");
   for (size_t i = 0; i < n; i++)
@@ -145,12 +144,12 @@ static int precond_apply(lt_context *ctx, void *ud, size_t n, size_t kr, const d
   if (k == 0 || kr == 0) return LT_OK;
   double *U = lt_linalg_alloc(ctx, "preconditioner", k * kr);
   if (U == NULL) return LT_ERR;
-  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)kr, (int)n, 1.0, P->L,
-              (int)k, Z, (int)kr, 0.0, U, (int)kr);
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)kr, (int)n, 1.0, P->L, (int)k,
+              Z, (int)kr, 0.0, U, (int)kr);
   cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)kr,
               1.0, P->C, (int)k, U, (int)kr);
-  cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)kr,
-              1.0, P->C, (int)k, U, (int)kr);
+  cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)kr, 1.0,
+              P->C, (int)k, U, (int)kr);
   for (size_t i = 0; i < n; i++) {
     double s = 1.0 / P->d[i];
     const double *l = P->L + i * k;

@@ -36,8 +36,7 @@ static int quadrature_one(lt_context *ctx, const lt_tridiag *T, double *out) {
   double s = 0.0;
   for (size_t i = 0; i < mm; i++) {
     if (!(theta[i] > 0.0)) {
-      rc = lt_error(ctx, "logdet: the operator is not positive definite (Ritz value %g)",
-                    theta[i]);
+      rc = lt_error(ctx, "logdet: the operator is not positive definite (Ritz value %g)", theta[i]);
       goto done;
     }
     double v0 = V[i * mm]; /* first component of eigenvector i */

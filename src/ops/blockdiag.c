@@ -10,8 +10,8 @@
  */
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 /* Row and column offsets of the blocks: block i covers rows
  * [roff[i], roff[i+1]) and columns [coff[i], coff[i+1]). */
@@ -379,7 +379,7 @@ static int rule_pairwise(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (c == NULL) return LT_ERR;
   for (; done < n; done++) {
     lt_tensor *x = block(a, done), *y = block(b, done);
-    c[done] = op == LT_OP_ADD ? lt_add(ctx, x, y)
+    c[done] = op == LT_OP_ADD   ? lt_add(ctx, x, y)
               : op == LT_OP_SUB ? lt_sub(ctx, x, y)
                                 : lt_matmul(ctx, x, y);
     if (c[done] == NULL) break;
@@ -405,8 +405,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
       lt_release(ctx, out);
       return LT_ERR;
     }
-    memcpy(lt_dense_data(out) + offs(a)->roff[i], lt_dense_data(dc),
-           dc->shape[0] * sizeof(double));
+    memcpy(lt_dense_data(out) + offs(a)->roff[i], lt_dense_data(dc), dc->shape[0] * sizeof(double));
     lt_release(ctx, dc);
   }
   return st_done(res, out);
@@ -440,8 +439,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_tensor *B = st_rhs(ctx, args->b);
   if (B == NULL) return LT_ERR;
   lt_info info = {0};
-  lt_tensor *X =
-      blockwise(ctx, a, B, offs(a)->roff, offs(a)->roff, a->shape[0], fn_solve, &info);
+  lt_tensor *X = blockwise(ctx, a, B, offs(a)->roff, offs(a)->roff, a->shape[0], fn_solve, &info);
   lt_release(ctx, B);
   if (X == NULL) return LT_ERR;
   res->info = info;

@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 static lt_tensor *factor(const lt_tensor *self) { return self->children[0]; }
 static const double *fdata(const lt_tensor *self) { return lt_dense_data(factor(self)); }
@@ -20,16 +20,16 @@ static const double *fdata(const lt_tensor *self) { return lt_dense_data(factor(
 static void trmm(const lt_tensor *self, int trans, lt_tensor *X) {
   size_t n = self->shape[0], k = X->shape[1];
   if (n == 0 || k == 0) return;
-  cblas_dtrmm(CblasRowMajor, CblasLeft, CblasLower, trans ? CblasTrans : CblasNoTrans,
-              CblasNonUnit, (int)n, (int)k, 1.0, fdata(self), (int)n, lt_dense_data(X), (int)k);
+  cblas_dtrmm(CblasRowMajor, CblasLeft, CblasLower, trans ? CblasTrans : CblasNoTrans, CblasNonUnit,
+              (int)n, (int)k, 1.0, fdata(self), (int)n, lt_dense_data(X), (int)k);
 }
 
 /* X ← L⁻¹ X (trans 0) or L⁻ᵀ X (trans 1) in place. */
 static void trsm(const lt_tensor *self, int trans, lt_tensor *X) {
   size_t n = self->shape[0], k = X->shape[1];
   if (n == 0 || k == 0) return;
-  cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, trans ? CblasTrans : CblasNoTrans,
-              CblasNonUnit, (int)n, (int)k, 1.0, fdata(self), (int)n, lt_dense_data(X), (int)k);
+  cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, trans ? CblasTrans : CblasNoTrans, CblasNonUnit,
+              (int)n, (int)k, 1.0, fdata(self), (int)n, lt_dense_data(X), (int)k);
 }
 
 static lt_tensor *chol_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {

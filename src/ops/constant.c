@@ -11,7 +11,7 @@ static double value(const lt_tensor *self) { return *(const double *)self->paylo
 static lt_tensor *constant_product(lt_context *ctx, double c, size_t rows, lt_tensor *X) {
   size_t n = X->shape[0], k = X->shape[1];
   lt_tensor *out = lt_dense_matrix(ctx, rows, k);
-  if (out == NULL) return NULL;
+  if (out == NULL || rows == 0) return out; /* row 0 below is the scratch row */
   double *o = lt_dense_data(out);
   const double *x = lt_dense_data(X);
   for (size_t j = 0; j < k; j++) o[j] = 0;

@@ -97,7 +97,8 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   const double *p = lt_dense_data(a);
-  for (size_t i = 0; i < n; i++) lt_dense_data(d)[i] = p[(ptrdiff_t)i * (a->strides[0] + a->strides[1])];
+  for (size_t i = 0; i < n; i++)
+    lt_dense_data(d)[i] = p[(ptrdiff_t)i * (a->strides[0] + a->strides[1])];
   return set_result(res, d);
 }
 

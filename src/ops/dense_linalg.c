@@ -31,13 +31,11 @@ static void set_info(lt_result *res, const char *method) {
 /* Finite entries first, so NaN is named as such (NaN ≠ NaN would read as
  * "not symmetric"). A matrix already known symmetric is not scanned when
  * the caller's LAPACK wrapper checks finiteness itself (finite_later). */
-static int require_symmetric_then(lt_context *ctx, const char *op, lt_tensor *a,
-                                  int finite_later) {
+static int require_symmetric_then(lt_context *ctx, const char *op, lt_tensor *a, int finite_later) {
   if (!(finite_later && lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES) &&
       lt_lapack_check_finite(ctx, op, a) != LT_OK)
     return LT_ERR;
-  if (lt_is_symmetric(ctx, a) != LT_YES)
-    return lt_error(ctx, "%s: matrix is not symmetric", op);
+  if (lt_is_symmetric(ctx, a) != LT_YES) return lt_error(ctx, "%s: matrix is not symmetric", op);
   return LT_OK;
 }
 
@@ -62,7 +60,8 @@ static double inner(const lt_tensor *b, const lt_tensor *x) {
   ptrdiff_t s0 = st[0], s1 = b->ndim == 2 ? st[1] : 0;
   double s = 0;
   for (size_t i = 0; i < rows; i++)
-    for (size_t j = 0; j < cols; j++) s += bp[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * xp[i * cols + j];
+    for (size_t j = 0; j < cols; j++)
+      s += bp[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * xp[i * cols + j];
   return s;
 }
 
@@ -114,7 +113,8 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
       } else {
         lt_lapack_trsm(lt_dense_data(l), l->shape[0], 0, 0, lt_dense_data(y), lt_cols(b));
         *quad = 0;
-        for (size_t i = 0, n = lt_numel(y); i < n; i++) *quad += lt_dense_data(y)[i] * lt_dense_data(y)[i];
+        for (size_t i = 0, n = lt_numel(y); i < n; i++)
+          *quad += lt_dense_data(y)[i] * lt_dense_data(y)[i];
         lt_release(ctx, y);
       }
     }

@@ -10,9 +10,7 @@
 #include "../core/internal.h"
 #include "ops.h"
 
-static const double *diag_values(const lt_tensor *self) {
-  return lt_dense_data(self->children[0]);
-}
+static const double *diag_values(const lt_tensor *self) { return lt_dense_data(self->children[0]); }
 
 /* out[i, :] = d[i] · X[i, :]: the product never forms diag(d). */
 static lt_tensor *diag_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
@@ -85,8 +83,8 @@ static int done(lt_result *res, lt_tensor *t) {
 /* diag ± diag → diag. */
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   lt_binary_op op = (lt_binary_op)(intptr_t)ud;
-  return done(res, lt_diag_from_owned(ctx, lt_dense_binary(ctx, op, args->a->children[0],
-                                                             args->b->children[0])));
+  return done(res, lt_diag_from_owned(
+                       ctx, lt_dense_binary(ctx, op, args->a->children[0], args->b->children[0])));
 }
 
 /* diag · diag → diag (element-wise product of the diagonals); the Hadamard
@@ -94,12 +92,13 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
 static int rule_matmul_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   return done(res, lt_diag_from_owned(ctx, lt_dense_binary(ctx, LT_EW_MUL, args->a->children[0],
-                                                             args->b->children[0])));
+                                                           args->b->children[0])));
 }
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_diag_from_owned(ctx, lt_dense_scale(ctx, args->a->children[0], args->scalar)));
+  return done(res,
+              lt_diag_from_owned(ctx, lt_dense_scale(ctx, args->a->children[0], args->scalar)));
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -162,7 +161,8 @@ static void closed_form(lt_result *res) {
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   dview v = view_of(args->a);
-  if (first_not(&v, positive) < v.n) return lt_error(ctx, "cholesky: matrix is not positive definite");
+  if (first_not(&v, positive) < v.n)
+    return lt_error(ctx, "cholesky: matrix is not positive definite");
   closed_form(res);
   return done(res, map_new(ctx, &v, sqrt));
 }
@@ -373,14 +373,16 @@ static int rule_matmul_dense(lt_context *ctx, const lt_args *args, lt_result *re
   (void)ud;
   dview v = view_of(args->a);
   const lt_tensor *b = args->b;
-  lt_tensor *out = b->ndim == 1 ? lt_dense_vector(ctx, v.n) : lt_dense_matrix(ctx, v.n, b->shape[1]);
+  lt_tensor *out =
+      b->ndim == 1 ? lt_dense_vector(ctx, v.n) : lt_dense_matrix(ctx, v.n, b->shape[1]);
   if (out == NULL) return LT_ERR;
   size_t k = lt_cols(b);
   const double *p = lt_dense_data(b);
   ptrdiff_t s0 = b->strides[0], s1 = b->ndim == 2 ? b->strides[1] : 0;
   double *o = lt_dense_data(out);
   for (size_t i = 0; i < v.n; i++)
-    for (size_t j = 0; j < k; j++) o[i * k + j] = at(&v, i) * p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1];
+    for (size_t j = 0; j < k; j++)
+      o[i * k + j] = at(&v, i) * p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1];
   return done(res, out);
 }
 
@@ -396,7 +398,8 @@ static int rule_dense_matmul(lt_context *ctx, const lt_args *args, lt_result *re
   ptrdiff_t s0 = a->ndim == 2 ? a->strides[0] : 0, s1 = a->strides[a->ndim - 1];
   double *o = lt_dense_data(out);
   for (size_t i = 0; i < m; i++)
-    for (size_t j = 0; j < v.n; j++) o[i * v.n + j] = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * at(&v, j);
+    for (size_t j = 0; j < v.n; j++)
+      o[i * v.n + j] = p[(ptrdiff_t)i * s0 + (ptrdiff_t)j * s1] * at(&v, j);
   return done(res, out);
 }
 
@@ -406,9 +409,8 @@ static int rule_add_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
   (void)ud;
   if (args->b->ndim != 2) return LT_NOT_IMPLEMENTED;
   lt_tensor *a = args->a;
-  lt_tensor *d = a->type_id == LT_TYPE_IDENTITY
-                     ? lt_dense_scalar(ctx, *(const double *)a->payload)
-                     : lt_retain(a->children[0]);
+  lt_tensor *d = a->type_id == LT_TYPE_IDENTITY ? lt_dense_scalar(ctx, *(const double *)a->payload)
+                                                : lt_retain(a->children[0]);
   if (d == NULL) return LT_ERR;
   lt_tensor *out = lt_add_diag(ctx, args->b, d);
   lt_release(ctx, d);
@@ -424,7 +426,27 @@ static int rule_mul_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
   if (out == NULL) return LT_ERR;
   const lt_tensor *b = args->b;
   for (size_t i = 0; i < v.n; i++)
-    lt_dense_data(out)[i] = at(&v, i) * lt_dense_data(b)[(ptrdiff_t)i * (b->strides[0] + b->strides[1])];
+    lt_dense_data(out)[i] =
+        at(&v, i) * lt_dense_data(b)[(ptrdiff_t)i * (b->strides[0] + b->strides[1])];
+  return done(res, lt_diag_from_owned(ctx, out));
+}
+
+/* diag .* A → diag for any operator A: only A's diagonal survives, so the
+ * result never materialises A (a kernel, a Kronecker product, ...). */
+static int rule_mul_any(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  if (args->b->ndim != 2) return LT_NOT_IMPLEMENTED;
+  lt_tensor *bd = lt_diagonal(ctx, args->b);
+  if (bd == NULL) return LT_ERR;
+  dview v = view_of(args->a);
+  lt_tensor *out = lt_dense_vector(ctx, v.n);
+  if (out == NULL) {
+    lt_release(ctx, bd);
+    return LT_ERR;
+  }
+  for (size_t i = 0; i < v.n; i++)
+    lt_dense_data(out)[i] = at(&v, i) * lt_dense_data(bd)[(ptrdiff_t)i * bd->strides[0]];
+  lt_release(ctx, bd);
   return done(res, lt_diag_from_owned(ctx, out));
 }
 
@@ -448,8 +470,8 @@ int lt_register_diag_rules(lt_context *ctx) {
                        (void *)(intptr_t)LT_EW_ADD, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SUB, D, D, "diag - diag (stays diag)", rule_add,
                        (void *)(intptr_t)LT_EW_SUB, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_MATMUL, D, D, "diag * diag (stays diag)", rule_matmul_diag,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_MATMUL, D, D, "diag * diag (stays diag)", rule_matmul_diag, NULL,
+                       NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_MUL, D, D, "diag .* diag (stays diag)", rule_matmul_diag, NULL,
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, D, ANY, "number * diag (stays diag)", rule_scale, NULL,
@@ -496,14 +518,19 @@ int lt_register_diag_rules(lt_context *ctx) {
         LT_OK)
       return LT_ERR;
     snprintf(name, sizeof name, "dense * %s (column scaling)", names[t]);
-    if (lt_register_rule(ctx, LT_OP_MATMUL, DN, types[t], name, rule_dense_matmul, NULL,
-                         NULL, 0) != LT_OK)
+    if (lt_register_rule(ctx, LT_OP_MATMUL, DN, types[t], name, rule_dense_matmul, NULL, NULL, 0) !=
+        LT_OK)
       return LT_ERR;
     snprintf(name, sizeof name, "%s + dense (dense result)", names[t]);
-    if (lt_register_rule(ctx, LT_OP_ADD, types[t], DN, name, rule_add_dense, NULL, NULL, 1) != LT_OK)
+    if (lt_register_rule(ctx, LT_OP_ADD, types[t], DN, name, rule_add_dense, NULL, NULL, 1) !=
+        LT_OK)
+      return LT_ERR;
+    snprintf(name, sizeof name, "%s .* any operator (stays diag)", names[t]);
+    if (lt_register_rule(ctx, LT_OP_MUL, types[t], ANY, name, rule_mul_any, NULL, NULL, 1) != LT_OK)
       return LT_ERR;
     snprintf(name, sizeof name, "%s .* dense (stays diag)", names[t]);
-    if (lt_register_rule(ctx, LT_OP_MUL, types[t], DN, name, rule_mul_dense, NULL, NULL, 1) != LT_OK)
+    if (lt_register_rule(ctx, LT_OP_MUL, types[t], DN, name, rule_mul_dense, NULL, NULL, 1) !=
+        LT_OK)
       return LT_ERR;
   }
   return LT_OK;

@@ -122,8 +122,8 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
 static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *d = args->b;
-  lt_tensor *term = is_scalar(d) ? lt_identity_new(ctx, args->a->shape[0], scalar_value(d))
-                                 : lt_diag_new(ctx, d);
+  lt_tensor *term =
+      is_scalar(d) ? lt_identity_new(ctx, args->a->shape[0], scalar_value(d)) : lt_diag_new(ctx, d);
   if (term == NULL) return LT_ERR;
   lt_tensor *out = lt_add(ctx, args->a, term);
   lt_release(ctx, term);
@@ -155,7 +155,8 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_release(ctx, st.out);
     return LT_ERR;
   }
-  for (int p = 0; p < LT_PROP_COUNT; p++) st.out->props[p] = (unsigned char)lt_prop_get(a, (lt_prop)p);
+  for (int p = 0; p < LT_PROP_COUNT; p++)
+    st.out->props[p] = (unsigned char)lt_prop_get(a, (lt_prop)p);
   return done(res, st.out);
 }
 
@@ -279,9 +280,16 @@ static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, vo
   return done(res, lt_inverse_new(ctx, args->a));
 }
 
-/* inv_quad_logdet from its parts, for types that have both but no joint rule. */
+/* inv_quad_logdet from its parts, for types that have both but no joint rule.
+ * A lazy type with no solve, inv_quad or logdet rule of its own would have
+ * both parts densify it: densify it once instead, and let the dense rule
+ * share one factorisation between them. */
 static int rule_inv_quad_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
+  int ta = args->a->type_id, tb = args->b->type_id;
+  if (ta != LT_TYPE_DENSE && !lt_has_own_rule(ctx, LT_OP_SOLVE, ta, tb) &&
+      !lt_has_own_rule(ctx, LT_OP_INV_QUAD, ta, tb) &&
+      !lt_has_own_rule(ctx, LT_OP_LOGDET, ta, LT_TYPE_ANY))
+    return rule_densify(ctx, args, res, ud);
   lt_info info;
   if (lt_inv_quad(ctx, args->a, args->b, &res->x[0], &info) != LT_OK) return LT_ERR;
   if (lt_logdet(ctx, args->a, &res->x[1], &res->info) != LT_OK) return LT_ERR;

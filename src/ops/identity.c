@@ -91,18 +91,18 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
 
 int lt_register_identity_rules(lt_context *ctx) {
   const int I = LT_TYPE_IDENTITY, ANY = LT_TYPE_ANY;
-  if (lt_register_rule(ctx, LT_OP_SCALE, I, ANY, "number * identity (stays identity)",
-                       rule_scale, NULL, NULL, 0) != LT_OK ||
+  if (lt_register_rule(ctx, LT_OP_SCALE, I, ANY, "number * identity (stays identity)", rule_scale,
+                       NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_ADD, I, I, "identity + identity", rule_add, NULL, NULL, 0) !=
           LT_OK ||
-      lt_register_rule(ctx, LT_OP_SUB, I, I, "identity - identity", rule_add, (void *)1, NULL,
-                       0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SUB, I, I, "identity - identity", rule_add, (void *)1, NULL, 0) !=
+          LT_OK ||
       lt_register_rule(ctx, LT_OP_MATMUL, I, I, "identity * identity", rule_matmul, NULL, NULL,
                        0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_TRANSPOSE, I, ANY, "identity transpose (itself)",
-                       rule_transpose, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_DIAGONAL, I, ANY, "identity diagonal", rule_diagonal, NULL,
-                       NULL, 0) != LT_OK)
+      lt_register_rule(ctx, LT_OP_TRANSPOSE, I, ANY, "identity transpose (itself)", rule_transpose,
+                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_DIAGONAL, I, ANY, "identity diagonal", rule_diagonal, NULL, NULL,
+                       0) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }

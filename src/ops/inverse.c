@@ -64,8 +64,8 @@ int lt_register_inverse_rules(lt_context *ctx) {
   const int I = LT_TYPE_INVERSE, ANY = LT_TYPE_ANY;
   if (lt_register_rule(ctx, LT_OP_SOLVE, I, ANY, "inverse solve (a product)", rule_solve, NULL,
                        NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_LOGDET, I, ANY, "inverse logdet (minus the child's)",
-                       rule_logdet, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_LOGDET, I, ANY, "inverse logdet (minus the child's)", rule_logdet,
+                       NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_INVERSE, I, ANY, "inverse of inverse", rule_inverse, NULL, NULL,
                        0) != LT_OK)
     return LT_ERR;

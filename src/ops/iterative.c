@@ -110,7 +110,7 @@ static double *rhs_array(lt_context *ctx, const char *op, lt_tensor *b, size_t n
 typedef struct split_sum {
   lt_tensor *parts[8]; /* the non-diagonal summands */
   int nparts;
-  double *row_tmp;     /* n */
+  double *row_tmp; /* n */
 } split_sum;
 
 static int is_diagonal_op(const lt_tensor *t) {
@@ -171,8 +171,7 @@ static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
 
 /* Fills d with D and s->parts with K's summands. LT_NOT_IMPLEMENTED when A
  * is not of that shape (no preconditioner then). */
-static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double *d,
-                            double *kdiag) {
+static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double *d, double *kdiag) {
   size_t n = a->shape[0];
   if (a->type_id != LT_TYPE_SUM || a->nchildren < 2) return LT_NOT_IMPLEMENTED;
   int ndiag = 0;
@@ -282,8 +281,10 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
       lt_clear_error(ctx);
       rc = run_gmres(ctx, &A, k, B, X, info);
     } else if (rc == LT_INDEFINITE) {
-      return lt_error(ctx, "%s: the operator is marked positive semi-definite but CG found a "
-                           "direction of non-positive curvature (singular or not PSD)", op);
+      return lt_error(ctx,
+                      "%s: the operator is marked positive semi-definite but CG found a "
+                      "direction of non-positive curvature (singular or not PSD)",
+                      op);
     }
   }
   if (rc != LT_OK) return LT_ERR;
@@ -324,8 +325,7 @@ static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (B == NULL) return LT_ERR;
   double *X = lt_linalg_alloc(ctx, "inv_quad", n * k);
   int rc = LT_ERR;
-  if (X != NULL)
-    rc = solve_columns(ctx, "inv_quad", a, classify(ctx, a), k, B, X, &res->info);
+  if (X != NULL) rc = solve_columns(ctx, "inv_quad", a, classify(ctx, a), k, B, X, &res->info);
   if (rc == LT_OK) {
     double q = 0.0;
     for (size_t i = 0; i < n * k; i++) q += B[i] * X[i];
@@ -371,15 +371,19 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
   if (have) Minv = lt_precond_linop(&P);
   rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, R, X, &o, T, info);
   if (rc == LT_INDEFINITE) {
-    rc = lt_error(ctx, "%s: the operator is not positive definite (CG found non-positive "
-                       "curvature)", op);
+    rc = lt_error(ctx,
+                  "%s: the operator is not positive definite (CG found non-positive "
+                  "curvature)",
+                  op);
     goto done;
   }
   if (rc != LT_OK) goto done;
   if ((rc = lt_slq_quadrature(ctx, T, np, logdet)) != LT_OK) {
     if (strstr(lt_last_error(ctx), "positive definite"))
-      lt_error(ctx, "%s: the operator is not positive definite (a Lanczos Ritz value is not "
-                    "positive)", op);
+      lt_error(ctx,
+               "%s: the operator is not positive definite (a Lanczos Ritz value is not "
+               "positive)",
+               op);
     goto done;
   }
   if (have) *logdet += P.logdet;
@@ -489,7 +493,8 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
   lt_tensor *a = args->a;
   if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
   size_t n = a->shape[0];
-  int m_max = ctx->settings.max_lanczos_iterations, want = args->flag < 0 ? -args->flag : args->flag;
+  int m_max = ctx->settings.max_lanczos_iterations,
+      want = args->flag < 0 ? -args->flag : args->flag;
   if (want > m_max) m_max = want; /* enough steps to return what was asked */
   lt_lanczos_result r;
   if (run_lanczos(ctx, "eigh", a, m_max, &r) != LT_OK) return LT_ERR;
@@ -507,7 +512,8 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
   for (int j = 0; j < count; j++) {
     lt_dense_data(w)[j] = theta[first + j];
     worst = fmax(worst, bounds[first + j]);
-    for (size_t i = 0; i < n; i++) lt_dense_data(q)[i * (size_t)count + (size_t)j] = Y[i * m + (size_t)(first + j)];
+    for (size_t i = 0; i < n; i++)
+      lt_dense_data(q)[i * (size_t)count + (size_t)j] = Y[i * m + (size_t)(first + j)];
   }
   res->info.method = "lanczos";
   res->info.iterations = r.m;

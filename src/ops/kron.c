@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 #define KRON_MAX_FACTORS 64
 
@@ -49,7 +49,7 @@ static lt_tensor *fn_apply_t(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *
  * A or B is 1, else one per slab (the caller keeps small slabs, B < 8, on
  * the permutation path). */
 static void dense_axis(lt_tensor *F, int trans, const double *t, double *y, size_t A, size_t in,
-                      size_t out, size_t B) {
+                       size_t out, size_t B) {
   const double *f = lt_dense_data(F);
   int ldf = (int)F->shape[1];
   if (in == 0 || out == 0 || A == 0 || B == 0) {
@@ -206,8 +206,7 @@ static void kron_vectors(const double *a, size_t na, const double *b, size_t nb,
 }
 
 /* Kronecker product of 1-d vectors v[0..p) (any strides) into out. */
-static int kron_of_vectors(lt_context *ctx, lt_tensor *const *v, int p, double *out,
-                           size_t total) {
+static int kron_of_vectors(lt_context *ctx, lt_tensor *const *v, int p, double *out, size_t total) {
   if (total == 0) return LT_OK; /* an empty vector: nothing to write */
   size_t bytes = total * sizeof(double);
   double *tmp = lt_malloc(ctx, bytes > 0 ? bytes : 1);
@@ -335,9 +334,7 @@ static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *F, void *ud) {
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *F, void *ud) {
   return lt_cholesky(ctx, F, *(const int *)ud);
 }
-static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) {
-  return lt_root(ctx, F, ud);
-}
+static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) { return lt_root(ctx, F, ud); }
 static lt_tensor *op_root_inv(lt_context *ctx, lt_tensor *F, void *ud) {
   return lt_root_inv(ctx, F, ud);
 }
@@ -677,8 +674,8 @@ lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
   double *payload = lt_malloc(ctx, sizeof(double));
   if (payload == NULL) return NULL;
   *payload = s;
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON_PLUS_IDENTITY, kron->shape[0], kron->shape[1],
-                             &kron, 1, payload);
+  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON_PLUS_IDENTITY, kron->shape[0], kron->shape[1], &kron,
+                             1, payload);
   if (t == NULL) {
     lt_free(ctx, payload, sizeof(double));
     return NULL;
@@ -874,8 +871,7 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_INVERSE, K, ANY, rule_inverse, NULL, 0, "kron inverse (kron of inverses)"},
       {LT_OP_EIGH, K, ANY, rule_eigh, NULL, 0, "kron eigh (factors' eigh, sorted)"},
       {LT_OP_SVD, K, ANY, rule_svd, NULL, 0, "kron svd (factors' svd, sorted)"},
-      {LT_OP_ADD, K, LT_TYPE_IDENTITY, rule_kron_shift, NULL, 1,
-       "kron + c*I (kron_plus_identity)"},
+      {LT_OP_ADD, K, LT_TYPE_IDENTITY, rule_kron_shift, NULL, 1, "kron + c*I (kron_plus_identity)"},
       {LT_OP_ADD, K, LT_TYPE_DIAG, rule_kron_shift, NULL, 1,
        "kron + constant diag (kron_plus_identity)"},
       {LT_OP_ADD_DIAG, K, ANY, rule_kron_shift, NULL, 0,

@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 static lt_tensor *factor_u(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *factor_v(const lt_tensor *self) {
@@ -28,8 +28,8 @@ static lt_tensor *gemm(lt_context *ctx, const lt_tensor *a, int trans_a, const l
     return out;
   }
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, (int)n,
-              (int)k, 1.0, lt_dense_data(a), (int)a->shape[1], lt_dense_data(b),
-              (int)b->shape[1], 0.0, lt_dense_data(out), (int)n);
+              (int)k, 1.0, lt_dense_data(a), (int)a->shape[1], lt_dense_data(b), (int)b->shape[1],
+              0.0, lt_dense_data(out), (int)n);
   return out;
 }
 
@@ -258,8 +258,8 @@ static int rule_matmul_diag(lt_context *ctx, const lt_args *args, lt_result *res
   lt_tensor *lr = diag_left ? args->b : args->a, *d = diag_left ? args->a : args->b;
   lt_tensor *f = scale_rows(ctx, d, diag_left ? factor_u(lr) : factor_v(lr));
   if (f == NULL) return LT_ERR;
-  lt_tensor *t = diag_left ? lt_lowrank_from(ctx, f, factor_v(lr))
-                           : lt_lowrank_from(ctx, factor_u(lr), f);
+  lt_tensor *t =
+      diag_left ? lt_lowrank_from(ctx, f, factor_v(lr)) : lt_lowrank_from(ctx, factor_u(lr), f);
   lt_release(ctx, f);
   return st_done(res, t);
 }

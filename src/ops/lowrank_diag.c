@@ -13,8 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 static lt_tensor *lr_part(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *diag_part(const lt_tensor *self) { return self->children[1]; }
@@ -102,7 +102,7 @@ static lt_tensor *diag_of(lt_context *ctx, lt_tensor *d, size_t n) {
 #define WOODBURY_BLOCK_ELEMS 32768
 
 typedef struct woodbury {
-  size_t n, k, m;   /* m: columns of the right-hand side (0 without one) */
+  size_t n, k, m; /* m: columns of the right-hand side (0 without one) */
   const double *d;
   lt_tensor *u, *v; /* the factors (borrowed) */
   double *c;        /* k×k: Cholesky factor (row-major lower) or LU of Cᵀ */
@@ -245,8 +245,8 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
   f->ipiv = lt_malloc(ctx, k * sizeof(lapack_int));
   if (f->ipiv == NULL) goto fail;
   /* LU of the buffer read column-major, i.e. of Cᵀ; det Cᵀ = det C. */
-  lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)k, (lapack_int)k, f->c,
-                                   (lapack_int)k, f->ipiv);
+  lapack_int info =
+      LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)k, (lapack_int)k, f->c, (lapack_int)k, f->ipiv);
   if (info < 0) {
     lt_error(ctx, "%s: LAPACK dgetrf failed (%d)", op, (int)info);
     goto fail;
@@ -278,8 +278,8 @@ static int capacitance_solve(lt_context *ctx, const woodbury *f, double *t, size
   if (f->ipiv == NULL) {
     cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)m,
                 1.0, f->c, (int)k, t, (int)m);
-    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)m,
-                1.0, f->c, (int)k, t, (int)m);
+    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)m, 1.0,
+                f->c, (int)k, t, (int)m);
     return LT_OK;
   }
   /* LAPACK holds Cᵀ = P L U (column-major); C z = t is the transposed solve.
@@ -345,8 +345,8 @@ static int woodbury_inv_quad(lt_context *ctx, const char *op, const woodbury *f,
   if (m > 0 && k > 0) {
     if (f->ipiv == NULL && f->q == NULL) {
       /* C = L Lᵀ: qᵀ C⁻¹ p = ‖L⁻¹ p‖² */
-      cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k,
-                  (int)m, 1.0, f->c, (int)k, f->p, (int)m);
+      cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)m,
+                  1.0, f->c, (int)k, f->p, (int)m);
       for (size_t i = 0; i < k * m; i++) corr += f->p[i] * f->p[i];
     } else {
       const double *q = f->q ? f->q : f->p;
@@ -606,9 +606,9 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
   lt_tensor *b = args->b;
   int both = b->type_id == LT_TYPE_LOWRANK_DIAG;
   lt_tensor *l = lt_add(ctx, lr_part(args->a), both ? lr_part(b) : b);
-  lt_tensor *d = l ? (both ? lt_add(ctx, diag_part(args->a), diag_part(b))
-                           : lt_retain(diag_part(args->a)))
-                   : NULL;
+  lt_tensor *d =
+      l ? (both ? lt_add(ctx, diag_part(args->a), diag_part(b)) : lt_retain(diag_part(args->a)))
+        : NULL;
   lt_tensor *out = NULL;
   if (d != NULL) {
     if (l->type_id == LT_TYPE_LOWRANK && d->type_id == LT_TYPE_DIAG) {
@@ -627,8 +627,7 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const int LD = LT_TYPE_LOWRANK_DIAG, LR = LT_TYPE_LOWRANK, ANY = LT_TYPE_ANY;
   const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
-      {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0,
-       "lowrank_plus_diag logdet (determinant lemma)"},
+      {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0, "lowrank_plus_diag logdet (determinant lemma)"},
       {LT_OP_INV_QUAD, LD, ANY, rule_inv_quad, NULL, 0, "lowrank_plus_diag inv_quad (Woodbury)"},
       {LT_OP_INV_QUAD_LOGDET, LD, ANY, rule_inv_quad, (void *)1, 0,
        "lowrank_plus_diag inv_quad_logdet (Woodbury + determinant lemma)"},

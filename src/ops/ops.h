@@ -24,6 +24,7 @@ extern const lt_type lt_submatrix_type;
 extern const lt_type lt_triangular_type;
 extern const lt_type lt_toeplitz_type;
 extern const lt_type lt_kernel_type;
+extern const lt_type lt_hadamard_type;
 
 /* ops-a: structured types */
 extern const lt_type lt_lowrank_type;
@@ -48,6 +49,7 @@ int lt_register_submatrix_rules(lt_context *ctx);
 int lt_register_triangular_rules(lt_context *ctx);
 int lt_register_toeplitz_rules(lt_context *ctx);
 int lt_register_kernel_rules(lt_context *ctx);
+int lt_register_hadamard_rules(lt_context *ctx);
 /* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
  * registered after the generic ones, so they are tried first. */
 int lt_register_iterative_rules(lt_context *ctx);

@@ -52,8 +52,7 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
   lt_tensor *a = args->a->children[0], *b = args->a->children[1];
   if (!lt_is_square(a) || !lt_is_square(b)) return LT_NOT_IMPLEMENTED;
   double la, lb;
-  if (lt_logdet(ctx, a, &la, NULL) != LT_OK || lt_logdet(ctx, b, &lb, NULL) != LT_OK)
-    return LT_ERR;
+  if (lt_logdet(ctx, a, &la, NULL) != LT_OK || lt_logdet(ctx, b, &lb, NULL) != LT_OK) return LT_ERR;
   res->x[0] = la + lb;
   return LT_OK;
 }
@@ -72,8 +71,8 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
 
 int lt_register_product_rules(lt_context *ctx) {
   const int P = LT_TYPE_PRODUCT, ANY = LT_TYPE_ANY;
-  if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (sum of factors')",
-                       rule_logdet, NULL, NULL, 0) != LT_OK ||
+  if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (sum of factors')", rule_logdet,
+                       NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SOLVE, P, ANY, "product solve (factor by factor)", rule_solve,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -130,12 +130,12 @@ int lt_register_scaled_rules(lt_context *ctx) {
                        0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_TRACE, S, ANY, "scaled trace", rule_trace, NULL, NULL, 0) !=
           LT_OK ||
-      lt_register_rule(ctx, LT_OP_SOLVE, S, ANY, "scaled solve (solve the child)", rule_solve,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SOLVE, S, ANY, "scaled solve (solve the child)", rule_solve, NULL,
+                       NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, S, ANY, "scaled logdet (n log c + child)", rule_logdet,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_SCALE, S, ANY, "scaled scale (folds factors)", rule_scale,
-                       NULL, NULL, 0) != LT_OK)
+      lt_register_rule(ctx, LT_OP_SCALE, S, ANY, "scaled scale (folds factors)", rule_scale, NULL,
+                       NULL, 0) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }

@@ -2,13 +2,13 @@
  * ops/structured.c — helpers of the structured types (see structured.h):
  * right-hand sides, a permutation operator for sorted spectra.
  */
-#include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "structured.h"
 #include "ops.h"
+#include "structured.h"
 
 lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b) { return lt_as_matrix(ctx, b); }
 

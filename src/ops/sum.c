@@ -102,11 +102,10 @@ lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n) {
   for (int i = 0; i < n; i++) {
     if (terms[i]->type_id == LT_TYPE_SUM)
       for (int j = 0; j < terms[i]->nchildren; j++) flat[k++] = terms[i]->children[j];
-    else
-      flat[k++] = terms[i];
+    else flat[k++] = terms[i];
   }
-  lt_tensor *s = lt_lazy_new(ctx, LT_TYPE_SUM, terms[0]->shape[0], terms[0]->shape[1], flat,
-                             total, NULL);
+  lt_tensor *s =
+      lt_lazy_new(ctx, LT_TYPE_SUM, terms[0]->shape[0], terms[0]->shape[1], flat, total, NULL);
   lt_free(ctx, flat, sizeof *flat * (size_t)total);
   if (s) sum_props(s);
   return s;

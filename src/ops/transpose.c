@@ -56,8 +56,8 @@ int lt_register_transpose_rules(lt_context *ctx) {
   const int T = LT_TYPE_TRANSPOSE, ANY = LT_TYPE_ANY;
   if (lt_register_rule(ctx, LT_OP_DIAGONAL, T, ANY, "transpose diagonal (the child's)",
                        rule_diagonal, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "transpose trace (the child's)", rule_trace,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "transpose trace (the child's)", rule_trace, NULL,
+                       NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, T, ANY, "transpose logdet (the child's)", rule_logdet,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -176,7 +176,8 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
     if (v != v) return lt_error(ctx, "solve: matrix has NaN on the diagonal");
   }
   size_t k = lt_cols(args->b);
-  if (lt_lapack_check_dim(ctx, "solve", n) != LT_OK || lt_lapack_check_dim(ctx, "solve", k) != LT_OK)
+  if (lt_lapack_check_dim(ctx, "solve", n) != LT_OK ||
+      lt_lapack_check_dim(ctx, "solve", k) != LT_OK)
     return LT_ERR;
   lt_tensor *x = lt_dense_clone(ctx, args->b);
   if (x == NULL) return LT_ERR;

@@ -112,8 +112,8 @@ static int wrong_shape_rule(lt_context *ctx, const lt_args *args, lt_result *res
 
 static void test_validation(void) {
   lt_context *ctx = lt_context_new(NULL, NULL);
-  lt_register_rule(ctx, LT_OP_ADD, LT_TYPE_DIAG, LT_TYPE_DIAG, "bad", wrong_shape_rule, NULL,
-                   NULL, 0);
+  lt_register_rule(ctx, LT_OP_ADD, LT_TYPE_DIAG, LT_TYPE_DIAG, "bad", wrong_shape_rule, NULL, NULL,
+                   0);
   lt_tensor *v = lt_dense_from(ctx, 1, (size_t[]){2}, (double[]){1, 2});
   lt_tensor *d = lt_diag_new(ctx, v);
   size_t base = lt_memory(ctx);
@@ -154,8 +154,8 @@ static void test_error_paths(void) {
   CHECK(lt_eigh(ctx, nonsym, &w, &qv, NULL) == LT_ERR, "eigh non-symmetric");
   CHECK(lt_root(ctx, bad, NULL) == NULL, "root of indefinite");
   CHECK(lt_root_inv(ctx, sing, NULL) == NULL, "root_inv of singular");
-  CHECK(lt_memory(ctx) == base, "memory back to baseline after errors (%zu vs %zu)",
-        lt_memory(ctx), base);
+  CHECK(lt_memory(ctx) == base, "memory back to baseline after errors (%zu vs %zu)", lt_memory(ctx),
+        base);
   lt_release(ctx, bad);
   lt_release(ctx, sing);
   lt_release(ctx, nonsym);
@@ -241,11 +241,16 @@ static void test_allocation_failures(void) {
     const char *name;
     op_fn fn;
   } ops[] = {
-      {"cholesky", op_cholesky},       {"solve", op_solve},
-      {"solve psd", op_solve_psd},     {"inv_quad_logdet", op_inv_quad_logdet},
-      {"eigh", op_eigh},               {"svd", op_svd},
-      {"root singular", op_root_singular}, {"root_inv", op_root_inv},
-      {"diag mix", op_diag_mix},       {"triangular", op_triangular},
+      {"cholesky", op_cholesky},
+      {"solve", op_solve},
+      {"solve psd", op_solve_psd},
+      {"inv_quad_logdet", op_inv_quad_logdet},
+      {"eigh", op_eigh},
+      {"svd", op_svd},
+      {"root singular", op_root_singular},
+      {"root_inv", op_root_inv},
+      {"diag mix", op_diag_mix},
+      {"triangular", op_triangular},
   };
   static const double GEN2[9] = {2, 2, 1, 1, 3, 0, 3, 0, 4};
   for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {

@@ -18,24 +18,24 @@ static int passed, failed;
 static int verbose;
 
 /* Measurements worth seeing, with VERBOSE=1 in the environment. */
-#define NOTE(...)                  \
-  do {                             \
-    if (verbose) {                 \
-      printf("  ");                \
-      printf(__VA_ARGS__);         \
-      printf("\n");               \
-    }                              \
+#define NOTE(...)          \
+  do {                     \
+    if (verbose) {         \
+      printf("  ");        \
+      printf(__VA_ARGS__); \
+      printf("\n");        \
+    }                      \
   } while (0)
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (cond) passed++;                                    \
-    else {                                                 \
-      failed++;                                            \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-      printf(__VA_ARGS__);                                 \
-      printf("\n");                                        \
-    }                                                      \
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (cond) passed++;                           \
+    else {                                        \
+      failed++;                                   \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+    }                                             \
   } while (0)
 
 /* ------------------------------------------------------------ matrices */
@@ -53,8 +53,8 @@ static double *alloc_d(size_t count) {
 static double *random_spd(lt_context *ctx, size_t n, double shift) {
   double *G = alloc_d(n * n), *A = alloc_d(n * n);
   for (size_t i = 0; i < n * n; i++) G[i] = lt_random_normal(ctx);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0 / (double)n,
-              G, (int)n, G, (int)n, 0.0, A, (int)n);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0 / (double)n, G,
+              (int)n, G, (int)n, 0.0, A, (int)n);
   for (size_t i = 0; i < n; i++) A[i * n + i] += shift;
   free(G);
   return A;
@@ -68,11 +68,12 @@ static double *spd_with_spectrum(lt_context *ctx, size_t n, const double *lambda
   LAPACKE_dorgqr(LAPACK_ROW_MAJOR, (int)n, (int)n, (int)n, Q, (int)n, tau);
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < n; j++) QL[i * n + j] = Q[i * n + j] * lambda[j];
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0, QL, (int)n,
-              Q, (int)n, 0.0, A, (int)n);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0, QL, (int)n, Q,
+              (int)n, 0.0, A, (int)n);
   /* exact symmetry */
   for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < i; j++) A[i * n + j] = A[j * n + i] = 0.5 * (A[i * n + j] + A[j * n + i]);
+    for (size_t j = 0; j < i; j++)
+      A[i * n + j] = A[j * n + i] = 0.5 * (A[i * n + j] + A[j * n + i]);
   free(Q), free(tau), free(QL);
   return A;
 }
@@ -111,8 +112,8 @@ static double dense_logdet(const double *A, size_t n) {
 static double rel_residual(const double *A, size_t n, size_t k, const double *X, const double *B) {
   double *R = alloc_d(n * k);
   memcpy(R, B, n * k * sizeof(double));
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)k, (int)n, -1.0, A, (int)n,
-              X, (int)k, 1.0, R, (int)k);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)k, (int)n, -1.0, A, (int)n, X,
+              (int)k, 1.0, R, (int)k);
   double r = cblas_dnrm2((int)(n * k), R, 1), b = cblas_dnrm2((int)(n * k), B, 1);
   free(R);
   return r / b;
@@ -168,8 +169,8 @@ static void test_cg(lt_context *ctx) {
   rc = lt_mbcg(ctx, &op, NULL, k, B, X, &o, NULL, &info);
   double z = 0.0;
   for (size_t i = 0; i < n; i++) z += fabs(X[i * k + 1]);
-  CHECK(rc == LT_OK && info.converged && z == 0.0, "cg zero column: %d %d %g", rc,
-        info.converged, z);
+  CHECK(rc == LT_OK && info.converged && z == 0.0, "cg zero column: %d %d %g", rc, info.converged,
+        z);
   /* non-convergence is reported */
   o.max_iter = 3;
   rc = lt_mbcg(ctx, &op, NULL, k, B, X, &o, NULL, &info);
@@ -210,11 +211,13 @@ static void test_pivchol(lt_context *ctx) {
     double tr = 0.0;
     for (size_t i = 0; i < n; i++) {
       double s = 0.0;
-      for (int a = 0; a < rank; a++) s += L[i * (size_t)ranks[r] + (size_t)a] * L[i * (size_t)ranks[r] + (size_t)a];
+      for (int a = 0; a < rank; a++)
+        s += L[i * (size_t)ranks[r] + (size_t)a] * L[i * (size_t)ranks[r] + (size_t)a];
       tr += K[i * n + i] - s;
     }
     CHECK(rc == LT_OK && rank == ranks[r], "pivchol rank %d: rc %d rank %d", ranks[r], rc, rank);
-    CHECK(fabs(tr - err) <= 1e-8 * (double)n, "pivchol rank %d: err %g vs trace %g", ranks[r], err, tr);
+    CHECK(fabs(tr - err) <= 1e-8 * (double)n, "pivchol rank %d: err %g vs trace %g", ranks[r], err,
+          tr);
     if (!(err < prev)) decreasing = 0;
     prev = err;
   }
@@ -266,7 +269,8 @@ static void test_precond(lt_context *ctx) {
   lt_mbcg(ctx, &op, NULL, 2, v, w, &o, NULL, &plain);
   rc = lt_mbcg(ctx, &op, &Minv, 2, v, w, &o, NULL, &pre);
   double rr = rel_residual(K, n, 2, w, v);
-  CHECK(rc == LT_OK && pre.converged && rr < 1e-7, "pcg: rc %d conv %d rr %g", rc, pre.converged, rr);
+  CHECK(rc == LT_OK && pre.converged && rr < 1e-7, "pcg: rc %d conv %d rr %g", rc, pre.converged,
+        rr);
   NOTE("pcg rank %d: %d iterations (cg %d)", rank, pre.iterations, plain.iterations);
   CHECK(pre.iterations < plain.iterations, "pcg %d iterations vs cg %d", pre.iterations,
         plain.iterations);
@@ -296,7 +300,8 @@ static void test_slq(lt_context *ctx) {
   CHECK(memcmp(&est, &again, sizeof est) == 0, "slq determinism: %.17g vs %.17g", est, again);
   /* Gaussian probes */
   rc = lt_slq_logdet(ctx, &op, NULL, 30, LT_PROBE_GAUSSIAN, &o, &est, &info);
-  CHECK(rc == LT_OK && fabs(est - exact) < 0.02 * fabs(exact), "slq gaussian: %g vs %g", est, exact);
+  CHECK(rc == LT_OK && fabs(est - exact) < 0.02 * fabs(exact), "slq gaussian: %g vs %g", est,
+        exact);
   /* preconditioned */
   size_t k = 15;
   double *Kd = rbf(x, n, 0.05, 0.0), *diag = alloc_d(n), *L = alloc_d(n * k), *d = alloc_d(n);
@@ -317,15 +322,16 @@ static void test_slq(lt_context *ctx) {
   /* not positive definite: an error, not a number */
   for (size_t i = 0; i < n; i++) K[i * n + i] -= 0.5;
   rc = lt_slq_logdet(ctx, &op, NULL, 5, LT_PROBE_RADEMACHER, &o, &est, &info);
-  CHECK(rc != LT_OK && strstr(lt_last_error(ctx), "not positive definite"), "slq indefinite: %d '%s'",
-        rc, lt_last_error(ctx));
+  CHECK(rc != LT_OK && strstr(lt_last_error(ctx), "not positive definite"),
+        "slq indefinite: %d '%s'", rc, lt_last_error(ctx));
   free(x), free(K), free(Kd), free(diag), free(L), free(d);
 }
 
 static void test_lanczos(lt_context *ctx) {
   size_t n = 300;
   double *lambda = alloc_d(n);
-  for (size_t i = 0; i < n; i++) lambda[i] = 1.0 + 0.1 * (double)i + (i >= n - 3 ? 50.0 * (double)(i - (n - 4)) : 0.0);
+  for (size_t i = 0; i < n; i++)
+    lambda[i] = 1.0 + 0.1 * (double)i + (i >= n - 3 ? 50.0 * (double)(i - (n - 4)) : 0.0);
   lambda[0] = 0.01;
   double *A = spd_with_spectrum(ctx, n, lambda);
   double *w = alloc_d(n), *C = alloc_d(n * n);
@@ -343,8 +349,8 @@ static void test_lanczos(lt_context *ctx) {
   NOTE("lanczos m=%d: top %.12g (dsyevd %.12g), bottom %.9g (dsyevd %.9g)", m, theta[m - 1],
        w[n - 1], theta[0], w[0]);
   for (int t = 1; t <= 3; t++)
-    CHECK(fabs(theta[m - t] - w[n - (size_t)t]) < 1e-9 * w[n - 1], "lanczos top %d: %.12g vs %.12g", t,
-          theta[m - t], w[n - (size_t)t]);
+    CHECK(fabs(theta[m - t] - w[n - (size_t)t]) < 1e-9 * w[n - 1], "lanczos top %d: %.12g vs %.12g",
+          t, theta[m - t], w[n - (size_t)t]);
   CHECK(fabs(theta[0] - w[0]) < 1e-6, "lanczos bottom: %.12g vs %.12g", theta[0], w[0]);
   CHECK(bounds[m - 1] < 1e-8 * w[n - 1], "lanczos bound %g", bounds[m - 1]);
   /* the top Ritz vector is an eigenvector */
@@ -352,9 +358,11 @@ static void test_lanczos(lt_context *ctx) {
   for (size_t i = 0; i < n; i++) y[i] = Y[i * (size_t)m + (size_t)(m - 1)];
   cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)n, 1.0, A, (int)n, y, 1, 0.0, Ay, 1);
   cblas_daxpy((int)n, -theta[m - 1], y, 1, Ay, 1);
-  CHECK(cblas_dnrm2((int)n, Ay, 1) < 1e-7 * w[n - 1], "ritz vector residual %g", cblas_dnrm2((int)n, Ay, 1));
+  CHECK(cblas_dnrm2((int)n, Ay, 1) < 1e-7 * w[n - 1], "ritz vector residual %g",
+        cblas_dnrm2((int)n, Ay, 1));
   lt_lanczos_free(ctx, &r, n);
-  free(lambda), free(A), free(w), free(C), free(q0), free(theta), free(bounds), free(Y), free(y), free(Ay);
+  free(lambda), free(A), free(w), free(C), free(q0), free(theta), free(bounds), free(Y), free(y),
+      free(Ay);
 }
 
 static void test_roots(lt_context *ctx) {
@@ -367,15 +375,15 @@ static void test_roots(lt_context *ctx) {
   CHECK(rc == LT_OK && r.m == (int)n && r.invariant, "lanczos full: rc %d m %d", rc, r.m);
   double *R = alloc_d(n * n), *RR = alloc_d(n * n);
   rc = lt_lanczos_root(ctx, &r, n, 0.5, R);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, r.m, 1.0, R, r.m, R, r.m, 0.0,
-              RR, (int)n);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, r.m, 1.0, R, r.m, R, r.m,
+              0.0, RR, (int)n);
   double e = 0.0;
   for (size_t i = 0; i < n * n; i++) e = fmax(e, fabs(RR[i] - A[i]));
   CHECK(rc == LT_OK && e < 1e-9, "root: max |RRᵀ − A| = %g", e);
   rc = lt_lanczos_root(ctx, &r, n, -0.5, R);
   /* S Sᵀ A = I */
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, r.m, 1.0, R, r.m, R, r.m, 0.0,
-              RR, (int)n);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, r.m, 1.0, R, r.m, R, r.m,
+              0.0, RR, (int)n);
   double *SA = alloc_d(n * n);
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0, RR, (int)n, A,
               (int)n, 0.0, SA, (int)n);
@@ -427,8 +435,8 @@ static void test_hutchinson(lt_context *ctx) {
   lt_linop op = lt_linop_dense(n, A);
   double est, se;
   int rc = lt_hutchinson_trace(ctx, &op, 200, &est, &se);
-  CHECK(rc == LT_OK && fabs(est - tr) < 4 * se + 1e-9 && se < 0.02 * tr, "hutchinson trace %g ± %g vs %g",
-        est, se, tr);
+  CHECK(rc == LT_OK && fabs(est - tr) < 4 * se + 1e-9 && se < 0.02 * tr,
+        "hutchinson trace %g ± %g vs %g", est, se, tr);
   /* exact on a diagonal matrix */
   double *D = alloc_d(n * n);
   for (size_t i = 0; i < n; i++) D[i * n + i] = (double)i + 1.0;
@@ -457,7 +465,6 @@ static void test_determinism(void) {
   CHECK(memcmp(&out[0], &out[1], sizeof out[0]) == 0, "two contexts, same seed: %.17g vs %.17g",
         out[0], out[1]);
 }
-
 
 /* ------------------------------------------------------------ rules */
 
@@ -508,7 +515,8 @@ static lt_tensor *testdiag_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X
   lt_tensor *Y = lt_dense_matrix(ctx, p->n, k);
   if (Y == NULL) return NULL;
   for (size_t i = 0; i < p->n; i++)
-    for (size_t j = 0; j < k; j++) lt_dense_data(Y)[i * k + j] = p->a[i] * lt_dense_data(X)[i * k + j];
+    for (size_t j = 0; j < k; j++)
+      lt_dense_data(Y)[i * k + j] = p->a[i] * lt_dense_data(X)[i * k + j];
   return Y;
 }
 
@@ -518,10 +526,10 @@ static int testdiag_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, 
   return LT_OK;
 }
 
-static const lt_type TESTMAT = {"testmat", testmat_matmul, NULL, testmat_entry, testmat_row,
-                                test_destroy, NULL};
-static const lt_type TESTDIAG = {"testdiag", testdiag_matmul, NULL, testdiag_entry, NULL,
-                                 test_destroy, NULL};
+static const lt_type TESTMAT = {"testmat",   testmat_matmul, NULL, testmat_entry,
+                                testmat_row, test_destroy,   NULL};
+static const lt_type TESTDIAG = {"testdiag", testdiag_matmul, NULL, testdiag_entry,
+                                 NULL,       test_destroy,    NULL};
 
 typedef struct test_types {
   int mat, diag;
@@ -645,7 +653,8 @@ static void test_rule_solve(lt_context *ctx, const test_types *ty) {
   memcpy(X, lt_dense_data(B), n * 3 * sizeof(double));
   LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (int)n, 3, C, (int)n, X, 3);
   double q = cblas_ddot((int)(n * 3), X, 1, lt_dense_data(B), 1);
-  CHECK(rc == LT_OK && fabs(res.x[0] - q) < 1e-6 * fabs(q), "inv_quad: %.10g vs %.10g", res.x[0], q);
+  CHECK(rc == LT_OK && fabs(res.x[0] - q) < 1e-6 * fabs(q), "inv_quad: %.10g vs %.10g", res.x[0],
+        q);
   /* known non-symmetric → GMRES */
   double *N = alloc_d(n * n);
   for (size_t i = 0; i < n * n; i++) N[i] = lt_random_normal(ctx) / sqrt((double)n);
@@ -704,8 +713,8 @@ static void test_rule_solve(lt_context *ctx, const test_types *ty) {
 }
 
 /* K + D as the sum of a kernel operator and a diagonal one. */
-static lt_tensor *kernel_plus_diag(lt_context *ctx, const test_types *ty, size_t n,
-                                   const double *K, double sigma2) {
+static lt_tensor *kernel_plus_diag(lt_context *ctx, const test_types *ty, size_t n, const double *K,
+                                   double sigma2) {
   double *d = alloc_d(n);
   for (size_t i = 0; i < n; i++) d[i] = sigma2;
   lt_tensor *k = new_mat(ctx, ty, n, K, LT_YES, LT_YES), *dg = new_diag(ctx, ty, n, d);
@@ -744,7 +753,8 @@ static void test_rule_logdet(lt_context *ctx, const test_types *ty) {
        res.info.iterations, with_precond);
   CHECK(rc == LT_OK && with_precond < res.info.iterations,
         "preconditioner used: %d vs %d iterations", with_precond, res.info.iterations);
-  CHECK(rc == LT_OK && fabs(res.x[0] - exact) < 0.01 * fabs(exact), "logdet w/o precond %g", res.x[0]);
+  CHECK(rc == LT_OK && fabs(res.x[0] - exact) < 0.01 * fabs(exact), "logdet w/o precond %g",
+        res.x[0]);
   st->preconditioner_size = 15;
   /* inv_quad_logdet in one run */
   lt_tensor *b = random_rhs(ctx, n, 2);
@@ -755,8 +765,10 @@ static void test_rule_logdet(lt_context *ctx, const test_types *ty) {
   LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (int)n, 2, C, (int)n, X, 2);
   double q = cblas_ddot((int)(n * 2), X, 1, lt_dense_data(b), 1);
   NOTE("inv_quad_logdet: %.8g (exact %.8g), %.6g (exact %.6g)", res.x[0], q, res.x[1], exact);
-  CHECK(rc == LT_OK && fabs(res.x[0] - q) < 1e-5 * fabs(q) && fabs(res.x[1] - exact) < 0.01 * fabs(exact),
-        "inv_quad_logdet: %g vs %g, %g vs %g (%s)", res.x[0], q, res.x[1], exact, lt_last_error(ctx));
+  CHECK(rc == LT_OK && fabs(res.x[0] - q) < 1e-5 * fabs(q) &&
+            fabs(res.x[1] - exact) < 0.01 * fabs(exact),
+        "inv_quad_logdet: %g vs %g, %g vs %g (%s)", res.x[0], q, res.x[1], exact,
+        lt_last_error(ctx));
   lt_release(ctx, A), lt_release(ctx, b);
   free(x), free(K), free(Kn), free(C), free(X);
   st->max_cholesky_size = 800;
@@ -776,8 +788,8 @@ static void test_rule_lanczos(lt_context *ctx, const test_types *ty) {
   lt_tensor *op = new_mat(ctx, ty, n, A, LT_YES, LT_YES);
   lt_result res;
   int rc = call(ctx, LT_OP_ROOT, op, NULL, 0, &res);
-  CHECK(rc == LT_OK && strcmp(res.info.method, "lanczos") == 0 && res.info.converged,
-        "root: %s", lt_last_error(ctx));
+  CHECK(rc == LT_OK && strcmp(res.info.method, "lanczos") == 0 && res.info.converged, "root: %s",
+        lt_last_error(ctx));
   if (rc == LT_OK) {
     size_t m = lt_size(res.t[0], 1);
     double *RR = alloc_d(n * n), e = 0.0;
@@ -801,7 +813,8 @@ static void test_rule_lanczos(lt_context *ctx, const test_types *ty) {
   if (rc == LT_OK) {
     double *SS = alloc_d(n2 * n2), *M = alloc_d(n2 * n2), e = 0.0;
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n2, (int)n2, (int)n2, 1.0,
-                lt_dense_data(res.t[0]), (int)n2, lt_dense_data(res.t[0]), (int)n2, 0.0, SS, (int)n2);
+                lt_dense_data(res.t[0]), (int)n2, lt_dense_data(res.t[0]), (int)n2, 0.0, SS,
+                (int)n2);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n2, (int)n2, (int)n2, 1.0, SS,
                 (int)n2, A2, (int)n2, 0.0, M, (int)n2);
     for (size_t i = 0; i < n2; i++)
@@ -821,7 +834,8 @@ static void test_rule_lanczos(lt_context *ctx, const test_types *ty) {
   double *B = spd_with_spectrum(ctx, n, lambda);
   op = new_mat(ctx, ty, n, B, LT_YES, LT_YES);
   rc = call(ctx, LT_OP_EIGH, op, NULL, 3, &res);
-  CHECK(rc == LT_OK && lt_size(res.t[0], 0) == 3 && lt_size(res.t[1], 0) == n && lt_size(res.t[1], 1) == 3,
+  CHECK(rc == LT_OK && lt_size(res.t[0], 0) == 3 && lt_size(res.t[1], 0) == n &&
+            lt_size(res.t[1], 1) == 3,
         "eigh top 3: %s", lt_last_error(ctx));
   if (rc == LT_OK) {
     double *w = lt_dense_data(res.t[0]);
@@ -835,7 +849,8 @@ static void test_rule_lanczos(lt_context *ctx, const test_types *ty) {
   rc = call(ctx, LT_OP_EIGH, op, NULL, -2, &res);
   if (rc == LT_OK) {
     double *w = lt_dense_data(res.t[0]);
-    CHECK(fabs(w[0] - 0.1) < 1e-6 && fabs(w[1] - 0.2) < 1e-6, "eigh bottom %.10g %.10g", w[0], w[1]);
+    CHECK(fabs(w[0] - 0.1) < 1e-6 && fabs(w[1] - 0.2) < 1e-6, "eigh bottom %.10g %.10g", w[0],
+          w[1]);
     release_result(ctx, &res);
   } else {
     CHECK(0, "eigh bottom: %s", lt_last_error(ctx));

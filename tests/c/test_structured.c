@@ -68,8 +68,8 @@ static lt_tensor *keep(scene *s, lt_tensor *t, int line) {
   return t;
 }
 #define K(expr) keep(s, (expr), __LINE__)
-#define NUM(expr)                                              \
-  do {                                                         \
+#define NUM(expr)                                                      \
+  do {                                                                 \
     if ((expr) != LT_OK && s->failed_at == 0) s->failed_at = __LINE__; \
   } while (0)
 

@@ -187,7 +187,8 @@ static lt_tensor *toeplitz_solve_scenario(lt_context *ctx) {
 
 static lt_tensor *kernel_scenario(lt_context *ctx) {
   double xv[] = {0, 1, 2, 0.5, -1, 3}, yv[] = {1, 1, 0, 2};
-  lt_kernel_spec spec = {.kind = LT_KERNEL_PERIODIC, .lengthscale = 0.7, .variance = 1.2, .period = 2.0};
+  lt_kernel_spec spec = {
+      .kind = LT_KERNEL_PERIODIC, .lengthscale = 0.7, .variance = 1.2, .period = 2.0};
   lt_tensor *x1 = lt_dense_from(ctx, 2, (size_t[]){3, 2}, xv);
   lt_tensor *x2 = x1 ? lt_dense_from(ctx, 2, (size_t[]){2, 2}, yv) : NULL;
   lt_tensor *K = x2 ? lt_kernel_new(ctx, x1, x2, &spec) : NULL;

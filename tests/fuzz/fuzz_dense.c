@@ -32,7 +32,7 @@
 #pragma weak lt_triangular_new
 
 typedef struct budget {
-  size_t live, limit; /* refuse requests that would exceed limit bytes */
+  size_t live, limit;  /* refuse requests that would exceed limit bytes */
   long count, fail_at; /* fail the fail_at-th allocation (0: never) */
 } budget;
 
@@ -70,7 +70,10 @@ static unsigned u8(input *in) {
 static size_t size_arg(input *in) {
   unsigned k = u8(in);
   switch (k >> 5) {
-    case 0: case 1: case 2: case 3: return k & 7;
+    case 0:
+    case 1:
+    case 2:
+    case 3: return k & 7;
     case 4: return k & 31;
     case 5: return (size_t)1 << (k & 63);
     case 6: return SIZE_MAX - (k & 7);
@@ -146,8 +149,16 @@ static void step(machine *m, input *in) {
       put(m, in, small ? lt_dense_from(ctx, nd, shape, data) : lt_dense_zeros(ctx, nd, shape));
       break;
     }
-    case 1: { int nd = shape_arg(in, shape); put(m, in, lt_dense_full(ctx, nd, shape, value_arg(in))); break; }
-    case 2: { int nd = shape_arg(in, shape); put(m, in, lt_dense_rand(ctx, nd, shape)); break; }
+    case 1: {
+      int nd = shape_arg(in, shape);
+      put(m, in, lt_dense_full(ctx, nd, shape, value_arg(in)));
+      break;
+    }
+    case 2: {
+      int nd = shape_arg(in, shape);
+      put(m, in, lt_dense_rand(ctx, nd, shape));
+      break;
+    }
     case 3: put(m, in, lt_dense_eye(ctx, size_arg(in))); break;
     case 4: {
       double a = value_arg(in), b = value_arg(in), s = value_arg(in);
@@ -186,7 +197,8 @@ static void step(machine *m, input *in) {
     }
     case 10: {
       lt_tensor *t = slot(m, in);
-      if (t && lt_is_dense(t)) put(m, in, u8(in) & 1 ? lt_dense_clone(ctx, t) : lt_dense_contiguous(ctx, t));
+      if (t && lt_is_dense(t))
+        put(m, in, u8(in) & 1 ? lt_dense_clone(ctx, t) : lt_dense_contiguous(ctx, t));
       break;
     }
     case 11: { /* checked element access with arbitrary indices */
@@ -226,7 +238,8 @@ static void step(machine *m, input *in) {
     }
     case 15: { /* copy with broadcasting into a view */
       lt_tensor *a = slot(m, in), *b = slot(m, in);
-      if (a && b && lt_is_dense(a) && lt_is_dense(b)) check_status(m, lt_dense_copy_into(ctx, a, b));
+      if (a && b && lt_is_dense(a) && lt_is_dense(b))
+        check_status(m, lt_dense_copy_into(ctx, a, b));
       break;
     }
     case 16: { /* products through the registry (any operand types) */
@@ -279,7 +292,8 @@ static void step(machine *m, input *in) {
       if (which == 0 && lt_kron_new) put(m, in, lt_kron_new(ctx, f, n));
       else if (which == 1 && lt_blockdiag_new) put(m, in, lt_blockdiag_new(ctx, f, n));
       else if (which == 2 && lt_chol_new && f[0]) put(m, in, lt_chol_new(ctx, f[0]));
-      else if (which == 3 && lt_triangular_new && f[0]) put(m, in, lt_triangular_new(ctx, f[0], u8(in) & 1));
+      else if (which == 3 && lt_triangular_new && f[0])
+        put(m, in, lt_triangular_new(ctx, f[0], u8(in) & 1));
       break;
     }
     default: { /* materialise, transpose and read through the registry */

@@ -42,12 +42,12 @@ static void open_module(lua_State *L) {
 }
 
 typedef struct counting_alloc {
-  size_t live;       /* bytes currently allocated */
-  long count;        /* growing allocations so far */
-  long fail_at;      /* 0: never fail */
-  int fail_from;     /* 1: fail at fail_at and after; 0: only at fail_at */
-  int armed;         /* failures only while the script runs */
-  long failures;     /* how many allocations were refused */
+  size_t live;   /* bytes currently allocated */
+  long count;    /* growing allocations so far */
+  long fail_at;  /* 0: never fail */
+  int fail_from; /* 1: fail at fail_at and after; 0: only at fail_at */
+  int armed;     /* failures only while the script runs */
+  long failures; /* how many allocations were refused */
 } counting_alloc;
 
 /* A place for a debugger breakpoint: called at the first refused allocation.
@@ -57,7 +57,11 @@ __attribute__((noinline)) static void first_failure(void) { __asm__ volatile("")
 /* With ALLOCFAIL_RUN set, live blocks are tracked so that leaks can be named
  * by their allocation number (a debugger can then stop there). */
 #define TRACK_MAX 65536
-static struct tracked { uintptr_t p; size_t size; long n; } track[TRACK_MAX];
+static struct tracked {
+  uintptr_t p;
+  size_t size;
+  long n;
+} track[TRACK_MAX];
 static int tracking, ntrack;
 
 /* Addresses as integers: a freed pointer is only compared, never used. */
@@ -124,8 +128,8 @@ static int acceptable(const char *msg) {
 
 typedef enum { RUN_OK, RUN_ERROR, RUN_BAD } run_outcome;
 
-static run_outcome run_once(const char *path, long fail_at, int fail_from, long *allocs,
-                            char *why, size_t whylen) {
+static run_outcome run_once(const char *path, long fail_at, int fail_from, long *allocs, char *why,
+                            size_t whylen) {
   counting_alloc a = {0};
   a.fail_at = fail_at;
   a.fail_from = fail_from;
@@ -235,7 +239,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
       ntrack = 0;
       run_outcome o = run_once(paths[i], k, strncmp(single, "only", 4) != 0, NULL, why, sizeof why);
-      printf("%s: %s %s\n", paths[i], o == RUN_OK ? "completed" : o == RUN_ERROR ? "clean error" : "BAD", why);
+      printf("%s: %s %s\n", paths[i],
+             o == RUN_OK      ? "completed"
+             : o == RUN_ERROR ? "clean error"
+                              : "BAD",
+             why);
       for (int j = 0; j < ntrack; j++)
         printf("  live: %zu bytes from allocation %ld\n", track[j].size, track[j].n);
     }

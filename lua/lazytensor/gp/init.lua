@@ -6,13 +6,20 @@
 --   model:fit{max_iter = 50, callback = function(it, mll) print(it, mll) end}
 --   local mean, var = model:predict(xstar)
 --
--- The model chooses the covariance's structure itself (see gp/structure.lua)
--- and then only uses the function API: K:add_diag(σ²), inv_quad_logdet,
--- solve. Exact linear algebra runs below lt.settings.max_cholesky_size and
--- iterative methods above it; the marginal log-likelihood's gradient,
+-- The model chooses the covariance's structure itself (gp/structure.lua;
+-- model:explain() says which and why): Toeplitz for regularly spaced 1-d
+-- inputs, Kronecker for grids with a separable kernel, "kernel" — lazy C
+-- lt.kernel operators for K and ∂K/∂log θ, O(n) memory — for other inputs
+-- when the kernel is a sum of rbf/matern/periodic kernels over all input
+-- dimensions, and dense n×n matrices otherwise (products of kernels, rq,
+-- kernels over a subset of the dimensions). It then only uses the function
+-- API: K:add_diag(σ²), inv_quad_logdet, solve. Exact linear algebra runs
+-- below lt.settings.max_cholesky_size and iterative methods above it; the
+-- marginal log-likelihood's gradient,
 --   ∂MLL/∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ),  α = K⁻¹(y − m),
--- is exact on the first path and uses Hutchinson trace estimates with the
--- same solver on the second.
+-- is exact on the first path and uses Hutchinson trace estimates
+-- (num_trace_samples Rademacher probes, solved together with y − m in one
+-- block CG run) on the second.
 local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
@@ -62,7 +69,9 @@ end
 --- An exact GP regression model.
 -- spec: x (inputs), y (targets), kernel, noise (variance, default 1% of
 -- var(y)), mean ("constant" (default) or "zero"), mean_value, structure
--- ("auto", "toeplitz", "kron", "dense"), fixed = {noise = true, mean = true}.
+-- ("auto", "toeplitz", "kron", "kernel", "dense"), fixed = {noise = true, mean = true},
+-- trace_rank (rank of the pivoted-Cholesky control variate in stochastic
+-- gradients, default 64, 0 for plain Hutchinson; see stochastic_gradient).
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   if getmetatable(spec.kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
@@ -76,6 +85,7 @@ function gp.exact(spec)
     mean_kind = spec.mean or "constant",
     structure_choice = spec.structure or "auto",
     fixed = spec.fixed or {},
+    trace_rank = spec.trace_rank,
   }, Model)
   if self.mean_kind ~= "constant" and self.mean_kind ~= "zero" then
     fail("mean must be 'constant' or 'zero', got %s", tostring(self.mean_kind))
@@ -157,19 +167,93 @@ local function exact_gradient(self, cov, Ky, alpha, grad)
   return W
 end
 
--- Stochastic gradient: tr(K⁻¹ ∂K) ≈ mean over probes z of zᵀ K⁻¹ ∂K z.
-local function stochastic_gradient(self, cov, Ky, alpha, grad)
-  local s = lt.settings.num_trace_samples
-  local Z = lt.randn(self.n, s)
-  local KinvZ = Ky:solve(Z)
+-- Rank of the pivoted Cholesky used as a control variate in the trace
+-- estimates (covariances that expose rows: the "kernel" structure).
+local TRACE_RANK = 64
+
+-- K ≈ L·Lᵀ by a pivoted Cholesky of rank ≤ k from K's rows (cov.row) and
+-- diagonal: an n×r dense L, or nil when the covariance has no rows.
+local function pivoted_cholesky(cov, n, k)
+  if not cov.row then return nil end
+  k = math.min(k, n)
+  local d = cov.diagonal():totable()
+  local total = 0
+  for i = 1, n do total = total + d[i] end
+  local cols = {} -- L's columns as 1-d tensors
+  for j = 1, k do
+    local piv, best = 1, -math.huge
+    for i = 1, n do
+      if d[i] > best then piv, best = i, d[i] end
+    end
+    if not (best > 1e-10 * total) then break end -- luacheck: ignore 581 (NaN)
+    local col = cov.row(piv)
+    for m = 1, j - 1 do col = col - cols[m] * cols[m][piv] end
+    col = col / math.sqrt(best)
+    cols[j] = col
+    local c = col:totable()
+    for i = 1, n do d[i] = d[i] - c[i] * c[i] end
+  end
+  if #cols == 0 then return nil end
+  local L = lt.zeros(n, #cols)
+  for j, c in ipairs(cols) do L:narrow(2, j, 1):copy(c:reshape(n, 1)) end
+  local rest = 0
+  for i = 1, n do rest = rest + math.max(d[i], 0) end
+  return L, rest / n
+end
+
+-- Stochastic gradient: tr(K⁻¹ ∂K) ≈ mean over Rademacher probes z of
+-- zᵀ K⁻¹ ∂K z. One block solve Ky⁻¹[r | Z] gives α and K⁻¹Z together, and
+-- one product ∂K·[α | Z | L] per parameter gives αᵀ∂Kα, the probes' ∂K z and
+-- the control variate's ∂K L: with lazy (lt.kernel) derivatives each product
+-- is one pass over the kernel entries, so the columns share it.
+--
+-- Control variate (when the covariance exposes rows): P = L·Lᵀ + σ²I with L
+-- a pivoted Cholesky of K approximates Ky, its inverse is cheap (Woodbury,
+-- P⁻¹ = (I − L C⁻¹ Lᵀ)/σ², C = σ²I + LᵀL), and tr(P⁻¹∂K) is exact:
+--   tr(Ky⁻¹∂K) = tr(P⁻¹∂K) + E[zᵀ(Ky⁻¹ − P⁻¹)∂K z],
+-- so only the (small) difference is estimated by the probes.
+local function stochastic_gradient(self, cov, Ky, r, grad)
+  local n, s = self.n, lt.settings.num_trace_samples
+  local B = lt.randn(n, s + 1)
+  B = B:cdiv(B:abs()) -- ±1 (Rademacher: lower variance than Gaussian probes)
+  B:narrow(2, 1, 1):copy(r:reshape(n, 1))
+  local X = Ky:solve(B)
+  local alpha = X:narrow(2, 1, 1):contiguous():reshape(n)
+  local Z, KinvZ = B:narrow(2, 2, s), X:narrow(2, 2, s)
+  local L, tail = pivoted_cholesky(cov, n, self.trace_rank or TRACE_RANK)
+  local k = L and L:size(2) or 0
+  local R = lt.zeros(n, 1 + s + k) -- [α | Z | L]
+  R:narrow(2, 1, 1):copy(alpha:reshape(n, 1))
+  R:narrow(2, 2, s):copy(Z)
+  -- P = L·Lᵀ + τI, τ = σ² + the mean of K − L·Lᵀ's diagonal: the part of K
+  -- that L leaves out, spread evenly (any τ > 0 leaves the estimate unbiased).
+  local sigma2 = self.noise + (tail or 0)
+  local resid, Cinv = KinvZ, nil
+  local noise_tr -- tr(Ky⁻¹)
+  if L then
+    R:narrow(2, 2 + s, k):copy(L)
+    Cinv = (L:t() * L + lt.eye(k) * sigma2):solve(lt.eye(k))
+    local PinvZ = (Z - L * (Cinv * (L:t() * Z))) / sigma2
+    resid = KinvZ - PinvZ
+    -- tr(P⁻¹) = (n − tr(C⁻¹ LᵀL)) / σ²
+    noise_tr = (n - frobenius(Cinv, L:t() * L)) / sigma2 + frobenius(resid, Z) / s
+  else
+    noise_tr = frobenius(KinvZ, Z) / s
+  end
   local m = self.kernel:count()
   for p = 1, m do
     local dK = cov.derivative(p)
-    local quad = alpha:dot(dK * alpha)
-    local tr = frobenius(KinvZ, dK * Z) / s
+    local D = dK * R
+    local quad = alpha:dot(D:narrow(2, 1, 1):contiguous():reshape(n))
+    local tr = frobenius(resid, D:narrow(2, 2, s)) / s
+    if L then
+      -- tr(P⁻¹∂K) = (tr ∂K − tr(C⁻¹ Lᵀ∂K L)) / σ²
+      local LtDL = L:t() * D:narrow(2, 2 + s, k)
+      tr = tr + (dK:trace() - frobenius(Cinv, LtDL)) / sigma2
+    end
     grad[p] = 0.5 * (quad - tr)
   end
-  return KinvZ, Z, s
+  return alpha, noise_tr
 end
 
 --- MLL and its gradient with respect to get_vector()'s parameters.
@@ -177,21 +261,22 @@ function Model:mll_and_grad()
   local cov = self:covariance()
   local Ky = noisy(self, cov)
   local r = residual(self)
-  local alpha = Ky:solve(r)
-  local q = r:dot(alpha)
-  local ld = Ky:logdet()
-  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local grad = {}
   local m = self.kernel:count()
-  local noise_grad
+  local noise_grad, alpha
   if self.n <= lt.settings.max_cholesky_size then
+    alpha = Ky:solve(r)
     local W = exact_gradient(self, cov, Ky, alpha, grad)
     -- ∂Ky/∂log σ² = σ² I
     noise_grad = 0.5 * self.noise * W:diagonal():sum()
   else
-    local KinvZ, Z, s = stochastic_gradient(self, cov, Ky, alpha, grad)
-    noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - frobenius(KinvZ, Z) / s)
+    local trace_inv
+    alpha, trace_inv = stochastic_gradient(self, cov, Ky, r, grad)
+    noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - trace_inv)
   end
+  local q = r:dot(alpha)
+  local ld = Ky:logdet()
+  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local off = m
   if not self.fixed.noise then
     off = off + 1

@@ -9,7 +9,19 @@
 --                                                       → Kronecker product;
 --   * inputs on a subset of such a grid (or permuted)   → Kronecker product
 --                                    seen through a row selection (an operator);
---   * otherwise                                         → dense kernel matrix.
+--   * otherwise (scattered inputs, or a grid with a non-separable kernel):
+--       - "kernel": when the kernel is one base kernel of a kind lt.kernel
+--         computes in C (rbf, matern12/32/52, periodic) over all the input
+--         dimensions, or a sum of such kernels, K is lt.kernel (a lt.add of
+--         them for a sum) and ∂K/∂log θ is lt.kernel with the `derivative`
+--         option: entries on demand, products a row block at a time, O(n)
+--         memory beyond the n×d inputs, so the iterative path scales to
+--         n in the tens of thousands;
+--       - "dense": anything else — products of kernels (kernels.scale is one),
+--         rq, kernels over a subset (or a repeat) of the dimensions — builds
+--         the n×n kernel and derivative matrices by Lua loops (n² memory).
+-- opts.structure = "dense" forces the dense matrices, "kernel" insists on
+-- the C operators (an error when the kernel has none).
 local lt = require "lazytensor"
 
 local structure = {}
@@ -288,8 +300,103 @@ local function build_dense(kernel, points, want_grads)
   return cov
 end
 
+------------------------------------------------------ kernel (C, lazy) --
+
+-- Base kernels lt.kernel computes, and the hyperparameters it knows.
+local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true}
+
+--- The base kernels of `kernel` when it is one C-supported base kernel over
+-- all d dimensions or a (nested) sum of them; nil and the reason otherwise.
+local function c_components(kernel, d, out)
+  out = out or {}
+  if kernel.kind == "sum" then
+    for _, c in ipairs(kernel.children) do
+      local _, why = c_components(c, d, out)
+      if why then return nil, why end
+    end
+    return out
+  end
+  if kernel.children or kernel.kind == "scale" then
+    return nil, "a product of kernels"
+  end
+  if not C_KINDS[kernel.kind] then return nil, "a " .. kernel.kind .. " kernel" end
+  local seen, count = {}, 0
+  for _, q in ipairs(kernel.dims) do
+    if q < 1 or q > d or q % 1 ~= 0 or seen[q] then
+      return nil, "a kernel over dims that are not each of the inputs' dimensions once"
+    end
+    seen[q] = true
+    count = count + 1
+  end
+  if count ~= d then return nil, "a kernel over a subset of the input dimensions" end
+  out[#out + 1] = kernel
+  return out
+end
+
+local function c_spec(k, derivative)
+  return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
+          period = k.values.period, derivative = derivative}
+end
+
+-- The points as an n×d tensor (the kernels use every dimension, in any
+-- order, and the order changes no distance).
+local function points_tensor(points)
+  return lt.tensor(points)
+end
+
+local function kernel_sum(x1, x2, comps, derivative)
+  local K
+  for _, c in ipairs(comps) do
+    local spec = c_spec(c, derivative)
+    local Kc = x2 and lt.kernel(x1, x2, spec) or lt.kernel(x1, spec)
+    K = K and K + Kc or Kc
+  end
+  return K
+end
+
+local function build_kernel(kernel, points, comps)
+  local X = points_tensor(points)
+  local kinds = {}
+  for i, c in ipairs(comps) do kinds[i] = c.kind end
+  local cov = {
+    kind = "kernel",
+    explain = string.format("kernel: %d inputs (d = %d), neither regularly spaced nor a grid "
+                            .. "with a separable kernel; %s over all dimensions is computed by "
+                            .. "lt.kernel in C: K and ∂K/∂log θ lazy (entries on demand, "
+                            .. "row-block products, O(n) memory)",
+                            #points, #points[1], table.concat(kinds, " + ")),
+    K = kernel_sum(X, nil, comps), -- PSD: a sum of PSD kernel operators
+  }
+  local params = kernel:parameters()
+  function cov.derivative(p)
+    local par = params[p]
+    return lt.kernel(X, c_spec(par.kernel, par.name))
+  end
+  function cov.cross(star)
+    return kernel_sum(points_tensor(star), X, comps)
+  end
+  -- Row i of K (1-d, n) from the components' rows, and K's diagonal (the
+  -- summed variances): what a pivoted Cholesky of K needs (see gp/init.lua's
+  -- variance-reduced trace estimates).
+  local parts, kdiag = {}, 0
+  for i, c in ipairs(comps) do
+    parts[i] = lt.kernel(X, c_spec(c))
+    kdiag = kdiag + c.values.variance
+  end
+  function cov.row(i)
+    local r = parts[1][i]
+    for c = 2, #parts do r = r + parts[c][i] end
+    return r
+  end
+  function cov.diagonal() return lt.full({#points}, kdiag) end
+  return cov
+end
+
+----------------------------------------------------------------- choice --
+
 --- Builds the covariance for `kernel` over `points` (an array of coordinate
--- arrays). opts.structure forces "toeplitz", "kron", "dense" (or "auto").
+-- arrays). opts.structure forces "toeplitz", "kron", "kernel", "dense" (or
+-- "auto").
 function structure.build(kernel, points, opts)
   opts = opts or {}
   local want = opts.structure or "auto"
@@ -312,7 +419,27 @@ function structure.build(kernel, points, opts)
       error("lazytensor: gp: kron structure needs inputs on a grid and a separable kernel", 0)
     end
   end
-  return build_dense(kernel, points, want_grads)
+  local why
+  if want == "auto" or want == "kernel" then
+    local comps
+    comps, why = c_components(kernel, #points[1])
+    if comps then return build_kernel(kernel, points, comps) end
+    if want == "kernel" then
+      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52 or periodic "
+            .. "kernels over all input dimensions, got " .. why, 0)
+    end
+  elseif want ~= "dense" then
+    error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
+          .. "toeplitz, kron, kernel or dense)", 0)
+  end
+  local cov = build_dense(kernel, points, want_grads)
+  if why then
+    cov.explain = string.format("dense: %d inputs without exploitable structure; %s has no "
+                                .. "lt.kernel operator, so K and ∂K are n×n matrices", #points, why)
+  elseif want == "dense" then
+    cov.explain = string.format("dense: %d inputs, dense structure requested", #points)
+  end
+  return cov
 end
 
 --- Prior variances k(x, x) at each point.

@@ -8,7 +8,9 @@ local function expect_error(f, ...)
   err = tostring(err)
   if err:find("not enough memory") then error(err, 0) end
   -- "lazytensor:" first, after the caller's position when there is one
-  if not (err:find("^lazytensor:") or err:find("^[^\n]-:%d+: lazytensor:")) then error("unexpected error: " .. err, 0) end
+  if not (err:find("^lazytensor:") or err:find("^[^\n]-:%d+: lazytensor:")) then
+    error("unexpected error: " .. err, 0)
+  end
 end
 
 expect_error(lt.zeros, 2^40, 2^40)

@@ -1,0 +1,241 @@
+-- lazytensor.gp's "kernel" structure: scattered inputs with a kernel that
+-- lt.kernel computes in C (one of rbf, matern12/32/52, periodic over all
+-- input dimensions, or a sum of them). K, the cross-covariance and
+-- ∂K/∂log θ are lazy lt.kernel operators. Checked against the dense path
+-- (Lua formulas in gp/kernels.lua, Lua loops) and a plain-Lua Cholesky; the
+-- iterative path at n = 3000 against the exact one; memory at n = 20000.
+local lt = require "lazytensor"
+local gp = require "lazytensor.gp"
+local K = gp.kernels
+
+local function close(a, b, rel, what)
+  local scale = math.max(math.abs(a), math.abs(b), 1e-300)
+  assert(math.abs(a - b) <= rel * scale,
+         string.format("%s: %.15g vs %.15g (rel %.3g)", what or "value", a, b,
+                       math.abs(a - b) / scale))
+end
+
+-- Deterministic scattered points in [0, scale]^d (an LCG, not lt's RNG).
+local function scattered(n, d, seed, scale)
+  local P = {}
+  local function rnd()
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed / 2147483648
+  end
+  for i = 1, n do
+    P[i] = {}
+    for q = 1, d do P[i][q] = scale * rnd() end
+  end
+  return P, rnd
+end
+
+local function targets(P, rnd)
+  local y = {}
+  for i, p in ipairs(P) do
+    local v = 0
+    for q = 1, #p do v = v + math.sin(3 * p[q] + q) end
+    y[i] = v + 0.2 * (rnd() - 0.5)
+  end
+  return y
+end
+
+-- MLL by a plain-Lua Cholesky of the kernel matrix built from gp/kernels.lua.
+local function lua_mll(kernel, P, y, noise, mean)
+  local n = #P
+  local A = {}
+  for i = 1, n do
+    A[i] = {}
+    for j = 1, n do A[i][j] = kernel:value(P[i], P[j]) + (i == j and noise or 0) end
+  end
+  for j = 1, n do
+    local s = A[j][j]
+    for k = 1, j - 1 do s = s - A[j][k] ^ 2 end
+    A[j][j] = math.sqrt(s)
+    for i = j + 1, n do
+      local t = A[i][j]
+      for k = 1, j - 1 do t = t - A[i][k] * A[j][k] end
+      A[i][j] = t / A[j][j]
+    end
+  end
+  local z, q, ld = {}, 0, 0
+  for i = 1, n do
+    local s = y[i] - mean
+    for k = 1, i - 1 do s = s - A[i][k] * z[k] end
+    z[i] = s / A[i][i]
+    q = q + z[i] ^ 2
+    ld = ld + 2 * math.log(A[i][i])
+  end
+  return -0.5 * (q + ld + n * math.log(2 * math.pi))
+end
+
+describe("gp kernel structure: choice", function()
+  -- (60 points: 40 scattered 2-d points would still pass as a sparse 40x40
+  -- grid, which gp/structure.lua takes for a masked Kronecker product)
+  local P = scattered(60, 2, 7, 3)
+  local y = targets(P, function() return 0.5 end)
+  local function explain(kernel, structure)
+    return gp.exact{x = P, y = y, kernel = kernel, structure = structure}:explain()
+  end
+
+  it("uses lt.kernel for C-supported kernels over all dimensions, and sums of them", function()
+    for _, kind in ipairs{"rbf", "matern12", "matern32", "matern52", "periodic"} do
+      local e = explain(K[kind]{dims = {1, 2}})
+      assert.matches("^kernel: 60 inputs %(d = 2%)", e)
+      assert.matches(kind .. " over all dimensions is computed by lt.kernel in C", e, 1, true)
+    end
+    assert.matches("^kernel:.*rbf %+ periodic %+ matern12",
+                   explain(K.rbf{dims = {2, 1}} + (K.periodic{dims = {1, 2}}
+                           + K.matern12{dims = {1, 2}})))
+  end)
+
+  it("keeps the dense matrices for products, rq and subsets of the dimensions", function()
+    assert.matches("^dense:.*a product of kernels has no lt.kernel operator",
+                   explain(K.rbf{dims = {1, 2}} * K.periodic{dims = {1, 2}}))
+    assert.matches("^dense:.*a product of kernels",
+                   explain(K.scale(K.rbf{dims = {1, 2}}, 2)))
+    assert.matches("^dense:.*a rq kernel", explain(K.rq{dims = {1, 2}}))
+    assert.matches("^dense:.*a subset of the input dimensions",
+                   explain(K.rbf{dims = {1, 2}} + K.matern32{dims = {2}}))
+    assert.matches("^dense:.*dense structure requested", explain(K.rbf{dims = {1, 2}}, "dense"))
+    local ok, err = pcall(explain, K.rq{dims = {1, 2}}, "kernel")
+    assert.is_false(ok)
+    assert.matches("lazytensor: gp: kernel structure needs .* got a rq kernel", err)
+    ok, err = pcall(explain, K.rbf{dims = {1, 2}}, "banded")
+    assert.is_false(ok)
+    assert.matches("lazytensor: gp: unknown structure 'banded'", err)
+  end)
+
+  it("keeps K, the derivatives and the cross-covariance lazy", function()
+    local kernel = K.rbf{dims = {1, 2}} + K.periodic{dims = {1, 2}, fixed = {period = true}}
+    local cov = gp.structure.build(kernel, P)
+    assert.equal("kernel", cov.kind)
+    assert.equal("sum", lt.type(cov.K))
+    assert.is_true(cov.K:is_psd())
+    for p = 1, kernel:count() do assert.equal("kernel", lt.type(cov.derivative(p))) end
+    assert.is_true(lt.is_lazy(cov.cross({{0.1, 0.2}, {1, 2}})))
+  end)
+end)
+
+describe("gp kernel structure: exact path against the dense reference", function()
+  local cases = {
+    {"rbf, d = 2", 2, K.rbf{lengthscale = 0.7, variance = 1.3, dims = {1, 2}}},
+    {"matern12, d = 1", 1, K.matern12{lengthscale = 0.9, variance = 0.8}},
+    {"matern32, d = 3", 3, K.matern32{lengthscale = 1.1, variance = 1.4, dims = {1, 2, 3}}},
+    {"matern52, d = 2 (dims permuted)", 2, K.matern52{lengthscale = 0.6, dims = {2, 1}}},
+    {"periodic, d = 2", 2, K.periodic{lengthscale = 0.8, period = 1.7, variance = 1.2,
+                                      dims = {1, 2}}},
+    {"sum with fixed parameters, d = 2", 2,
+     K.rbf{lengthscale = 0.5, variance = 0.7, dims = {1, 2}}
+       + K.periodic{lengthscale = 1.2, period = 2.1, dims = {1, 2}, fixed = {variance = true}}
+       + K.matern32{lengthscale = 2, variance = 0.3, dims = {1, 2}, fixed = {lengthscale = true}}},
+  }
+  for ci, c in ipairs(cases) do
+    local name, d, kernel = c[1], c[2], c[3]
+    it(name .. ": MLL, gradient and prediction agree to 1e-8", function()
+      local P, rnd = scattered(60, d, 100 + ci, 4)
+      local y = targets(P, rnd)
+      local noise, mean = 0.03, 0.1
+      local lazy = gp.exact{x = P, y = y, kernel = kernel, noise = noise, mean_value = mean}
+      local dense = gp.exact{x = P, y = y, kernel = kernel, noise = noise, mean_value = mean,
+                             structure = "dense"}
+      assert.matches("^kernel", lazy:explain())
+      assert.matches("^dense", dense:explain())
+      local ref = lua_mll(kernel, P, y, noise, mean)
+      close(lazy:mll(), ref, 1e-8, "mll vs plain Lua")
+      local v1, g1 = lazy:mll_and_grad()
+      local v2, g2 = dense:mll_and_grad()
+      close(v1, v2, 1e-8, "mll")
+      assert.equal(kernel:count() + 2, #g1)
+      assert.equal(#g2, #g1)
+      for p = 1, #g1 do close(g1[p], g2[p], 1e-8, "gradient " .. p) end
+      local star = scattered(5, d, 999, 4)
+      local m1, s1 = lazy:predict(star)
+      local m2, s2 = dense:predict(star)
+      for i = 1, 5 do
+        close(m1[i], m2[i], 1e-8, "predictive mean")
+        close(s1[i], s2[i], 1e-7, "predictive variance")
+      end
+    end)
+  end
+end)
+
+describe("gp kernel structure: iterative path at n = 3000", function()
+  it("MLL within 1% and the stochastic gradient within 10% of the exact ones", function()
+    local n = 3000
+    local P, rnd = scattered(n, 2, 2024, 1)
+    local y = targets(P, rnd)
+    local kernel = K.rbf{lengthscale = 0.3, variance = 1, dims = {1, 2}}
+                 + K.matern32{lengthscale = 0.6, variance = 0.3, dims = {1, 2}}
+    local model = gp.exact{x = P, y = y, kernel = kernel, noise = 0.1}
+    assert.matches("^kernel", model:explain())
+    lt.manual_seed(5)
+    local t0 = os.clock()
+    local cg_steps = 0
+    local v, g = lt.with_settings({num_trace_samples = 20}, function()
+      lt.settings.progress = function(ev)
+        if ev.method == "cg" then cg_steps = cg_steps + 1 end
+      end
+      return model:mll_and_grad()
+    end)
+    local t1 = os.clock()
+    assert.is_true(cg_steps > 0, "the iterative path ran no CG")
+    local ev, eg = lt.with_settings({max_cholesky_size = 4000},
+                                    function() return model:mll_and_grad() end)
+    print(string.format("\n  gp kernel n = %d: iterative mll+grad %.1f s CPU (%d CG steps), "
+                        .. "exact %.1f s", n, t1 - t0, cg_steps, os.clock() - t1))
+    close(v, ev, 0.01, "iterative mll")
+    for p = 1, #g do close(g[p], eg[p], 0.1, "stochastic gradient " .. p) end
+  end)
+end)
+
+describe("gp kernel structure: scale", function()
+  it("holds far less than n² doubles during a fit step at n = 20000", function()
+    local n = 20000
+    local P, rnd = scattered(n, 2, 77, 20)
+    local y = targets(P, rnd)
+    -- Short lengthscale against a large noise: CG converges in a few steps, so
+    -- the step stays quick; memory does not depend on the iteration count.
+    local model = gp.exact{x = P, y = y, kernel = K.rbf{lengthscale = 0.3, dims = {1, 2}},
+                           noise = 0.5}
+    collectgarbage()
+    collectgarbage()
+    local before = lt.memory()
+    local peak, steps = 0, 0
+    local t0 = os.clock()
+    local v, g = lt.with_settings({num_trace_samples = 4}, function()
+      lt.settings.progress = function()
+        steps = steps + 1
+        peak = math.max(peak, lt.memory())
+      end
+      return model:mll_and_grad()
+    end)
+    peak = math.max(peak, lt.memory())
+    local held = peak - before
+    local nn = n * n * 8
+    print(string.format("\n  gp kernel n = %d fit step: %.1f s CPU, %d CG/Lanczos steps, "
+                        .. "peak lt.memory() %.1f MB above the start (n² doubles: %.0f MB)",
+                        n, os.clock() - t0, steps, held / 2 ^ 20, nn / 2 ^ 20))
+    assert.matches("^kernel", model:explain())
+    assert.is_true(steps > 0)
+    assert.is_true(v == v and #g == 4)
+    assert.is_true(held < nn / 50, "held " .. held .. " bytes")
+  end)
+
+  it("fits n = 5000 scattered points in a few iterations (time printed)", function()
+    local n = 5000
+    local P, rnd = scattered(n, 2, 31, 5)
+    local y = targets(P, rnd)
+    local model = gp.exact{x = P, y = y, kernel = K.matern32{lengthscale = 1, dims = {1, 2}},
+                           noise = 0.2}
+    lt.manual_seed(9)
+    local before = model:mll()
+    local t0 = os.clock()
+    local result = lt.with_settings({num_trace_samples = 8}, function()
+      return model:fit{method = "adam", lr = 0.1, max_iter = 3}
+    end)
+    print(string.format("\n  gp kernel n = %d: %d adam iterations in %.1f s CPU, mll %.1f -> %.1f",
+                        n, result.iterations, os.clock() - t0, before, model:mll()))
+    assert.matches("^kernel", model:explain())
+    assert.is_true(result.iterations >= 1)
+  end)
+end)
