@@ -114,10 +114,28 @@ ltb_box *ltb_new_box(lua_State *L) {
   return b;
 }
 
+/* Lua's collector sees only the small boxes, not the tensors' memory, so
+ * on its own it lets garbage tensors pile up (tens of MB in a loop of tiny
+ * operations, hundreds with large results) and finalises them in bursts.
+ * Each time the library's memory has grown by LTB_GC_STRIDE since the last
+ * nudge, one incremental step sized to that growth is run. */
+#define LTB_GC_STRIDE ((size_t)1 << 20)
+
+static void gc_nudge(lua_State *L) {
+  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
+  size_t m = lt_memory(S->ctx);
+  if (m < S->gc_mark) S->gc_mark = m;
+  if (m - S->gc_mark < LTB_GC_STRIDE) return;
+  size_t kb = (m - S->gc_mark) / 1024;
+  lua_gc(L, LUA_GCSTEP, kb > 1 << 30 ? 1 << 30 : (int)kb);
+  S->gc_mark = lt_memory(S->ctx);
+}
+
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
   ltb_check_pending(L);
+  gc_nudge(L);
   return 1;
 }
 
