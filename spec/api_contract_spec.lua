@@ -360,6 +360,13 @@ describe("API.md: Dense tensors", function()
       b:set(2, 1, 40)
       assert.equal(40, a:get(4))
       assert.same({3, 2}, a:reshape{3, 2}:shape())
+      -- contiguous views of a parent reshape into views of that parent
+      local m3 = lt.zeros(3, 4)
+      m3[2]:reshape(2, 2):set(1, 2, 5)
+      assert.equal(5, m3:get(2, 2))
+      local rows = lt.zeros(4, 3)
+      rows:narrow(1, 2, 2):reshape(6):set(4, 7)
+      assert.equal(7, rows:get(3, 1))
       -- not contiguous: a copy with the values in row-major order
       local m = lt.tensor{{1, 2}, {3, 4}}
       local c = m:t():reshape(4)
