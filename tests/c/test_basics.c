@@ -12,18 +12,7 @@
 
 #include "../../src/lazytensor.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) passed++;                           \
-    else {                                        \
-      failed++;                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
+#include "check.h"
 
 /* An allocator that fails once `budget` allocations have been made. */
 typedef struct faulty {
@@ -288,6 +277,5 @@ int main(void) {
   test_validation();
   test_error_paths();
   test_allocation_failures();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return check_summary();
 }

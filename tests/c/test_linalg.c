@@ -14,7 +14,7 @@
 #include "../../src/core/internal.h"
 #include "../../src/linalg/linalg.h"
 
-static int passed, failed;
+#include "check.h"
 static int verbose;
 
 /* Measurements worth seeing, with VERBOSE=1 in the environment. */
@@ -25,17 +25,6 @@ static int verbose;
       printf(__VA_ARGS__); \
       printf("\n");        \
     }                      \
-  } while (0)
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) passed++;                           \
-    else {                                        \
-      failed++;                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
   } while (0)
 
 /* ------------------------------------------------------------ matrices */
@@ -1011,6 +1000,5 @@ int main(void) {
   lt_context_free(ctx);
   test_rules();
   test_error_paths();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return check_summary();
 }

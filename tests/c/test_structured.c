@@ -13,18 +13,7 @@
 
 #include "../../src/lazytensor.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) passed++;                           \
-    else {                                        \
-      failed++;                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
+#include "check.h"
 
 /* ------------------------------------------------- a failing allocator */
 
@@ -318,6 +307,5 @@ static void test_allocation_failures(void) {
 int main(void) {
   test_values();
   test_allocation_failures();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return check_summary();
 }

@@ -14,18 +14,7 @@
 
 #include "../../src/lazytensor.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (cond) passed++;                           \
-    else {                                        \
-      failed++;                                   \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
+#include "check.h"
 
 /* ------------------------------------------------- counting allocator */
 
@@ -297,6 +286,5 @@ int main(void) {
   test_failures("toeplitz solve", toeplitz_solve_scenario);
   test_failures("kernel", kernel_scenario);
   test_threads();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return check_summary();
 }
