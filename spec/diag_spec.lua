@@ -89,6 +89,14 @@ describe("diag", function()
       assert.same({-1, 3, 0}, r2:diagonal():totable())
     end)
 
+    it("diag · identity and identity · diag are diag", function()
+      for _, r in ipairs{lt.diag(dv) * lt.identity(3, 2), lt.identity(3, 2) * lt.diag(dv),
+                         lt.mul(lt.diag(dv), lt.identity(3, 2))} do
+        assert.equal("diag", lt.type(r))
+        assert.same({6, -2, 4}, r:diagonal():totable())
+      end
+    end)
+
     it("diag .* dense keeps only the diagonal", function()
       local r = lt.mul(lt.diag(dv), lt.tensor(T))
       assert.equal("diag", lt.type(r))
