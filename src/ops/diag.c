@@ -469,8 +469,8 @@ static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *re
 /* diag · c·I = c·I · diag = diag .* c·I = diag of c·d (called with a = diag). */
 static int rule_times_identity(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return rule_scale(ctx, &(lt_args){.a = args->a, .scalar = *(const double *)args->b->payload},
-                    res, NULL);
+  return rule_scale(ctx, &(lt_args){.a = args->a, .scalar = *(const double *)args->b->payload}, res,
+                    NULL);
 }
 
 int lt_register_diag_rules(lt_context *ctx) {
@@ -493,8 +493,8 @@ int lt_register_diag_rules(lt_context *ctx) {
                        NULL, NULL, 1) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SUB, D, I, "diag - identity (stays diag)", rule_add_identity,
                        (void *)1, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_MATMUL, D, I, "diag * identity (stays diag)",
-                       rule_times_identity, NULL, NULL, 1) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_MATMUL, D, I, "diag * identity (stays diag)", rule_times_identity,
+                       NULL, NULL, 1) != LT_OK ||
       lt_register_rule(ctx, LT_OP_MUL, D, I, "diag .* identity (stays diag)", rule_times_identity,
                        NULL, NULL, 1) != LT_OK)
     return LT_ERR;
