@@ -46,27 +46,8 @@ local function settle()
 end
 
 -- Plain-Lua matrix helpers.
-local function matmul(a, b)
-  local out = {}
-  for i = 1, #a do
-    out[i] = {}
-    for j = 1, #b[1] do
-      local s = 0
-      for k = 1, #b do s = s + a[i][k] * b[k][j] end
-      out[i][j] = s
-    end
-  end
-  return out
-end
-
-local function transpose(a)
-  local out = {}
-  for j = 1, #a[1] do
-    out[j] = {}
-    for i = 1, #a do out[j][i] = a[i][j] end
-  end
-  return out
-end
+local ref = require "support.ref"
+local matmul, transpose = ref.matmul, ref.transpose
 
 local function map2(a, f)
   local out = {}

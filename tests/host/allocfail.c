@@ -18,28 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
-
-int luaopen_lazytensor(lua_State *L);
-
-#ifndef LUA_OK
-#define LUA_OK 0 /* Lua 5.1, LuaJIT */
-#endif
-
-/* require "lazytensor" from the linked-in module, on every Lua version
- * (luaL_requiref is 5.2+): package.loaded.lazytensor = luaopen_lazytensor(). */
-static void open_module(lua_State *L) {
-  lua_pushcfunction(L, luaopen_lazytensor);
-  lua_pushstring(L, "lazytensor");
-  lua_call(L, 1, 1);
-  lua_getglobal(L, "package");
-  lua_getfield(L, -1, "loaded");
-  lua_pushvalue(L, -3);
-  lua_setfield(L, -2, "lazytensor");
-  lua_pop(L, 3);
-}
+#include "open_module.h"
 
 typedef struct counting_alloc {
   size_t live;   /* bytes currently allocated */
