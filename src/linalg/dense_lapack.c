@@ -128,7 +128,8 @@ static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, lt_tensor *
 
 static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
                                  double jitter, int max_tries, double *jitter_used,
-                                 int zero_other) {
+                                 int zero_other, int *not_pd) {
+  if (not_pd) *not_pd = 0;
   if (check_square(ctx, op, a) != LT_OK) return NULL;
   /* A contiguous matrix is checked while it is copied for the first try. */
   lt_tensor *first = NULL;
@@ -155,17 +156,23 @@ static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tenso
     if (!failed) return NULL; /* out of memory */
     if (!(jitter > 0)) break;
   }
-  lt_error(ctx, "%s: matrix is not positive definite", op);
+  if (not_pd) *not_pd = 1; /* the caller reports it, or takes another path */
+  else lt_error(ctx, "%s: matrix is not positive definite", op);
   return NULL;
 }
 
 lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
                               double jitter, int max_tries, double *jitter_used) {
-  return cholesky_tries(ctx, op, a, upper, jitter, max_tries, jitter_used, 1);
+  return cholesky_tries(ctx, op, a, upper, jitter, max_tries, jitter_used, 1, NULL);
+}
+
+lt_tensor *lt_lapack_cholesky_exact(lt_context *ctx, const char *op, const lt_tensor *a,
+                                    int *not_pd) {
+  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 1, not_pd);
 }
 
 lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a) {
-  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 0);
+  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 0, NULL);
 }
 
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {

@@ -29,12 +29,20 @@ int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a);
 lt_tensor *lt_lapack_cholesky(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
                               double jitter, int max_tries, double *jitter_used);
 
-/* X = A⁻¹B from a lower Cholesky factor L (contiguous n×n), for a
- * contiguous n×k B. */
+/* One attempt at the lower factor L without jitter. NULL either with an
+ * error set (bad input, no memory) or, when A is not positive definite, with
+ * *not_pd = 1 and no error set, so that callers can take another path
+ * without matching error text. */
+lt_tensor *lt_lapack_cholesky_exact(lt_context *ctx, const char *op, const lt_tensor *a,
+                                    int *not_pd);
+
 /* The lower factor L without jitter, for callers that read only its lower
  * triangle (solves, log-determinants): the strictly upper triangle is left
  * as it was (A's entries), which saves clearing n²/2 numbers. */
 lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a);
+
+/* X = A⁻¹B from a lower Cholesky factor L (contiguous n×n), for a
+ * contiguous n×k B. */
 lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b);
 
 /* Σ log L_ii · 2 = log det A for a lower Cholesky factor. */

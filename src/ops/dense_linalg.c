@@ -180,15 +180,15 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   (void)ud;
   lt_tensor *a = args->a;
   if (require_symmetric(ctx, "root", a) != LT_OK) return LT_ERR;
-  lt_tensor *l = lt_lapack_cholesky(ctx, "root", a, 0, 0.0, 0, NULL);
+  int not_pd;
+  lt_tensor *l = lt_lapack_cholesky_exact(ctx, "root", a, &not_pd);
   if (l != NULL) {
     lt_tensor *t = lt_triangular_new(ctx, l, 0);
     lt_release(ctx, l);
     set_info(res, "cholesky");
     return done(res, t);
   }
-  if (strstr(lt_last_error(ctx), "not positive definite") == NULL) return LT_ERR;
-  lt_clear_error(ctx);
+  if (!not_pd) return LT_ERR; /* bad input or no memory: the error is set */
   lt_tensor *w, *q;
   if (lt_lapack_eigh(ctx, "root", a, &w, &q) != LT_OK) return LT_ERR;
   size_t n = a->shape[0];
@@ -214,8 +214,12 @@ static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, v
   (void)ud;
   lt_tensor *a = args->a;
   if (require_symmetric(ctx, "root_inv", a) != LT_OK) return LT_ERR;
-  lt_tensor *l = lt_lapack_cholesky(ctx, "root_inv", a, 0, 0.0, 0, NULL);
-  if (l == NULL) return LT_ERR;
+  int not_pd;
+  lt_tensor *l = lt_lapack_cholesky_exact(ctx, "root_inv", a, &not_pd);
+  if (l == NULL) {
+    if (not_pd) lt_error(ctx, "root_inv: matrix is not positive definite");
+    return LT_ERR;
+  }
   size_t n = a->shape[0];
   lt_tensor *s = lt_dense_eye(ctx, n);
   if (s == NULL) {
