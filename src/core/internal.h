@@ -90,6 +90,7 @@ struct lt_context {
 
 /* Context plumbing ------------------------------------------------------ */
 void lt_settings_default(lt_settings *s);
+void lt_apply_num_threads(const lt_context *ctx);
 int lt_registry_init(lt_context *ctx);
 void lt_registry_free(lt_context *ctx);
 

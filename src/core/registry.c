@@ -302,6 +302,7 @@ int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b) {
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
   int ta, tb, unary;
   if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;
+  lt_apply_num_threads(ctx);
   uint64_t keys[4];
   int nkeys = candidate_keys(args->op, ta, tb, unary, keys);
   memset(res, 0, sizeof *res);

@@ -1,6 +1,7 @@
 /*
  * settings.c — numeric settings kept in the context, read and written by name.
  */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -106,4 +107,14 @@ int lt_setting_set(lt_context *ctx, const char *name, double value) {
     case KIND_DOUBLE: *(double *)base = value; break;
   }
   return LT_OK;
+}
+
+/* OpenBLAS keeps one thread count for the whole process; a state whose
+ * num_threads is set applies it before each of its operations, so that two
+ * states asking for different counts each run with their own (hosts that
+ * run states in several threads at once should leave it 0 and set
+ * OPENBLAS_NUM_THREADS: the count is OpenBLAS's global, not ours). */
+void lt_apply_num_threads(const lt_context *ctx) {
+  int n = ctx->settings.num_threads;
+  if (n > 0 && openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "../../src/lazytensor.h"
 
 #include "check.h"
@@ -272,7 +274,27 @@ static void test_allocation_failures(void) {
   }
 }
 
+/* num_threads > 0 is applied to OpenBLAS (process-wide) by the state's
+ * next operation; 0 leaves the count as it is. */
+static void test_num_threads(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  lt_tensor *a = matrix(ctx, 3, SPD);
+  double ld;
+  int before = openblas_get_num_threads();
+  lt_logdet(ctx, a, &ld, NULL);
+  CHECK(openblas_get_num_threads() == before, "num_threads 0 leaves OpenBLAS alone");
+  int want = before == 1 ? 2 : 1;
+  CHECK(lt_setting_set(ctx, "num_threads", want) == LT_OK, "num_threads accepted");
+  lt_logdet(ctx, a, &ld, NULL);
+  CHECK(openblas_get_num_threads() == want, "num_threads %d applied (OpenBLAS has %d)", want,
+        openblas_get_num_threads());
+  openblas_set_num_threads(before);
+  lt_release(ctx, a);
+  lt_context_free(ctx);
+}
+
 int main(void) {
+  test_num_threads();
   test_values();
   test_validation();
   test_error_paths();
