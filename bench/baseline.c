@@ -601,27 +601,30 @@ static void w4_matmul(void *arg) {
               n);
 }
 
-/* L = A, then its row-major lower triangle becomes L with A = L L^T */
-static void w4_factor(w4_ctx *c) {
+/* L = A, then dpotrf on it. Column-major uplo 'U' leaves the row-major
+ * lower factor (A = L L^T: what `cholesky` returns); 'L' the row-major upper
+ * one, which OpenBLAS computes faster (about 10 % at n = 2000): solve and
+ * logdet, which only need some factor, use that. */
+static void w4_factor(w4_ctx *c, char uplo) {
   memcpy(c->L, c->A, c->n * c->n * sizeof *c->L);
-  check_lapack(LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)c->n, c->L, (lapack_int)c->n),
+  check_lapack(LAPACKE_dpotrf(LAPACK_COL_MAJOR, uplo, (lapack_int)c->n, c->L, (lapack_int)c->n),
                "W4 cholesky");
 }
 
-static void w4_cholesky(void *arg) { w4_factor(arg); }
+static void w4_cholesky(void *arg) { w4_factor(arg, 'U'); }
 
 static void w4_solve(void *arg) {
   w4_ctx *c = arg;
-  w4_factor(c);
+  w4_factor(c, 'L');
   memcpy(c->x, c->b, c->n * sizeof *c->x);
-  check_lapack(LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'U', (lapack_int)c->n, 1, c->L, (lapack_int)c->n,
+  check_lapack(LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', (lapack_int)c->n, 1, c->L, (lapack_int)c->n,
                               c->x, (lapack_int)c->n),
                "W4 solve");
 }
 
 static void w4_logdet(void *arg) {
   w4_ctx *c = arg;
-  w4_factor(c);
+  w4_factor(c, 'L');
   c->out = 2.0 * sum_log_diag(c->L, c->n, c->n);
 }
 

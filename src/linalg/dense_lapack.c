@@ -11,7 +11,6 @@
 #include <lapacke.h>
 #include <limits.h>
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -23,17 +22,20 @@ int lt_lapack_check_dim(lt_context *ctx, const char *op, size_t n) {
   return LT_OK;
 }
 
-/* 1 when an entry of p[0..n) is NaN or infinite: all-ones exponent bits,
- * tested on the integers so that the loop vectorises. */
+/* 1 when an entry of p[0..n) is NaN or infinite. x·0 is ±0 for every
+ * finite x and NaN otherwise, so the sums below stay 0 exactly when all
+ * entries are finite; four independent sums keep the adds pipelined. */
 static int any_nonfinite(const double *p, size_t n) {
-  const uint64_t EXP = 0x7ff0000000000000ULL;
-  uint64_t bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t b;
-    memcpy(&b, &p[i], sizeof b);
-    bad |= (uint64_t)((b & EXP) == EXP);
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += p[i] * 0.0;
+    s1 += p[i + 1] * 0.0;
+    s2 += p[i + 2] * 0.0;
+    s3 += p[i + 3] * 0.0;
   }
-  return bad != 0;
+  for (; i < n; i++) s0 += p[i] * 0.0;
+  return (s0 + s1 + s2 + s3) != 0;
 }
 
 int lt_lapack_check_finite(lt_context *ctx, const char *op, const lt_tensor *a) {
@@ -76,28 +78,39 @@ static void zero_triangle(double *p, size_t n, int keep_upper) {
 
 /* ------------------------------------------------------------- Cholesky */
 
-/* scratch_copy of a contiguous a that also checks, in the same pass, that
- * every entry is finite (NULL with the error set when one is not). */
-static lt_tensor *copy_checked(lt_context *ctx, const char *op, const lt_tensor *a) {
-  lt_tensor *c = lt_dense_new(ctx, a->ndim, a->shape);
-  if (c == NULL) return NULL;
-  memset(c->props, LT_UNKNOWN, sizeof c->props);
-  const uint64_t EXP = 0x7ff0000000000000ULL;
-  const double *s = lt_dense_data(a);
-  double *d = lt_dense_data(c);
-  uint64_t bad = 0;
-  for (size_t i = 0, n = lt_numel(a); i < n; i++) {
-    uint64_t b;
-    memcpy(&b, &s[i], sizeof b);
-    bad |= (uint64_t)((b & EXP) == EXP);
-    d[i] = s[i];
-  }
+/* 1 when the row-major upper (or lower) triangle of a contiguous n×n
+ * matrix has an entry that is NaN or infinite. */
+static int triangle_nonfinite(const double *p, size_t n, int upper) {
+  for (size_t i = 0; i < n; i++)
+    if (upper ? any_nonfinite(p + i * n + i, n - i) : any_nonfinite(p + i * n, i + 1)) return 1;
+  return 0;
+}
+
+/* scratch_copy of a contiguous square a, checked to be finite (NULL with
+ * the error set when it is not). A matrix known to be symmetric is checked
+ * on the triangle LAPACK reads (`upper`) only, as LAPACKE's own check does. */
+static lt_tensor *copy_checked(lt_context *ctx, const char *op, const lt_tensor *a, int upper) {
+  size_t n = a->shape[0];
+  const double *p = lt_dense_data(a);
+  int bad = lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES ? triangle_nonfinite(p, n, upper)
+                                                        : any_nonfinite(p, n * n);
   if (bad) {
-    lt_release(ctx, c);
     lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
     return NULL;
   }
+  lt_tensor *c = lt_dense_new(ctx, a->ndim, a->shape);
+  if (c == NULL) return NULL;
+  memset(c->props, LT_UNKNOWN, sizeof c->props);
+  memcpy(lt_dense_data(c), p, n * n * sizeof(double));
   return c;
+}
+
+/* mean |A_ii| (1 when it is 0): the jitter's unit. */
+static double mean_abs_diagonal(const lt_tensor *a) {
+  size_t n = a->shape[0];
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += fabs(*lt_dense_ptr(a, (size_t[]){i, i}));
+  return sum > 0 ? sum / (double)n : 1;
 }
 
 /* One attempt on a fresh copy with `add` on the diagonal; NULL with no
@@ -127,22 +140,18 @@ static lt_tensor *cholesky_once(lt_context *ctx, const lt_tensor *a, lt_tensor *
 }
 
 static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tensor *a, int upper,
-                                 double jitter, int max_tries, double *jitter_used,
-                                 int zero_other, int *not_pd) {
+                                 double jitter, int max_tries, double *jitter_used, int zero_other,
+                                 int *not_pd) {
   if (not_pd) *not_pd = 0;
   if (check_square(ctx, op, a) != LT_OK) return NULL;
   /* A contiguous matrix is checked while it is copied for the first try. */
   lt_tensor *first = NULL;
   if (lt_dense_is_contiguous(a)) {
-    if ((first = copy_checked(ctx, op, a)) == NULL) return NULL;
+    if ((first = copy_checked(ctx, op, a, upper)) == NULL) return NULL;
   } else if (lt_lapack_check_finite(ctx, op, a) != LT_OK) {
     return NULL;
   }
-  size_t n = a->shape[0];
-  double scale = 0;
-  for (size_t i = 0; i < n; i++) scale += fabs(*lt_dense_ptr(a, (size_t[]){i, i}));
-  scale = n ? scale / (double)n : 0;
-  if (scale == 0) scale = 1;
+  double scale = max_tries > 0 ? mean_abs_diagonal(a) : 1;
   double add = 0;
   for (int t = 0; t <= max_tries; t++) {
     if (t > 0) add = t == 1 ? jitter * scale : add * 10;
@@ -171,8 +180,60 @@ lt_tensor *lt_lapack_cholesky_exact(lt_context *ctx, const char *op, const lt_te
   return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 1, not_pd);
 }
 
-lt_tensor *lt_lapack_cholesky_lower_only(lt_context *ctx, const char *op, const lt_tensor *a) {
-  return cholesky_tries(ctx, op, a, 0, 0.0, 0, NULL, 0, NULL);
+lt_tensor *lt_lapack_cholesky_upper_only(lt_context *ctx, const char *op, const lt_tensor *a) {
+  return cholesky_tries(ctx, op, a, 1, 0.0, 0, NULL, 0, NULL);
+}
+
+/* max_i Σ_j |A_ij|: the 1-norm of a symmetric A (dpocon's anorm). */
+static double symmetric_norm1(const lt_tensor *a) {
+  size_t n = a->shape[0];
+  const double *p = lt_dense_data(a);
+  const ptrdiff_t *st = lt_dense_strides(a);
+  double best = 0;
+  for (size_t i = 0; i < n; i++) {
+    double row = 0;
+    for (size_t j = 0; j < n; j++) row += fabs(p[(ptrdiff_t)i * st[0] + (ptrdiff_t)j * st[1]]);
+    if (row > best) best = row;
+  }
+  return best;
+}
+
+/* Fills the strictly lower triangle of a contiguous n×n p from its upper. */
+static void mirror_upper(double *p, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    for (size_t j = 0; j < i; j++) p[i * n + j] = p[j * n + i];
+}
+
+lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tensor *a, double *rcond,
+                                 int *not_pd) {
+  double anorm = symmetric_norm1(a);
+  lt_tensor *c = cholesky_tries(ctx, op, a, 1, 0.0, 0, NULL, 0, not_pd);
+  if (c == NULL) return NULL;
+  size_t n = c->shape[0];
+  double *p = lt_dense_data(c);
+  *rcond = 1;
+  if (n == 0) return c;
+  double *work = lt_malloc(ctx, 3 * n * sizeof(double));
+  lapack_int *iwork = work ? lt_malloc(ctx, n * sizeof(lapack_int)) : NULL;
+  lapack_int info = -1;
+  if (iwork != NULL) {
+    /* Column-major 'L' is the row-major upper factor cholesky_tries left. */
+    info = LAPACKE_dpocon_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n, anorm, rcond,
+                               work, iwork);
+    if (info == 0)
+      info = LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n);
+  }
+  lt_free(ctx, iwork, iwork ? n * sizeof(lapack_int) : 0);
+  lt_free(ctx, work, work ? 3 * n * sizeof(double) : 0);
+  if (info != 0) { /* no memory (the error is set), or a zero pivot */
+    if (iwork != NULL) lt_error(ctx, "%s: matrix is singular", op);
+    lt_release(ctx, c);
+    return NULL;
+  }
+  mirror_upper(p, n);
+  lt_prop_mark(c, LT_PROP_SYMMETRIC, LT_YES);
+  lt_prop_mark(c, LT_PROP_PSD, LT_YES);
+  return c;
 }
 
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {
@@ -182,19 +243,19 @@ void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, 
               (blasint)n, b, (blasint)k);
 }
 
-lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *l, const lt_tensor *b) {
+lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *u, const lt_tensor *b) {
   if (lt_lapack_check_dim(ctx, "solve", lt_cols(b)) != LT_OK) return NULL;
   lt_tensor *x = scratch_copy(ctx, b);
   if (x == NULL) return NULL;
-  size_t n = l->shape[0], k = lt_cols(b);
-  lt_lapack_trsm(lt_dense_data(l), n, 0, 0, lt_dense_data(x), k);
-  lt_lapack_trsm(lt_dense_data(l), n, 0, 1, lt_dense_data(x), k);
+  size_t n = u->shape[0], k = lt_cols(b);
+  lt_lapack_trsm(lt_dense_data(u), n, 1, 1, lt_dense_data(x), k); /* Uᵀy = b */
+  lt_lapack_trsm(lt_dense_data(u), n, 1, 0, lt_dense_data(x), k); /* Ux = y */
   return x;
 }
 
-double lt_lapack_cholesky_logdet(const lt_tensor *l) {
-  size_t n = l->shape[0];
-  const double *p = lt_dense_data(l);
+double lt_lapack_cholesky_logdet(const lt_tensor *f) {
+  size_t n = f->shape[0];
+  const double *p = lt_dense_data(f);
   double s = 0;
   for (size_t i = 0; i < n; i++) s += log(p[i * n + i]);
   return 2 * s;

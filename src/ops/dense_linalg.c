@@ -47,9 +47,9 @@ static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a) {
  * left behind when it fails, so the caller can fall back to LU. */
 static lt_tensor *try_cholesky(lt_context *ctx, const char *op, lt_tensor *a) {
   if (lt_is_psd(ctx, a) != LT_YES) return NULL;
-  lt_tensor *l = lt_lapack_cholesky_lower_only(ctx, op, a);
-  if (l == NULL) lt_clear_error(ctx);
-  return l;
+  lt_tensor *u = lt_lapack_cholesky_upper_only(ctx, op, a);
+  if (u == NULL) lt_clear_error(ctx);
+  return u;
 }
 
 /* Σ b_ij · x_ij over two tensors of the same shape (x contiguous). */
@@ -83,10 +83,10 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
 
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  lt_tensor *l = try_cholesky(ctx, "solve", args->a);
-  if (l != NULL) {
-    lt_tensor *x = lt_lapack_cholesky_solve(ctx, l, args->b);
-    lt_release(ctx, l);
+  lt_tensor *u = try_cholesky(ctx, "solve", args->a);
+  if (u != NULL) {
+    lt_tensor *x = lt_lapack_cholesky_solve(ctx, u, args->b);
+    lt_release(ctx, u);
     set_info(res, "cholesky");
     return done(res, x);
   }
@@ -105,25 +105,25 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
    * Cholesky factor it is an error, never an LU number. */
   if (b != NULL && lt_is_symmetric(ctx, a) != LT_YES)
     return lt_error(ctx, "%s: matrix is not symmetric (positive definite)", op);
-  lt_tensor *l = b != NULL ? lt_lapack_cholesky_lower_only(ctx, op, a) : try_cholesky(ctx, op, a);
-  if (l == NULL && b != NULL) return lt_error(ctx, "%s: matrix is not positive definite", op);
-  if (l != NULL) {
-    *logdet = lt_lapack_cholesky_logdet(l);
+  lt_tensor *u = b != NULL ? lt_lapack_cholesky_upper_only(ctx, op, a) : try_cholesky(ctx, op, a);
+  if (u == NULL && b != NULL) return lt_error(ctx, "%s: matrix is not positive definite", op);
+  if (u != NULL) {
+    *logdet = lt_lapack_cholesky_logdet(u);
     int rc = LT_OK;
     if (b != NULL) {
-      /* bᵀA⁻¹b = ‖L⁻¹b‖². */
+      /* bᵀA⁻¹b = ‖U⁻ᵀb‖². */
       lt_tensor *y = lt_dense_clone(ctx, b);
       if (y == NULL) {
         rc = LT_ERR;
       } else {
-        lt_lapack_trsm(lt_dense_data(l), l->shape[0], 0, 0, lt_dense_data(y), lt_cols(b));
+        lt_lapack_trsm(lt_dense_data(u), u->shape[0], 1, 1, lt_dense_data(y), lt_cols(b));
         *quad = 0;
         for (size_t i = 0, n = lt_numel(y); i < n; i++)
           *quad += lt_dense_data(y)[i] * lt_dense_data(y)[i];
         lt_release(ctx, y);
       }
     }
-    lt_release(ctx, l);
+    lt_release(ctx, u);
     set_info(res, "cholesky");
     return rc;
   }
