@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../linalg/dense_lapack.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -436,17 +437,70 @@ static lt_tensor *fn_solve(lt_context *ctx, lt_tensor *F, lt_tensor *X, void *ud
   return out;
 }
 
-/* (⊗Fᵢ)⁻¹ B = (⊗Fᵢ⁻¹) B, factor by factor. */
+/* Explicit inverses pay when the factors are small next to the product
+ * (an m×m inverse costs m³, each use 2·n·m through dgemm, which OpenBLAS
+ * runs several times faster than triangular solves). Accuracy: x = F⁻¹b has
+ * a forward error like a triangular solve's (κ·ε) and a residual that may
+ * grow with κ, but so does the factor-by-factor solve's for the product:
+ * measured on RBF factors (spec/kron_spec.lua), the two residuals agree from
+ * κ = 4e3 to 3e9. Past INVERSE_MAX_COND (the product of the factors'
+ * 1-norm condition estimates) the factor solves are kept all the same. */
+#define INVERSE_MAX_SIZE 512
+#define INVERSE_MAX_COND 1e12
+
+/* inv[i] = Fᵢ⁻¹ for factors that are dense, flagged positive definite and
+ * small, and whose condition estimates multiply to at most
+ * INVERSE_MAX_COND: LT_OK, or LT_NOT_IMPLEMENTED (nothing left in inv) when
+ * one is not so, or LT_ERR. */
+static int small_spd_inverses(lt_context *ctx, const lt_tensor *k, lt_tensor **inv) {
+  int p = nfactors(k);
+  for (int i = 0; i < p; i++) {
+    lt_tensor *f = factor(k, i);
+    if (f->type_id != LT_TYPE_DENSE || f->shape[0] > INVERSE_MAX_SIZE ||
+        lt_prop_get(f, LT_PROP_PSD) != LT_YES)
+      return LT_NOT_IMPLEMENTED;
+  }
+  double cond = 1;
+  int made = 0, rc = LT_OK;
+  while (made < p && rc == LT_OK) {
+    double rcond;
+    int not_pd;
+    lt_tensor *f = lt_lapack_spd_inverse(ctx, "solve", factor(k, made), &rcond, &not_pd);
+    if (f == NULL) {
+      rc = not_pd ? LT_NOT_IMPLEMENTED : LT_ERR;
+      break;
+    }
+    inv[made++] = f;
+    cond /= rcond;
+    if (!(rcond > 0) || cond > INVERSE_MAX_COND) rc = LT_NOT_IMPLEMENTED;
+  }
+  if (rc != LT_OK)
+    for (int i = 0; i < made; i++) lt_release(ctx, inv[i]);
+  return rc;
+}
+
+/* (⊗Fᵢ)⁻¹ B = (⊗Fᵢ⁻¹) B, factor by factor: products with the factors'
+ * inverses when small_spd_inverses allows, else a solve per factor. */
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *k = args->a;
   if (!all_square(k)) return LT_NOT_IMPLEMENTED;
   size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS];
   factor_dims(k, rows, cols);
+  lt_tensor *inv[KRON_MAX_FACTORS];
+  int rc = small_spd_inverses(ctx, k, inv);
+  if (rc == LT_ERR) return LT_ERR;
   lt_tensor *B = st_rhs(ctx, args->b);
-  if (B == NULL) return LT_ERR;
   lt_info info = {0};
-  lt_tensor *X = apply_factors(ctx, nfactors(k), k->children, cols, rows, B, fn_solve, &info);
+  lt_tensor *X = NULL;
+  if (B != NULL && rc == LT_OK) {
+    X = apply_factors(ctx, nfactors(k), inv, cols, rows, B, fn_apply, NULL);
+    info = (lt_info){.method = "cholesky_inverse", .converged = 1};
+  } else if (B != NULL) {
+    X = apply_factors(ctx, nfactors(k), k->children, cols, rows, B, fn_solve, &info);
+  }
+  if (rc == LT_OK)
+    for (int i = 0; i < nfactors(k); i++) lt_release(ctx, inv[i]);
   lt_release(ctx, B);
   if (X == NULL) return LT_ERR;
   res->info = info;
