@@ -1,7 +1,11 @@
 -- W2: Kronecker product of three 48 x 48 SPD factors (n = 110592):
 -- matvec, solve, logdet; the baseline is baseline.c's factor-wise OpenBLAS
--- loops on the same data. The operator is rebuilt inside every timed call
--- (building a kron is cheap), so nothing cached by an earlier call is reused.
+-- loops on the same data. The operator is built once and the three
+-- operations are timed on it, as the baseline's loops work on factors already
+-- in memory; the library keeps nothing between calls (no factorisation is
+-- cached on a kron), so every call does its whole work. What building costs
+-- (a private copy of each dense factor) is measured too and reported with
+-- the logdet, the operation where it shows (build_median_s).
 
 local dir = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir .. "/?.lua;" .. package.path
@@ -40,9 +44,10 @@ if not ok then
 end
 
 local F, b = data.F, data.bt
-local function K()
+local function build()
   return lt.kron(F[1], F[2], F[3])
 end
+local K = build()
 
 -- the 16 rows baseline.c checks, by direct sums: {index, value} pairs
 local function expected_rows()
@@ -79,7 +84,7 @@ end
 
 B.run(W, "matvec", n, function()
   local y
-  local rec = B.measure(function() y = K() * b end, { budget = 2, max = 200 })
+  local rec = B.measure(function() y = K * b end, { budget = 2, max = 200 })
   rec.result_type = lt.type(y)
   rec.rel_err_rows = row_error(y)
   return rec
@@ -87,14 +92,15 @@ end)
 
 B.run(W, "solve", n, function()
   local x, info
-  local rec = B.measure(function() x, info = K():solve(b) end, { budget = 2, max = 100 })
-  rec.rel_residual = B.rel_residual(K(), x, b)
+  local rec = B.measure(function() x, info = K:solve(b) end, { budget = 2, max = 100 })
+  rec.rel_residual = B.rel_residual(K, x, b)
   return B.info_fields(rec, info)
 end)
 
 B.run(W, "logdet", n, function()
   local v
-  local rec = B.measure(function() v = K():logdet() end, { budget = 1, max = 1000 })
+  local rec = B.measure(function() v = K:logdet() end, { budget = 1, max = 1000 })
   rec.value = B.num(v)
+  rec.build_median_s = B.measure(build, { budget = 0.5, max = 1000 }).median_s
   return rec
 end)
