@@ -9,8 +9,16 @@
 
 static int is_scalar(const lt_tensor *t) { return t->ndim == 0; }
 
+/* Shapes have at most LT_MAX_DIM sizes: loops, not memcmp/memcpy calls
+ * (these run on every operation). */
+static int same_sizes(const size_t *a, const size_t *b, int ndim) {
+  for (int d = 0; d < ndim; d++)
+    if (a[d] != b[d]) return 0;
+  return 1;
+}
+
 static int shapes_equal(const lt_tensor *a, const lt_tensor *b) {
-  return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(size_t) * (size_t)a->ndim) == 0;
+  return a->ndim == b->ndim && same_sizes(a->shape, b->shape, a->ndim);
 }
 
 static int shape_error(lt_context *ctx, const char *op, const char *what, const lt_tensor *a,
@@ -39,7 +47,7 @@ static expect expect_none(void) { return (expect){.ndim = -1}; }
 
 static expect expect_like(const lt_tensor *t) {
   expect e = {.ndim = t->ndim};
-  memcpy(e.shape, t->shape, sizeof(size_t) * (size_t)t->ndim);
+  for (int d = 0; d < t->ndim; d++) e.shape[d] = t->shape[d];
   return e;
 }
 
@@ -66,8 +74,7 @@ static expect expect_elementwise(const lt_tensor *a, const lt_tensor *b) {
  * wrong one (a buggy or a user's Lua rule) is released and reported. */
 static lt_tensor *check_result(lt_context *ctx, int op, lt_tensor *t, const expect *e) {
   if (t == NULL || e->ndim < 0) return t;
-  if (t->ndim == e->ndim && memcmp(t->shape, e->shape, sizeof(size_t) * (size_t)e->ndim) == 0)
-    return t;
+  if (t->ndim == e->ndim && same_sizes(t->shape, e->shape, e->ndim)) return t;
   lt_tensor want = {.ndim = e->ndim};
   memcpy(want.shape, e->shape, sizeof(size_t) * (size_t)e->ndim);
   char got[64], exp[64];
