@@ -118,8 +118,10 @@ ltb_box *ltb_new_box(lua_State *L) {
  * on its own it lets garbage tensors pile up (tens of MB in a loop of tiny
  * operations, hundreds with large results) and finalises them in bursts.
  * Each time the library's memory has grown by LTB_GC_STRIDE since the last
- * nudge, one incremental step sized to that growth is run. */
-#define LTB_GC_STRIDE ((size_t)1 << 20)
+ * nudge, one incremental step sized to that growth is run. The total work
+ * does not depend on the stride; a short one frees small garbage while its
+ * memory is still in cache (W1: 64 kB is 6-8 % faster per op than 1 MB). */
+#define LTB_GC_STRIDE ((size_t)1 << 16)
 
 static void gc_nudge(lua_State *L, ltb_state *S) {
   size_t m = lt_memory(S->ctx);
