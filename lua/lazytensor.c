@@ -127,6 +127,11 @@ static void gc_nudge(lua_State *L, ltb_state *S) {
   size_t m = lt_memory(S->ctx);
   if (m < S->gc_mark) S->gc_mark = m;
   if (m - S->gc_mark < LTB_GC_STRIDE) return;
+#ifdef LUA_GCISRUNNING
+  /* A collector the program stopped stays stopped (LUA_GCSTEP would run
+   * it); the growth is caught up with once it runs again. */
+  if (!lua_gc(L, LUA_GCISRUNNING, 0)) return;
+#endif
   size_t kb = (m - S->gc_mark) / 1024;
   lua_gc(L, LUA_GCSTEP, kb > 1 << 30 ? 1 << 30 : (int)kb);
   S->gc_mark = lt_memory(S->ctx);
