@@ -8,7 +8,8 @@
 -- a new table per result, as a small pure-Lua matrix library would do) and
 -- once with lazytensor. A sample starts from a full collection and ends with
 -- one, so the allocation and the collection of every result are paid for
--- inside it. bytes_per_op is the growth of collectgarbage("count") over 1000
+-- inside it. cpu_us_per_op is the median CPU time per op (os.clock) of the
+-- same samples. bytes_per_op is the growth of collectgarbage("count") over 1000
 -- ops with the collector stopped; lt_bytes_per_op is the growth of
 -- lt.memory() over the same (the library's own allocations).
 
@@ -74,19 +75,23 @@ local function loop_mul(a, b, nops)
   return sink
 end
 
--- median and min seconds per op over SAMPLES samples of nops ops each
+-- median and min seconds per op over SAMPLES samples of nops ops each, and
+-- the median CPU seconds per op (os.clock: what a busy host disturbs least)
 local function time_loop(loop, f, a, b)
-  local samples = {}
+  local samples, cpu = {}, {}
   loop(f, a, b, 1000) -- warm-up
   for s = 1, SAMPLES do
     collectgarbage("collect")
-    local t0 = clock()
+    local c0, t0 = os.clock(), clock()
     loop(f, a, b, NOPS)
     collectgarbage("collect")
     samples[s] = (clock() - t0) / NOPS
+    cpu[s] = (os.clock() - c0) / NOPS
   end
   table.sort(samples)
-  return samples[(SAMPLES + 1) // 2], samples[1]
+  table.sort(cpu)
+  local mid = (SAMPLES + 1) // 2
+  return samples[mid], samples[1], cpu[mid]
 end
 
 local function bytes_per_op(loop, f, a, b)
@@ -101,13 +106,14 @@ local function bytes_per_op(loop, f, a, b)
 end
 
 local function record(loop, f, a, b)
-  local med, mn = time_loop(loop, f, a, b)
+  local med, mn, cpu = time_loop(loop, f, a, b)
   return {
     median_s = med,
     min_s = mn,
     repeats = SAMPLES,
     inner = NOPS,
     us_per_op = med * 1e6,
+    cpu_us_per_op = cpu * 1e6,
     clock = B.clock_name,
     bytes_per_op = bytes_per_op(loop, f, a, b),
   }

@@ -31,6 +31,7 @@ typedef struct ltb_state {
   int not_implemented; /* registry ref of lt.NotImplemented */
   int progress;        /* registry ref of settings.progress, or LUA_NOREF */
   size_t gc_mark;      /* lt_memory() at the last collector nudge (ltb_fill) */
+  const void *meta;    /* the tensor metatable (lua_topointer), to recognise boxes */
 } ltb_state;
 
 /* A tensor userdata owns one reference; t is NULL once freed or closed. */

@@ -16,12 +16,12 @@ _Static_assert(sizeof(lt_storage) % sizeof(double) == 0,
 
 _Static_assert(sizeof(lt_tensor) % sizeof(double) == 0, "tensor header must keep doubles aligned");
 
-static void storage_init(lt_storage *s, size_t count, int embedded) {
+static void storage_init(lt_storage *s, size_t count, size_t lead) {
   s->refcount = 1;
   s->version = 0;
   s->count = count;
   s->data = (double *)(s + 1);
-  s->embedded = embedded;
+  s->lead = lead;
 }
 
 static void set_contiguous_strides(lt_tensor *t) {
@@ -34,25 +34,31 @@ static void set_contiguous_strides(lt_tensor *t) {
 
 /* A dense tensor's properties are unknown until computed; 1-d and 0-d are not
  * matrices, so the matrix properties do not apply. */
-lt_tensor *lt_dense_new(lt_context *ctx, int ndim, const size_t *shape) {
+lt_tensor *lt_dense_new_prefixed(lt_context *ctx, size_t prefix, int ndim, const size_t *shape) {
   size_t numel;
   if (lt_check_shape(ctx, "tensor", ndim, shape, &numel) != LT_OK) return NULL;
-  /* One block: the header, the storage header, the numbers. */
-  if (numel > (SIZE_MAX - sizeof(lt_tensor) - sizeof(lt_storage)) / sizeof(double)) {
+  /* One block: the prefix, the header, the storage header, the numbers. */
+  size_t lead = prefix + sizeof(lt_tensor);
+  if (numel > (SIZE_MAX - lead - sizeof(lt_storage)) / sizeof(double)) {
     lt_error(ctx, "tensor: %zu elements overflow", numel);
     return NULL;
   }
-  lt_tensor *t = lt_malloc(ctx, lt_embedded_block_size(numel));
-  if (t == NULL) return NULL;
+  char *block = lt_malloc(ctx, lead + sizeof(lt_storage) + numel * sizeof(double));
+  if (block == NULL) return NULL;
+  lt_tensor *t = (lt_tensor *)(block + prefix);
   lt_tensor_init(ctx, t, LT_TYPE_DENSE, ndim, shape);
   t->storage = (lt_storage *)(t + 1);
-  storage_init(t->storage, numel, 1);
+  storage_init(t->storage, numel, lead);
   set_contiguous_strides(t);
   if (ndim == 2 && shape[0] != shape[1]) {
     t->props[LT_PROP_SYMMETRIC] = LT_NO;
     t->props[LT_PROP_PSD] = LT_NO;
   }
   return t;
+}
+
+lt_tensor *lt_dense_new(lt_context *ctx, int ndim, const size_t *shape) {
+  return lt_dense_new_prefixed(ctx, 0, ndim, shape);
 }
 
 lt_tensor *lt_dense_zeros(lt_context *ctx, int ndim, const size_t *shape) {

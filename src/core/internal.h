@@ -14,8 +14,10 @@ typedef struct lt_storage {
   unsigned version; /* bumped on every write through the API */
   size_t count;     /* doubles */
   double *data;     /* right after this header, in the same allocation */
-  int embedded;     /* allocated in one block right after the tensor that
-                       created it: the block is freed with the storage */
+  size_t lead;      /* bytes of the block before this header: the dense
+                       tensor that created the storage (and, for a lazy
+                       operator's embedded child, that operator's header);
+                       the whole block is freed with the storage */
 } lt_storage;
 
 struct lt_tensor {
@@ -23,6 +25,8 @@ struct lt_tensor {
   int type_id;
   const lt_type *type;
   int ndim;
+  int heads_block; /* lazy: this header starts the block of child 0 (see
+                      lt_lazy_new_with_dense); freed with that child's storage */
   size_t shape[LT_MAX_DIM];
   unsigned char props[LT_PROP_COUNT]; /* lt_tristate; read with lt_prop_get */
   unsigned props_version;             /* dense: storage version the props hold for */
@@ -103,10 +107,20 @@ int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
 /* Initialises a tensor header in memory the caller allocated. */
 void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape);
-/* Bytes of the block holding a tensor and its embedded storage. */
-static inline size_t lt_embedded_block_size(size_t count) {
-  return sizeof(lt_tensor) + sizeof(lt_storage) + count * sizeof(double);
-}
+/* A fresh contiguous dense tensor at the end of a new block that starts
+ * `prefix` bytes (a multiple of 8) before it: [prefix][tensor][storage]
+ * [numbers]. The block is freed when the storage's last reference goes
+ * (the tensor's own, then any view's). lt_dense_new is prefix 0. */
+lt_tensor *lt_dense_new_prefixed(lt_context *ctx, size_t prefix, int ndim, const size_t *shape);
+/* A lazy rows×cols operator whose only child is a fresh contiguous dense
+ * tensor (uninitialised) of the given shape, the two in one allocation:
+ * the operator's header is the block's prefix. The child is an ordinary
+ * dense tensor: it may be retained and outlive the operator, and the
+ * block stays allocated until the child's storage is released (the dead
+ * operator's header unused meanwhile). For types that own a private copy of
+ * their numbers (diag). */
+lt_tensor *lt_lazy_new_with_dense(lt_context *ctx, int type_id, size_t rows, size_t cols, int ndim,
+                                  const size_t *shape, void *payload);
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);

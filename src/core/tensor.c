@@ -35,8 +35,18 @@ int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shap
   return LT_OK;
 }
 
+/* Clears a header with plain stores: gcc -O2 expands one memset of the
+ * whole header into `rep stos`, whose start-up cost was a large part of a
+ * small tensor's creation; memsets of 64 bytes become vector stores. */
+static void clear_header(lt_tensor *t) {
+  char *p = (char *)t;
+  size_t k = 0;
+  for (; k + 64 <= sizeof *t; k += 64) memset(p + k, 0, 64);
+  memset(p + k, 0, sizeof *t - k);
+}
+
 void lt_tensor_init(lt_context *ctx, lt_tensor *t, int type_id, int ndim, const size_t *shape) {
-  memset(t, 0, sizeof *t);
+  clear_header(t);
   t->refcount = 1;
   t->type_id = type_id;
   t->type = lt_type_descriptor(ctx, type_id);
@@ -55,27 +65,40 @@ lt_tensor *lt_retain(lt_tensor *t) {
   return t;
 }
 
-/* An embedded storage's block starts at the tensor that created it; that
- * header stays allocated (unused) while views keep the storage alive. */
+/* A storage's block starts `lead` bytes before it, at the dense tensor that
+ * created it (or at the lazy operator heading that tensor's block); those
+ * headers stay allocated (unused) while views keep the storage alive. */
 static void release_storage(lt_context *ctx, lt_storage *s) {
   if (s == NULL || --s->refcount > 0) return;
-  if (s->embedded) lt_free(ctx, (char *)s - sizeof(lt_tensor), lt_embedded_block_size(s->count));
-  else lt_free(ctx, s, sizeof *s + s->count * sizeof(double));
+  lt_free(ctx, (char *)s - s->lead, s->lead + sizeof *s + s->count * sizeof(double));
+}
+
+/* Releases a lazy t's children and frees t. When t heads child 0's block,
+ * that child goes last and t is not touched after it: its release may free
+ * t's memory (or leave it to a view of the child's storage). */
+static void release_lazy(lt_context *ctx, lt_tensor *t) {
+  lt_tensor *block_child = t->heads_block ? t->children[0] : NULL;
+  for (int i = block_child ? 1 : 0; i < t->nchildren; i++) lt_release(ctx, t->children[i]);
+  if (t->children != t->inline_children)
+    lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
+  if (block_child) lt_release(ctx, block_child);
+  else lt_free(ctx, t, sizeof *t);
 }
 
 void lt_release(lt_context *ctx, lt_tensor *t) {
   if (t == NULL || --t->refcount > 0) return;
   if (t->type && t->type->destroy) t->type->destroy(ctx, t);
-  if (t->storage != NULL && t->storage->embedded && t->storage == (lt_storage *)(t + 1)) {
-    /* t and its storage are one block: freed with the storage's last user */
-    release_storage(ctx, t->storage);
+  lt_storage *s = t->storage;
+  if (s == NULL) {
+    release_lazy(ctx, t);
     return;
   }
-  release_storage(ctx, t->storage);
-  for (int i = 0; i < t->nchildren; i++) lt_release(ctx, t->children[i]);
-  if (t->children != t->inline_children)
-    lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
-  lt_free(ctx, t, sizeof *t);
+  /* Dense. Every storage sits right after the tensor that created it, in
+   * one block; a view is a separate allocation, never right before it. The
+   * block is freed with the storage's last user. */
+  int own_block = s == (lt_storage *)(t + 1);
+  release_storage(ctx, s);
+  if (!own_block) lt_free(ctx, t, sizeof *t);
 }
 
 int lt_typeid(const lt_tensor *t) { return t->type_id; }
@@ -120,16 +143,36 @@ void lt_prop_mark(lt_tensor *t, lt_prop p, lt_tristate v) {
   t->props[p] = (unsigned char)v;
 }
 
+/* Lazy shapes: rows·cols must fit, as the dense evaluation's size would;
+ * below 2^30 each, nothing can overflow. */
+static int check_lazy_shape(lt_context *ctx, int type_id, size_t rows, size_t cols) {
+  const size_t small = (size_t)1 << 30;
+  if (rows < small && cols < small) return LT_OK;
+  size_t shape[2] = {rows, cols};
+  return lt_check_shape(ctx, lt_type_name(ctx, type_id), 2, shape, NULL);
+}
+
+static void lazy_init(lt_context *ctx, lt_tensor *t, int type_id, size_t rows, size_t cols,
+                      void *payload) {
+  size_t shape[2] = {rows, cols};
+  lt_tensor_init(ctx, t, type_id, 2, shape);
+  t->payload = payload;
+  if (rows != cols) {
+    t->props[LT_PROP_SYMMETRIC] = LT_NO;
+    t->props[LT_PROP_PSD] = LT_NO;
+  }
+}
+
 lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
                        lt_tensor *const *children, int nchildren, void *payload) {
   if (lt_type_descriptor(ctx, type_id) == NULL) {
     lt_error(ctx, "lazy: unknown type id %d", type_id);
     return NULL;
   }
-  size_t shape[2] = {rows, cols};
-  if (lt_check_shape(ctx, lt_type_name(ctx, type_id), 2, shape, NULL) != LT_OK) return NULL;
-  lt_tensor *t = lt_tensor_alloc(ctx, type_id, 2, shape);
+  if (check_lazy_shape(ctx, type_id, rows, cols) != LT_OK) return NULL;
+  lt_tensor *t = lt_malloc(ctx, sizeof *t);
   if (t == NULL) return NULL;
+  lazy_init(ctx, t, type_id, rows, cols, payload);
   if (nchildren > 0) {
     t->children = nchildren <= 2 ? t->inline_children
                                  : lt_malloc(ctx, sizeof *t->children * (size_t)nchildren);
@@ -140,11 +183,24 @@ lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
     for (int i = 0; i < nchildren; i++) t->children[i] = lt_retain(children[i]);
     t->nchildren = nchildren;
   }
-  t->payload = payload;
-  if (rows != cols) {
-    t->props[LT_PROP_SYMMETRIC] = LT_NO;
-    t->props[LT_PROP_PSD] = LT_NO;
+  return t;
+}
+
+lt_tensor *lt_lazy_new_with_dense(lt_context *ctx, int type_id, size_t rows, size_t cols, int ndim,
+                                  const size_t *shape, void *payload) {
+  if (lt_type_descriptor(ctx, type_id) == NULL) {
+    lt_error(ctx, "lazy: unknown type id %d", type_id);
+    return NULL;
   }
+  if (check_lazy_shape(ctx, type_id, rows, cols) != LT_OK) return NULL;
+  lt_tensor *child = lt_dense_new_prefixed(ctx, sizeof(lt_tensor), ndim, shape);
+  if (child == NULL) return NULL;
+  lt_tensor *t = child - 1;
+  lazy_init(ctx, t, type_id, rows, cols, payload);
+  t->heads_block = 1;
+  t->children = t->inline_children;
+  t->children[0] = child; /* t owns the child's one reference */
+  t->nchildren = 1;
   return t;
 }
 

@@ -1,6 +1,7 @@
 /*
  * ops/diag.c — diagonal matrices, stored as their diagonal (child 0, a
- * contiguous 1-d dense copy). Products scale rows; nothing n×n is formed.
+ * contiguous 1-d dense copy in the operator's own allocation, see
+ * lt_lazy_new_with_dense). Products scale rows; nothing n×n is formed.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,18 +46,22 @@ const lt_type lt_diag_type = {
     .row = diag_row,
 };
 
-/* Takes ownership of a fresh contiguous vector d (releases it). */
-lt_tensor *lt_diag_from_owned(lt_context *ctx, lt_tensor *d) {
-  if (d == NULL) return NULL;
-  size_t n = d->shape[0];
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_DIAG, n, n, &d, 1, NULL);
-  lt_release(ctx, d);
+/* A diag of size n with its diagonal uninitialised: one allocation holds
+ * the operator and its vector. Fill diag_out, then diag_finish. */
+static lt_tensor *diag_alloc(lt_context *ctx, size_t n) {
+  return lt_lazy_new_with_dense(ctx, LT_TYPE_DIAG, n, n, 1, &n, NULL);
+}
+
+static double *diag_out(lt_tensor *t) { return t->children[0]->storage->data; }
+
+/* Sets the properties of a freshly filled diag; NULL passes through. */
+static lt_tensor *diag_finish(lt_tensor *t) {
   if (t == NULL) return NULL;
+  const double *d = diag_values(t);
   int nonneg = 1, nan = 0;
-  for (size_t i = 0; i < n; i++) {
-    double v = diag_values(t)[i];
-    if (v != v) nan = 1;
-    else if (v < 0) nonneg = 0;
+  for (size_t i = 0; i < t->shape[0]; i++) {
+    if (d[i] != d[i]) nan = 1;
+    else if (d[i] < 0) nonneg = 0;
   }
   t->props[LT_PROP_SYMMETRIC] = t->props[LT_PROP_LOWER] = t->props[LT_PROP_UPPER] = LT_YES;
   t->props[LT_PROP_PSD] = !nonneg ? LT_NO : nan ? LT_UNKNOWN : LT_YES;
@@ -70,7 +75,14 @@ lt_tensor *lt_diag_new(lt_context *ctx, lt_tensor *v) {
              lt_shape_string(v, buf, sizeof buf));
     return NULL;
   }
-  return lt_diag_from_owned(ctx, lt_dense_clone(ctx, v));
+  size_t n = v->shape[0];
+  lt_tensor *t = diag_alloc(ctx, n);
+  if (t == NULL) return NULL;
+  const double *p = lt_dense_data(v);
+  ptrdiff_t s = v->strides[0];
+  double *d = diag_out(t);
+  for (size_t i = 0; i < n; i++) d[i] = p[(ptrdiff_t)i * s];
+  return diag_finish(t);
 }
 
 /* ---------------------------------------------------------------- rules */
@@ -80,25 +92,43 @@ static int done(lt_result *res, lt_tensor *t) {
   return t ? LT_OK : LT_ERR;
 }
 
-/* diag ± diag → diag. */
+/* diag ± diag → diag (ud: LT_EW_ADD or LT_EW_SUB); the shapes are equal
+ * (lt_add checked them). */
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  lt_binary_op op = (lt_binary_op)(intptr_t)ud;
-  return done(res, lt_diag_from_owned(
-                       ctx, lt_dense_binary(ctx, op, args->a->children[0], args->b->children[0])));
+  size_t n = args->a->shape[0];
+  lt_tensor *t = diag_alloc(ctx, n);
+  if (t == NULL) return LT_ERR;
+  const double *a = diag_values(args->a), *b = diag_values(args->b);
+  double *d = diag_out(t);
+  if ((lt_binary_op)(intptr_t)ud == LT_EW_SUB)
+    for (size_t i = 0; i < n; i++) d[i] = a[i] - b[i];
+  else
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+  return done(res, diag_finish(t));
 }
 
 /* diag · diag → diag (element-wise product of the diagonals); the Hadamard
  * product of two diagonals is the same. */
 static int rule_matmul_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_diag_from_owned(ctx, lt_dense_binary(ctx, LT_EW_MUL, args->a->children[0],
-                                                           args->b->children[0])));
+  size_t n = args->a->shape[0];
+  lt_tensor *t = diag_alloc(ctx, n);
+  if (t == NULL) return LT_ERR;
+  const double *a = diag_values(args->a), *b = diag_values(args->b);
+  double *d = diag_out(t);
+  for (size_t i = 0; i < n; i++) d[i] = a[i] * b[i];
+  return done(res, diag_finish(t));
 }
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res,
-              lt_diag_from_owned(ctx, lt_dense_scale(ctx, args->a->children[0], args->scalar)));
+  size_t n = args->a->shape[0];
+  lt_tensor *t = diag_alloc(ctx, n);
+  if (t == NULL) return LT_ERR;
+  const double *a = diag_values(args->a);
+  double *d = diag_out(t), c = args->scalar;
+  for (size_t i = 0; i < n; i++) d[i] = c * a[i];
+  return done(res, diag_finish(t));
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -133,10 +163,10 @@ static double at(const dview *v, size_t i) { return v->d ? v->d[i] : v->c; }
 /* The operator of the same kind with f applied to the diagonal. */
 static lt_tensor *map_new(lt_context *ctx, const dview *v, double (*f)(double)) {
   if (v->d == NULL) return lt_identity_new(ctx, v->n, f(v->c));
-  lt_tensor *out = lt_dense_vector(ctx, v->n);
+  lt_tensor *out = diag_alloc(ctx, v->n);
   if (out == NULL) return NULL;
-  for (size_t i = 0; i < v->n; i++) lt_dense_data(out)[i] = f(v->d[i]);
-  return lt_diag_from_owned(ctx, out);
+  for (size_t i = 0; i < v->n; i++) diag_out(out)[i] = f(v->d[i]);
+  return diag_finish(out);
 }
 
 /* Index of the first entry failing the test, or n. */
@@ -424,13 +454,12 @@ static int rule_mul_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
   (void)ud;
   if (args->b->ndim != 2) return LT_NOT_IMPLEMENTED;
   dview v = view_of(args->a);
-  lt_tensor *out = lt_dense_vector(ctx, v.n);
+  lt_tensor *out = diag_alloc(ctx, v.n);
   if (out == NULL) return LT_ERR;
   const lt_tensor *b = args->b;
   for (size_t i = 0; i < v.n; i++)
-    lt_dense_data(out)[i] =
-        at(&v, i) * lt_dense_data(b)[(ptrdiff_t)i * (b->strides[0] + b->strides[1])];
-  return done(res, lt_diag_from_owned(ctx, out));
+    diag_out(out)[i] = at(&v, i) * lt_dense_data(b)[(ptrdiff_t)i * (b->strides[0] + b->strides[1])];
+  return done(res, diag_finish(out));
 }
 
 /* diag .* A → diag for any operator A: only A's diagonal survives, so the
@@ -441,29 +470,28 @@ static int rule_mul_any(lt_context *ctx, const lt_args *args, lt_result *res, vo
   lt_tensor *bd = lt_diagonal(ctx, args->b);
   if (bd == NULL) return LT_ERR;
   dview v = view_of(args->a);
-  lt_tensor *out = lt_dense_vector(ctx, v.n);
+  lt_tensor *out = diag_alloc(ctx, v.n);
   if (out == NULL) {
     lt_release(ctx, bd);
     return LT_ERR;
   }
   for (size_t i = 0; i < v.n; i++)
-    lt_dense_data(out)[i] = at(&v, i) * lt_dense_data(bd)[(ptrdiff_t)i * bd->strides[0]];
+    diag_out(out)[i] = at(&v, i) * lt_dense_data(bd)[(ptrdiff_t)i * bd->strides[0]];
   lt_release(ctx, bd);
-  return done(res, lt_diag_from_owned(ctx, out));
+  return done(res, diag_finish(out));
 }
 
 /* diag ± identity → diag (called with a = diag). */
 static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   int sub = ud != NULL;
   lt_tensor *a = args->a, *b = args->b;
-  lt_tensor *out = lt_dense_clone(ctx, a->children[0]);
+  size_t n = a->shape[0];
+  lt_tensor *out = diag_alloc(ctx, n);
   if (out == NULL) return LT_ERR;
-  double c = *(const double *)b->payload;
-  for (size_t i = 0; i < a->shape[0]; i++) {
-    double *p = lt_dense_data(out) + i;
-    *p = sub ? *p - c : *p + c;
-  }
-  return done(res, lt_diag_from_owned(ctx, out));
+  const double *p = diag_values(a);
+  double c = *(const double *)b->payload, *d = diag_out(out);
+  for (size_t i = 0; i < n; i++) d[i] = sub ? p[i] - c : p[i] + c;
+  return done(res, diag_finish(out));
 }
 
 /* diag · c·I = c·I · diag = diag .* c·I = diag of c·d (called with a = diag). */

@@ -118,6 +118,67 @@ static void test_validation(void) {
   lt_context_free(ctx);
 }
 
+/* Counts the allocations a context makes. */
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  long *n = ud;
+  (void)osize;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  if (ptr == NULL) ++*n;
+  return realloc(ptr, nsize);
+}
+
+/* A diag and its diagonal (child 0) are one allocation; the diagonal is an
+ * ordinary dense tensor that may outlive the diag, as may views of it. */
+static void test_diag_block(void) {
+  long allocs = 0;
+  lt_context *ctx = lt_context_new(counting_alloc, &allocs);
+  lt_tensor *v = lt_dense_from(ctx, 1, (size_t[]){3}, (double[]){1, 2, 3});
+  /* a strided vector: every other entry of (4, 0, 5, 0, 6, 0) */
+  lt_tensor *w6 = lt_dense_from(ctx, 2, (size_t[]){3, 2}, (double[]){4, 0, 5, 0, 6, 0});
+  lt_tensor *w = lt_dense_select(ctx, w6, 1, 0);
+  size_t base = lt_memory(ctx);
+  long before = allocs;
+  lt_tensor *D = lt_diag_new(ctx, v), *E = lt_diag_new(ctx, w);
+  CHECK(allocs - before == 2, "lt_diag_new: one allocation each (%ld for two)", allocs - before);
+  before = allocs;
+  lt_tensor *S = lt_add(ctx, D, E);
+  CHECK(allocs - before == 1, "diag + diag: one allocation (%ld)", allocs - before);
+  CHECK(S && get(ctx, S, 0, 0) == 5 && get(ctx, S, 1, 1) == 7 && get(ctx, S, 2, 2) == 9 &&
+            get(ctx, S, 0, 1) == 0,
+        "diag + diag values");
+  CHECK(S && lt_is_psd(ctx, S) == LT_YES && lt_is_symmetric(ctx, S) == LT_YES, "diag + diag props");
+
+  /* the diagonal outlives its diag, and a view of it outlives both */
+  lt_tensor *c = lt_retain(lt_child(S, 0));
+  lt_release(ctx, S);
+  lt_tensor *tail = lt_dense_narrow(ctx, c, 0, 1, 2);
+  CHECK(lt_dense_data(c)[0] == 5 && lt_dense_data(c)[2] == 9, "the diagonal after its diag");
+  lt_release(ctx, c);
+  CHECK(tail && lt_dense_data(tail)[0] == 7 && lt_dense_data(tail)[1] == 9,
+        "a view of the diagonal after both");
+  lt_release(ctx, tail);
+
+  /* a lowrank_plus_diag keeps the diag's vector, not the diag */
+  lt_tensor *U = lt_dense_from(ctx, 2, (size_t[]){3, 1}, (double[]){1, 1, 1});
+  lt_tensor *L = lt_lowrank_new(ctx, U, NULL);
+  lt_tensor *LD = lt_add(ctx, L, D);
+  lt_release(ctx, D);
+  D = NULL;
+  CHECK(LD && get(ctx, LD, 1, 1) == 3 && get(ctx, LD, 0, 1) == 1, "lowrank + diag after the diag");
+  lt_release(ctx, LD);
+  lt_release(ctx, L);
+  lt_release(ctx, U);
+  lt_release(ctx, E);
+  CHECK(lt_memory(ctx) == base, "memory back to baseline (%zu vs %zu)", lt_memory(ctx), base);
+  lt_release(ctx, w);
+  lt_release(ctx, w6);
+  lt_release(ctx, v);
+  lt_context_free(ctx);
+}
+
 /* Errors leave nothing behind. */
 static void test_error_paths(void) {
   lt_context *ctx = lt_context_new(NULL, NULL);
@@ -297,6 +358,7 @@ int main(void) {
   test_num_threads();
   test_values();
   test_validation();
+  test_diag_block();
   test_error_paths();
   test_allocation_failures();
   return check_summary();
