@@ -22,10 +22,10 @@
 
 typedef struct counting_alloc {
   size_t live;   /* bytes currently allocated */
-  long count;    /* growing allocations so far */
+  long count;    /* growing allocations since armed (k counts these) */
   long fail_at;  /* 0: never fail */
   int fail_from; /* 1: fail at fail_at and after; 0: only at fail_at */
-  int armed;     /* failures only while the script runs */
+  int armed;     /* counting and failures only while the script runs */
   long failures; /* how many allocations were refused */
 } counting_alloc;
 
@@ -69,10 +69,9 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
     a->live -= old;
     return NULL;
   }
-  if (nsize > old) { /* Lua assumes shrinking never fails */
+  if (nsize > old && a->armed) { /* Lua assumes shrinking never fails */
     a->count++;
-    if (a->armed && a->fail_at > 0 &&
-        (a->count == a->fail_at || (a->fail_from && a->count > a->fail_at))) {
+    if (a->fail_at > 0 && (a->count == a->fail_at || (a->fail_from && a->count > a->fail_at))) {
       if (a->failures++ == 0) first_failure();
       return NULL;
     }
@@ -81,14 +80,21 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   void *p = realloc(ptr, nsize);
   if (p == NULL) return NULL;
   a->live = a->live - old + nsize;
-  track_update(before, (uintptr_t)p, nsize, a->count);
+  track_update(before, (uintptr_t)p, nsize, a->armed ? a->count : 0);
   return p;
 }
 
-/* Everything that may raise runs here, under lua_pcall. */
+/* Everything that may raise runs here, under lua_pcall. The standard
+ * libraries are opened before failures start: they are Lua's, not ours, and
+ * Lua 5.1's io library closes the process's stdout when an allocation fails
+ * while it opens (the stdout handle is made before its environment says
+ * "never close"). Opening lazytensor, loading and running the script are
+ * what runs armed. */
 static int run_script(lua_State *L) {
   const char *path = lua_touserdata(L, 1);
+  counting_alloc *a = lua_touserdata(L, 2);
   luaL_openlibs(L);
+  a->armed = 1;
   open_module(L);
   if (luaL_loadfile(L, path) != LUA_OK) return lua_error(L);
   lua_call(L, 0, 0);
@@ -114,16 +120,17 @@ static run_outcome run_once(const char *path, long fail_at, int fail_from, long 
   a.fail_from = fail_from;
   run_outcome out = RUN_OK;
   char msgbuf[300] = "completed";
-  /* Failures start once the state exists and the protected call is set up:
-   * failures in lua_newstate are Lua's business (LuaJIT crashes there). */
+  /* Failures start once the state exists and the standard libraries are
+   * open (run_script arms them): failures in lua_newstate are Lua's
+   * business (LuaJIT crashes there). */
   lua_State *L = lua_newstate(alloc_fn, &a);
   if (L == NULL) {
     out = RUN_ERROR;
   } else {
     lua_pushcfunction(L, run_script); /* allocates a closure on 5.1/LuaJIT */
     lua_pushlightuserdata(L, (void *)path);
-    a.armed = 1;
-    int rc = lua_pcall(L, 1, 0, 0);
+    lua_pushlightuserdata(L, &a);
+    int rc = lua_pcall(L, 2, 0, 0);
     a.armed = 0;
     if (rc != LUA_OK) {
       const char *msg = lua_tostring(L, -1);
@@ -223,8 +230,11 @@ int main(int argc, char **argv) {
              : o == RUN_ERROR ? "clean error"
                               : "BAD",
              why);
-      for (int j = 0; j < ntrack; j++)
-        printf("  live: %zu bytes from allocation %ld\n", track[j].size, track[j].n);
+      for (int j = 0; j < ntrack; j++) {
+        if (track[j].n > 0)
+          printf("  live: %zu bytes from allocation %ld\n", track[j].size, track[j].n);
+        else printf("  live: %zu bytes from before the failures were armed\n", track[j].size);
+      }
     }
     return 0;
   }
