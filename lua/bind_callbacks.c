@@ -40,30 +40,32 @@ static int is_yield_error(lua_State *L, int idx) {
   return msg && strstr(msg, "attempt to yield ") != NULL;
 }
 
-static int yield_message(lua_State *L) {
+typedef struct yield_report {
+  const char *what, *msg;
+} yield_report;
+
+/* Builds the message and raises it: ltb_cpcall keeps no results. */
+static int raise_yield_message(lua_State *L) {
+  const yield_report *r = lua_touserdata(L, 1);
   lua_pushfstring(L,
                   "lazytensor: %s: a Lua callback cannot yield (coroutine.yield inside an "
                   "lt.operator or lt.implements function): %s",
-                  (const char *)lua_touserdata(L, 1), lua_tostring(L, 2));
-  return 1;
+                  r->what, r->msg);
+  return lua_error(L);
 }
 
 static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *what) {
   lua_State *L = S->L;
   lt_context *ctx = S->ctx;
   if (!lua_checkstack(L, 8)) return lt_error(ctx, "%s: Lua stack overflow", what);
-  lua_pushcfunction(L, f);
-  lua_pushlightuserdata(L, ud);
-  int rc = lua_pcall(L, 1, 0, 0);
+  int rc = ltb_cpcall(L, f, ud);
   S->L = L; /* the callback may have run library calls on other threads */
   if (rc == LUA_OK) return LT_OK;
   if (is_yield_error(L, -1)) {
-    /* Say what happened; built under lua_pcall, as it allocates (on a memory
+    /* Say what happened; built protected, as it allocates (on a memory
      * error the memory error is kept instead). */
-    lua_pushcfunction(L, yield_message);
-    lua_pushlightuserdata(L, (void *)what);
-    lua_pushvalue(L, -3);
-    lua_pcall(L, 2, 1, 0);
+    yield_report r = {what, lua_tostring(L, -1)};
+    ltb_cpcall(L, raise_yield_message, &r);
     lua_remove(L, -2);
   }
   ltb_keep_error(L, S); /* never raises: we are inside the C core */

@@ -83,20 +83,20 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
 
 /* Pushes a string the core allocated (size bytes) and frees it, also when
  * pushing raises a memory error: the push runs protected. With s NULL raises
- * the context's error. */
-static int push_string_protected(lua_State *L) {
+ * the context's error. ltb_cpcall keeps no results (lua_cpcall on 5.1), so
+ * the new string comes back as the error object of a LUA_ERRRUN; a memory
+ * error comes back as LUA_ERRMEM. */
+static int raise_string(lua_State *L) {
   lua_pushstring(L, lua_touserdata(L, 1));
-  return 1;
+  return lua_error(L);
 }
 
 int ltb_push_cstring_sized(lua_State *L, char *s, size_t size) {
   lt_context *ctx = ltb_ctx(L);
   if (s == NULL) return ltb_raise(L);
-  lua_pushcfunction(L, push_string_protected);
-  lua_pushlightuserdata(L, s);
-  int rc = lua_pcall(L, 1, 1, 0);
+  int rc = ltb_cpcall(L, raise_string, s);
   lt_free(ctx, s, size);
-  if (rc != LUA_OK) return lua_error(L);
+  if (rc != LUA_ERRRUN) return lua_error(L);
   return 1;
 }
 
@@ -602,9 +602,7 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
   if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
   if (!lua_checkstack(L, 4)) return;
   progress_report r = {S, method, iteration, value};
-  lua_pushcfunction(L, protected_progress);
-  lua_pushlightuserdata(L, &r);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) ltb_keep_error(L, S);
+  if (ltb_cpcall(L, protected_progress, &r) != LUA_OK) ltb_keep_error(L, S);
   S->L = L;
 }
 
