@@ -16,16 +16,14 @@
 
 /* Inside a protected callback there are no closure upvalues: tensors are
  * recognised through the registry's metatable. */
-static void cb_push_tensor(lua_State *L, lt_tensor *t) {
-  ltb_box *b = ltb_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_setmetatable(L, TENSOR_NAME);
+static void cb_push_tensor(lua_State *L, ltb_state *S, lt_tensor *t) {
+  luaL_getmetatable(L, TENSOR_NAME);
+  ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
 }
 
 static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
-  ltb_box *b = luaL_testudata(L, idx, TENSOR_NAME);
-  return b ? b->t : NULL;
+  return ltb_slot_tensor(luaL_testudata(L, idx, TENSOR_NAME));
 }
 
 /* Runs f(L) (with ud as its light userdata argument) protected, on the
@@ -223,10 +221,10 @@ static int protected_rule(lua_State *L) {
   const char *op = lt_op_name(S->ctx, c->args->op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->rule->fn);
   int base = lua_gettop(L);
-  cb_push_tensor(L, c->args->a);
+  cb_push_tensor(L, S, c->args->a);
   int nargs = 1;
   if (c->args->b) {
-    cb_push_tensor(L, c->args->b);
+    cb_push_tensor(L, S, c->args->b);
     nargs++;
   }
   nargs += push_extra_args(L, c->args);
@@ -367,7 +365,7 @@ typedef struct operator_call {
 static int protected_matmul(lua_State *L) {
   operator_call *c = lua_touserdata(L, 1);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn);
-  cb_push_tensor(L, c->X);
+  cb_push_tensor(L, c->op->S, c->X);
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
