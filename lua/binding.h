@@ -37,21 +37,21 @@ typedef struct ltb_state {
 } ltb_state;
 
 /* A tensor userdata holds a pointer to its box, a small block of C memory
- * that owns one reference; t is NULL once freed or closed. The state keeps
- * every box on a list until the userdata's __gc frees it, and releases
- * what is left when it closes: Lua does not promise to call a finalizer.
- * A __gc whose own call fails for lack of memory (its CallInfo or stack
- * cannot grow) is never called again: Lua 5.2 runs finalizers with the
- * emergency collection off, so one failed allocation is enough, and the
- * tensor would otherwise leak. The userdata's pointer is NULL when the box
- * could not be allocated and after __gc. */
+ * that owns one reference (t NULL until filled). The state keeps every box
+ * on a list until the userdata's __gc, __close or free() frees it, and
+ * releases what is left when it closes: Lua does not promise to call a
+ * finalizer. A __gc whose own call fails for lack of memory (its CallInfo
+ * or stack cannot grow) is never called again: Lua 5.2 runs finalizers with
+ * the emergency collection off, so one failed allocation is enough, and the
+ * tensor would otherwise leak. The userdata's pointer is NULL once the box
+ * is freed (the tensor reads as freed) or could not be allocated. */
 typedef struct ltb_box {
   lt_tensor *t;
   struct ltb_box *prev, *next; /* the state's list */
 } ltb_box;
 
-/* The tensor of a tensor userdata's block (NULL once freed, closed or
- * collected); slot is what lua_touserdata / luaL_testudata return. */
+/* The tensor of a tensor userdata (NULL once freed, closed or collected);
+ * slot is what lua_touserdata / luaL_testudata return for it. */
 static inline lt_tensor *ltb_slot_tensor(ltb_box *const *slot) {
   return slot && *slot ? (*slot)->t : NULL;
 }

@@ -377,16 +377,25 @@ static int m_eq(lua_State *L) {
 
 /* ---------------------------------------------------------- metamethods */
 
-/* t:free() and __close: the tensor goes, the box stays until __gc. */
+/* Releases the tensor and frees the box of the userdata at slot; the
+ * userdata reads as freed afterwards. Once the state has closed, the box
+ * is gone already. */
+static void drop_box(lua_State *L, ltb_box **slot) {
+  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
+  ltb_box *b = *slot;
+  if (b == NULL) return;
+  *slot = NULL;
+  if (S->ctx == NULL) return;
+  S->L = L;
+  unlink_box(S, b);
+  lt_release(S->ctx, b->t);
+  lt_free(S->ctx, b, sizeof *b);
+}
+
+/* t:free() and __close (5.4). */
 static int m_close(lua_State *L) {
   ltb_box **slot = to_slot(L, 1);
-  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
-  if (slot && *slot && (*slot)->t) {
-    lt_tensor *t = (*slot)->t;
-    (*slot)->t = NULL;
-    S->L = L;
-    lt_release(S->ctx, t);
-  }
+  if (slot) drop_box(L, slot);
   return 0;
 }
 
@@ -395,18 +404,9 @@ static int l_free(lua_State *L) {
   return m_close(L);
 }
 
-/* __gc: the box goes too (once the state has closed it is gone already). */
 static int m_gc(lua_State *L) {
   ltb_box **slot = lua_touserdata(L, 1);
-  ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
-  if (slot == NULL || *slot == NULL) return 0;
-  ltb_box *b = *slot;
-  *slot = NULL;
-  if (S->ctx == NULL) return 0;
-  S->L = L;
-  unlink_box(S, b);
-  lt_release(S->ctx, b->t);
-  lt_free(S->ctx, b, sizeof *b);
+  if (slot) drop_box(L, slot);
   return 0;
 }
 
