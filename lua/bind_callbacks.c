@@ -16,16 +16,14 @@
 
 /* Inside a protected callback there are no closure upvalues: tensors are
  * recognised through the registry's metatable. */
-static void cb_push_tensor(lua_State *L, lt_tensor *t) {
-  ltb_box *b = ltb_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_setmetatable(L, TENSOR_NAME);
+static void cb_push_tensor(lua_State *L, ltb_state *S, lt_tensor *t) {
+  luaL_getmetatable(L, TENSOR_NAME);
+  ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
 }
 
 static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
-  ltb_box *b = luaL_testudata(L, idx, TENSOR_NAME);
-  return b ? b->t : NULL;
+  return ltb_slot_tensor(luaL_testudata(L, idx, TENSOR_NAME));
 }
 
 /* Runs f(L) (with ud as its light userdata argument) protected, on the
@@ -40,30 +38,32 @@ static int is_yield_error(lua_State *L, int idx) {
   return msg && strstr(msg, "attempt to yield ") != NULL;
 }
 
-static int yield_message(lua_State *L) {
+typedef struct yield_report {
+  const char *what, *msg;
+} yield_report;
+
+/* Builds the message and raises it: ltb_cpcall keeps no results. */
+static int raise_yield_message(lua_State *L) {
+  const yield_report *r = lua_touserdata(L, 1);
   lua_pushfstring(L,
                   "lazytensor: %s: a Lua callback cannot yield (coroutine.yield inside an "
                   "lt.operator or lt.implements function): %s",
-                  (const char *)lua_touserdata(L, 1), lua_tostring(L, 2));
-  return 1;
+                  r->what, r->msg);
+  return lua_error(L);
 }
 
 static int run_protected(ltb_state *S, lua_CFunction f, void *ud, const char *what) {
   lua_State *L = S->L;
   lt_context *ctx = S->ctx;
   if (!lua_checkstack(L, 8)) return lt_error(ctx, "%s: Lua stack overflow", what);
-  lua_pushcfunction(L, f);
-  lua_pushlightuserdata(L, ud);
-  int rc = lua_pcall(L, 1, 0, 0);
+  int rc = ltb_cpcall(L, f, ud);
   S->L = L; /* the callback may have run library calls on other threads */
   if (rc == LUA_OK) return LT_OK;
   if (is_yield_error(L, -1)) {
-    /* Say what happened; built under lua_pcall, as it allocates (on a memory
+    /* Say what happened; built protected, as it allocates (on a memory
      * error the memory error is kept instead). */
-    lua_pushcfunction(L, yield_message);
-    lua_pushlightuserdata(L, (void *)what);
-    lua_pushvalue(L, -3);
-    lua_pcall(L, 2, 1, 0);
+    yield_report r = {what, lua_tostring(L, -1)};
+    ltb_cpcall(L, raise_yield_message, &r);
     lua_remove(L, -2);
   }
   ltb_keep_error(L, S); /* never raises: we are inside the C core */
@@ -221,10 +221,10 @@ static int protected_rule(lua_State *L) {
   const char *op = lt_op_name(S->ctx, c->args->op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->rule->fn);
   int base = lua_gettop(L);
-  cb_push_tensor(L, c->args->a);
+  cb_push_tensor(L, S, c->args->a);
   int nargs = 1;
   if (c->args->b) {
-    cb_push_tensor(L, c->args->b);
+    cb_push_tensor(L, S, c->args->b);
     nargs++;
   }
   nargs += push_extra_args(L, c->args);
@@ -365,7 +365,7 @@ typedef struct operator_call {
 static int protected_matmul(lua_State *L) {
   operator_call *c = lua_touserdata(L, 1);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn);
-  cb_push_tensor(L, c->X);
+  cb_push_tensor(L, c->op->S, c->X);
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)

@@ -17,18 +17,17 @@ lt_context *ltb_lua_context(lua_State *L) {
 }
 
 int ltb_lua_push(lua_State *L, lt_tensor *t) {
-  if (ltb_find_state(L) == NULL)
-    return luaL_error(L, "lazytensor: push: the module is not open in this Lua state");
+  ltb_state *S = ltb_find_state(L);
+  if (S == NULL) return luaL_error(L, "lazytensor: push: the module is not open in this Lua state");
   if (t == NULL) return luaL_error(L, "lazytensor: push: no tensor (NULL)");
   /* The box exists before it owns anything: a memory error here leaks nothing. */
-  ltb_box *b = ltb_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  luaL_setmetatable(L, TENSOR_NAME);
+  luaL_getmetatable(L, TENSOR_NAME);
+  ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
   return 1;
 }
 
 lt_tensor *ltb_lua_totensor(lua_State *L, int idx) {
-  ltb_box *b = luaL_testudata(L, idx, TENSOR_NAME);
-  return b ? b->t : NULL;
+  if (ltb_find_state(L) == NULL) return NULL; /* closing: no tensor is alive */
+  return ltb_slot_tensor(luaL_testudata(L, idx, TENSOR_NAME));
 }

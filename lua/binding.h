@@ -20,10 +20,13 @@
 #define LTB_UPV_METHODS lua_upvalueindex(3)
 #define LTB_NUPVALUES 3
 
+struct ltb_box;
+
 /* Per Lua state: the C context, and the thread currently calling into the
  * library (callbacks run on it). */
 typedef struct ltb_state {
   lt_context *ctx;
+  struct ltb_box *boxes; /* every box not yet collected (see ltb_box) */
   lua_State *L;
   int pending_error;   /* error_slot while a Lua callback's error waits, else LUA_NOREF */
   int error_slot;      /* registry ref made at open: storing into it never allocates */
@@ -34,10 +37,25 @@ typedef struct ltb_state {
   const void *meta;    /* the tensor metatable (lua_topointer), to recognise boxes */
 } ltb_state;
 
-/* A tensor userdata owns one reference; t is NULL once freed or closed. */
+/* A tensor userdata holds a pointer to its box, a small block of C memory
+ * that owns one reference (t NULL until filled). The state keeps every box
+ * on a list until the userdata's __gc, __close or free() frees it, and
+ * releases what is left when it closes: Lua does not promise to call a
+ * finalizer. A __gc whose own call fails for lack of memory (its CallInfo
+ * or stack cannot grow) is never called again: Lua 5.2 runs finalizers with
+ * the emergency collection off, so one failed allocation is enough, and the
+ * tensor would otherwise leak. The userdata's pointer is NULL once the box
+ * is freed (the tensor reads as freed) or could not be allocated. */
 typedef struct ltb_box {
   lt_tensor *t;
+  struct ltb_box *prev, *next; /* the state's list */
 } ltb_box;
+
+/* The tensor of a tensor userdata (NULL once freed, closed or collected);
+ * slot is what lua_touserdata / luaL_testudata return for it. */
+static inline lt_tensor *ltb_slot_tensor(ltb_box *const *slot) {
+  return slot && *slot ? (*slot)->t : NULL;
+}
 
 ltb_state *ltb_get_state(lua_State *L);
 /* The state of the module opened in L (from the registry, for code that is
@@ -71,6 +89,9 @@ lt_tensor *ltb_to_tensor(lua_State *L, int idx); /* NULL when not a live tensor 
  * error raised while pushing can never leak a computed tensor:
  *   ltb_box *b = ltb_new_box(L); return ltb_fill(L, b, lt_add(ctx, x, y)); */
 ltb_box *ltb_new_box(lua_State *L); /* pushes a box with t = NULL */
+/* The same for code that is not one of the binding's closures: the tensor
+ * metatable is on top of the stack and becomes the new userdata's. */
+ltb_box *ltb_push_box(lua_State *L, ltb_state *S);
 /* Stores t in the box (taking ownership) and returns 1; with t NULL raises
  * the context's error. */
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);

@@ -175,6 +175,26 @@ static inline long long ltb_tointeger64(lua_State *L, int idx) {
 }
 #endif
 
+/* ------------------------------------------------------------ protected calls */
+
+/* ltb_cpcall(L, f, ud): calls f with ud (a light userdata) as its only
+ * argument in protected mode and discards its results; returns the status,
+ * with the error object on top of the stack when it is not LUA_OK. It never
+ * raises, so it is safe where a Lua error must not unwind C code (inside the
+ * C core, with C memory in hand). Lua 5.1 and LuaJIT allocate a closure for
+ * lua_pushcfunction, which may fail and raise outside any protection:
+ * lua_cpcall makes the closure inside the protected call. From 5.2 on a light
+ * C function costs nothing. The caller must have two free stack slots. */
+#if LUA_VERSION_NUM < 502
+#define ltb_cpcall(L, f, ud) lua_cpcall((L), (f), (ud))
+#else
+static inline int ltb_cpcall(lua_State *L, lua_CFunction f, void *ud) {
+  lua_pushcfunction(L, f);
+  lua_pushlightuserdata(L, ud);
+  return lua_pcall(L, 1, 0, 0);
+}
+#endif
+
 /* lua_geti/lua_rawgeti with integer keys, as one name. */
 #define ltb_rawgeti(L, idx, i) lua_rawgeti((L), (idx), (i))
 

@@ -24,11 +24,24 @@ ltb_state *ltb_get_state(lua_State *L) {
   return S;
 }
 
+static void unlink_box(ltb_state *S, ltb_box *b) {
+  if (b->prev) b->prev->next = b->next;
+  else S->boxes = b->next;
+  if (b->next) b->next->prev = b->prev;
+}
+
 static int state_gc(lua_State *L) {
   ltb_state *S = lua_touserdata(L, 1);
   if (S->ctx) {
     S->closing = 1;
     S->L = L;
+    /* Boxes whose __gc has not run yet, or never will (see ltb_box). */
+    while (S->boxes) {
+      ltb_box *b = S->boxes;
+      unlink_box(S, b);
+      lt_release(S->ctx, b->t);
+      lt_free(S->ctx, b, sizeof *b);
+    }
     lt_context_free(S->ctx);
     S->ctx = NULL;
   }
@@ -83,20 +96,20 @@ int ltb_error(lua_State *L, const char *op, const char *fmt, ...) {
 
 /* Pushes a string the core allocated (size bytes) and frees it, also when
  * pushing raises a memory error: the push runs protected. With s NULL raises
- * the context's error. */
-static int push_string_protected(lua_State *L) {
+ * the context's error. ltb_cpcall keeps no results (lua_cpcall on 5.1), so
+ * the new string comes back as the error object of a LUA_ERRRUN; a memory
+ * error comes back as LUA_ERRMEM. */
+static int raise_string(lua_State *L) {
   lua_pushstring(L, lua_touserdata(L, 1));
-  return 1;
+  return lua_error(L);
 }
 
 int ltb_push_cstring_sized(lua_State *L, char *s, size_t size) {
   lt_context *ctx = ltb_ctx(L);
   if (s == NULL) return ltb_raise(L);
-  lua_pushcfunction(L, push_string_protected);
-  lua_pushlightuserdata(L, s);
-  int rc = lua_pcall(L, 1, 1, 0);
+  int rc = ltb_cpcall(L, raise_string, s);
   lt_free(ctx, s, size);
-  if (rc != LUA_OK) return lua_error(L);
+  if (rc != LUA_ERRRUN) return lua_error(L);
   return 1;
 }
 
@@ -106,12 +119,28 @@ int ltb_push_cstring(lua_State *L, char *s) {
 
 /* --------------------------------------------------------------- tensors */
 
-ltb_box *ltb_new_box(lua_State *L) {
-  ltb_box *b = ltb_newuserdata(L, sizeof *b);
-  b->t = NULL;
-  lua_pushvalue(L, LTB_UPV_META);
+/* The userdata gets its metatable (its __gc) before the box exists, and the
+ * box is on the state's list before it owns anything: a memory error at any
+ * step leaks nothing. */
+ltb_box *ltb_push_box(lua_State *L, ltb_state *S) {
+  ltb_box **slot = ltb_newuserdata(L, sizeof *slot);
+  *slot = NULL;
+  lua_insert(L, -2);
   lua_setmetatable(L, -2);
+  ltb_box *b = lt_malloc(S->ctx, sizeof *b);
+  if (b == NULL) ltb_throw(L, "lazytensor: %s", lt_last_error(S->ctx));
+  b->t = NULL;
+  b->prev = NULL;
+  b->next = S->boxes;
+  if (S->boxes) S->boxes->prev = b;
+  S->boxes = b;
+  *slot = b;
   return b;
+}
+
+ltb_box *ltb_new_box(lua_State *L) {
+  lua_pushvalue(L, LTB_UPV_META);
+  return ltb_push_box(L, lua_touserdata(L, LTB_UPV_STATE));
 }
 
 /* Lua's collector sees only the small boxes, not the tensors' memory, so
@@ -157,31 +186,33 @@ void ltb_check_pending(lua_State *L) {
   if (S->pending_error != LUA_NOREF) ltb_raise(L);
 }
 
-/* The box at idx, or NULL when the value there is not one: a userdata
- * with the tensor metatable (compared by address, kept in the state). */
-static ltb_box *box_of(lua_State *L, const ltb_state *S, int idx) {
-  ltb_box *b = lua_touserdata(L, idx);
-  if (b == NULL || !lua_getmetatable(L, idx)) return NULL;
+/* The block of the tensor userdata at idx, or NULL when the value there is
+ * not one: a userdata with the tensor metatable (compared by address, kept
+ * in the state). Once the state is closing the boxes are gone: no tensor is
+ * alive. */
+static ltb_box **slot_of(lua_State *L, const ltb_state *S, int idx) {
+  ltb_box **slot = lua_touserdata(L, idx);
+  if (slot == NULL || !lua_getmetatable(L, idx)) return NULL;
   int same = lua_topointer(L, -1) == S->meta;
   lua_pop(L, 1);
-  return same ? b : NULL;
+  if (!same) return NULL;
+  if (S->ctx == NULL) *slot = NULL;
+  return slot;
 }
 
-static ltb_box *to_box(lua_State *L, int idx) {
-  return box_of(L, lua_touserdata(L, LTB_UPV_STATE), idx);
+static ltb_box **to_slot(lua_State *L, int idx) {
+  return slot_of(L, lua_touserdata(L, LTB_UPV_STATE), idx);
 }
 
-lt_tensor *ltb_to_tensor(lua_State *L, int idx) {
-  ltb_box *b = to_box(L, idx);
-  return b ? b->t : NULL;
-}
+lt_tensor *ltb_to_tensor(lua_State *L, int idx) { return ltb_slot_tensor(to_slot(L, idx)); }
 
 static lt_tensor *check_tensor(lua_State *L, const ltb_state *S, int idx, const char *op) {
-  ltb_box *b = box_of(L, S, idx);
-  if (b == NULL)
+  ltb_box **slot = slot_of(L, S, idx);
+  if (slot == NULL)
     ltb_error(L, op, "argument #%d: expected a tensor, got %s", idx, luaL_typename(L, idx));
-  if (b->t == NULL) ltb_error(L, op, "argument #%d: the tensor was freed (closed)", idx);
-  return b->t;
+  lt_tensor *t = ltb_slot_tensor(slot);
+  if (t == NULL) ltb_error(L, op, "argument #%d: the tensor was freed (closed)", idx);
+  return t;
 }
 
 lt_tensor *ltb_check_tensor(lua_State *L, int idx, const char *op) {
@@ -373,20 +404,37 @@ static int m_eq(lua_State *L) {
 
 /* ---------------------------------------------------------- metamethods */
 
-static int m_gc(lua_State *L) {
-  ltb_box *b = lua_touserdata(L, 1);
+/* Releases the tensor and frees the box of the userdata at slot; the
+ * userdata reads as freed afterwards. Once the state has closed, the box
+ * is gone already. */
+static void drop_box(lua_State *L, ltb_box **slot) {
   ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
-  if (b && b->t && S->ctx) {
-    S->L = L;
-    lt_release(S->ctx, b->t);
-  }
-  if (b) b->t = NULL;
+  ltb_box *b = *slot;
+  if (b == NULL) return;
+  *slot = NULL;
+  if (S->ctx == NULL) return;
+  S->L = L;
+  unlink_box(S, b);
+  lt_release(S->ctx, b->t);
+  lt_free(S->ctx, b, sizeof *b);
+}
+
+/* t:free() and __close (5.4). */
+static int m_close(lua_State *L) {
+  ltb_box **slot = to_slot(L, 1);
+  if (slot) drop_box(L, slot);
   return 0;
 }
 
 static int l_free(lua_State *L) {
   ltb_check_tensor(L, 1, "free");
-  return m_gc(L);
+  return m_close(L);
+}
+
+static int m_gc(lua_State *L) {
+  ltb_box **slot = lua_touserdata(L, 1);
+  if (slot) drop_box(L, slot);
+  return 0;
 }
 
 static int m_len(lua_State *L) {
@@ -452,12 +500,11 @@ static int m_newindex(lua_State *L) {
 /* Lazy operators print their structure, and their values when small. */
 static int m_tostring(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  ltb_box *b = to_box(L, 1);
-  if (b == NULL || b->t == NULL) {
+  lt_tensor *t = ltb_to_tensor(L, 1);
+  if (t == NULL) {
     lua_pushstring(L, "lazytensor.tensor (freed)");
     return 1;
   }
-  lt_tensor *t = b->t;
   if (lt_is_dense(t)) {
     return ltb_push_cstring(L, lt_dense_format(ctx, t));
   }
@@ -630,9 +677,7 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
   if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
   if (!lua_checkstack(L, 4)) return;
   progress_report r = {S, method, iteration, value};
-  lua_pushcfunction(L, protected_progress);
-  lua_pushlightuserdata(L, &r);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) ltb_keep_error(L, S);
+  if (ltb_cpcall(L, protected_progress, &r) != LUA_OK) ltb_keep_error(L, S);
   S->L = L;
 }
 
@@ -721,7 +766,7 @@ static const luaL_Reg metamethods[] = {{"__add", l_add},
                                        {"__tostring", m_tostring},
                                        {"__eq", m_eq},
                                        {"__gc", m_gc},
-                                       {"__close", m_gc},
+                                       {"__close", m_close},
                                        {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */

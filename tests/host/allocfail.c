@@ -11,6 +11,10 @@
  * "not enough memory" or a "lazytensor:" one; it must never crash, and after
  * lua_close the allocator must hold 0 live bytes (nothing leaked).
  * Prints "N passed, M failed" (one test per script and mode).
+ *
+ * The standard libraries are opened before the failures start, and on
+ * LuaJIT only allocations made on behalf of lazytensor's code fail (see
+ * may_fail): both are Lua's own troubles, not the library's.
  */
 #include <glob.h>
 #include <stdint.h>
@@ -21,12 +25,13 @@
 #include "open_module.h"
 
 typedef struct counting_alloc {
-  size_t live;   /* bytes currently allocated */
-  long count;    /* growing allocations so far */
-  long fail_at;  /* 0: never fail */
-  int fail_from; /* 1: fail at fail_at and after; 0: only at fail_at */
-  int armed;     /* failures only while the script runs */
-  long failures; /* how many allocations were refused */
+  uintptr_t script_frame; /* LuaJIT: run_script's callees' CFA (may_fail) */
+  size_t live;            /* bytes currently allocated */
+  long count;             /* growing allocations since armed (k counts these) */
+  long fail_at;           /* 0: never fail */
+  int fail_from;          /* 1: fail at fail_at and after; 0: only at fail_at */
+  int armed;              /* counting and failures only while the script runs */
+  long failures;          /* how many allocations were refused */
 } counting_alloc;
 
 /* A place for a debugger breakpoint: called at the first refused allocation.
@@ -54,6 +59,61 @@ static void track_update(uintptr_t old, uintptr_t p, size_t size, long n) {
   if (p && ntrack < TRACK_MAX) track[ntrack++] = (struct tracked){p, size, n};
 }
 
+/* Which allocations may fail: all of them, except on LuaJIT. LuaJIT 2.1 as
+ * Debian 12 ships it (2.1.0~beta3+git20220320) does not survive a memory
+ * error raised by its VM while a Lua function runs: lj_err_mem pushes the
+ * message at a stale L->top (LuaJIT issue #906, fixed upstream in November
+ * 2022), which can overwrite a frame link and crash the unwinder; after
+ * other such runs the byte count is off (a block freed with another size
+ * than it was allocated with). The running function cannot be asked for
+ * (the VM does not keep L->base current), so the C stack is walked
+ * instead: an allocation may fail when, between it and run_script, there
+ * is a frame of this program (the binding and the core are linked into
+ * it). That covers the core's allocations and the binding's Lua API calls;
+ * Lua's own (the parser, the VM, the standard library) never fail there. */
+#ifdef LUA_JITLIBNAME
+#include <unwind.h>
+
+extern char __executable_start[], etext[]; /* this program's code (GNU ld) */
+
+/* The CFA of a function called from the caller of this one: a frame in the
+ * caller shows up in a backtrace with this CFA (its callee's). */
+__attribute__((noinline)) static uintptr_t callee_cfa(void) {
+  return (uintptr_t)__builtin_frame_address(0) + 2 * sizeof(void *);
+}
+
+typedef struct frame_search {
+  uintptr_t inner;  /* alloc_fn's frame address: frames up to it are skipped */
+  uintptr_t script; /* callee_cfa() from run_script */
+  int found;
+} frame_search;
+
+/* Called per frame outwards; the IP is the frame's, the CFA its callee's. */
+static _Unwind_Reason_Code visit_frame(struct _Unwind_Context *ctx, void *ud) {
+  frame_search *f = ud;
+  uintptr_t ip = _Unwind_GetIP(ctx), cfa = _Unwind_GetCFA(ctx);
+  if (cfa <= f->inner) return _URC_NO_REASON;     /* alloc_fn */
+  if (cfa >= f->script) return _URC_END_OF_STACK; /* run_script and beyond */
+  if (ip >= (uintptr_t)__executable_start && ip < (uintptr_t)etext) {
+    f->found = 1;
+    return _URC_END_OF_STACK;
+  }
+  return _URC_NO_REASON;
+}
+#endif
+
+/* inner: the caller's (alloc_fn's) frame address. */
+static int may_fail(counting_alloc *a, uintptr_t inner) {
+#ifdef LUA_JITLIBNAME
+  frame_search f = {inner, a->script_frame, 0};
+  _Unwind_Backtrace(visit_frame, &f);
+  return f.found;
+#else
+  (void)a, (void)inner;
+  return 1;
+#endif
+}
+
 /* The tracker keeps block addresses as integers and compares them after
  * realloc/free; gcc 12's -Wuse-after-free flags that although nothing is
  * dereferenced. */
@@ -69,10 +129,10 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
     a->live -= old;
     return NULL;
   }
-  if (nsize > old) { /* Lua assumes shrinking never fails */
+  if (nsize > old && a->armed) { /* Lua assumes shrinking never fails */
     a->count++;
-    if (a->armed && a->fail_at > 0 &&
-        (a->count == a->fail_at || (a->fail_from && a->count > a->fail_at))) {
+    if (a->fail_at > 0 && (a->count == a->fail_at || (a->fail_from && a->count > a->fail_at)) &&
+        may_fail(a, (uintptr_t)__builtin_frame_address(0))) {
       if (a->failures++ == 0) first_failure();
       return NULL;
     }
@@ -81,14 +141,24 @@ static void *alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   void *p = realloc(ptr, nsize);
   if (p == NULL) return NULL;
   a->live = a->live - old + nsize;
-  track_update(before, (uintptr_t)p, nsize, a->count);
+  track_update(before, (uintptr_t)p, nsize, a->armed ? a->count : 0);
   return p;
 }
 
-/* Everything that may raise runs here, under lua_pcall. */
+/* Everything that may raise runs here, under lua_pcall. The standard
+ * libraries are opened before failures start: they are Lua's, not ours, and
+ * Lua 5.1's io library closes the process's stdout when an allocation fails
+ * while it opens (the stdout handle is made before its environment says
+ * "never close"). Opening lazytensor, loading and running the script are
+ * what runs armed. */
 static int run_script(lua_State *L) {
   const char *path = lua_touserdata(L, 1);
+  counting_alloc *a = lua_touserdata(L, 2);
   luaL_openlibs(L);
+#ifdef LUA_JITLIBNAME
+  a->script_frame = callee_cfa();
+#endif
+  a->armed = 1;
   open_module(L);
   if (luaL_loadfile(L, path) != LUA_OK) return lua_error(L);
   lua_call(L, 0, 0);
@@ -114,16 +184,17 @@ static run_outcome run_once(const char *path, long fail_at, int fail_from, long 
   a.fail_from = fail_from;
   run_outcome out = RUN_OK;
   char msgbuf[300] = "completed";
-  /* Failures start once the state exists and the protected call is set up:
-   * failures in lua_newstate are Lua's business (LuaJIT crashes there). */
+  /* Failures start once the state exists and the standard libraries are
+   * open (run_script arms them): failures in lua_newstate are Lua's
+   * business (LuaJIT crashes there). */
   lua_State *L = lua_newstate(alloc_fn, &a);
   if (L == NULL) {
     out = RUN_ERROR;
   } else {
     lua_pushcfunction(L, run_script); /* allocates a closure on 5.1/LuaJIT */
     lua_pushlightuserdata(L, (void *)path);
-    a.armed = 1;
-    int rc = lua_pcall(L, 1, 0, 0);
+    lua_pushlightuserdata(L, &a);
+    int rc = lua_pcall(L, 2, 0, 0);
     a.armed = 0;
     if (rc != LUA_OK) {
       const char *msg = lua_tostring(L, -1);
@@ -189,11 +260,7 @@ static int check_script(const char *path, int fail_from) {
 
 int main(int argc, char **argv) {
 #ifdef LUA_JITLIBNAME
-  /* LuaJIT itself crashes (in its unwinder, or in lua_newstate) when its
-   * allocator fails, before our code is involved: nothing to learn here. */
-  (void)argc, (void)argv;
-  printf("skipped: LuaJIT does not survive allocation failures of its own\n0 passed, 0 failed\n");
-  return 0;
+  printf("LuaJIT: only allocations made for lazytensor's code fail (see may_fail)\n");
 #endif
   glob_t g = {0};
   char **paths;
@@ -223,8 +290,11 @@ int main(int argc, char **argv) {
              : o == RUN_ERROR ? "clean error"
                               : "BAD",
              why);
-      for (int j = 0; j < ntrack; j++)
-        printf("  live: %zu bytes from allocation %ld\n", track[j].size, track[j].n);
+      for (int j = 0; j < ntrack; j++) {
+        if (track[j].n > 0)
+          printf("  live: %zu bytes from allocation %ld\n", track[j].size, track[j].n);
+        else printf("  live: %zu bytes from before the failures were armed\n", track[j].size);
+      }
     }
     return 0;
   }
