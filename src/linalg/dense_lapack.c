@@ -144,7 +144,7 @@ static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tenso
                                  int *not_pd) {
   if (not_pd) *not_pd = 0;
   if (check_square(ctx, op, a) != LT_OK) return NULL;
-  /* A contiguous matrix is checked while it is copied for the first try. */
+  /* A contiguous matrix is checked, then copied for the first try. */
   lt_tensor *first = NULL;
   if (lt_dense_is_contiguous(a)) {
     if ((first = copy_checked(ctx, op, a, upper)) == NULL) return NULL;
@@ -206,9 +206,9 @@ static void mirror_upper(double *p, size_t n) {
 
 lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tensor *a, double *rcond,
                                  int *not_pd) {
-  double anorm = symmetric_norm1(a);
   lt_tensor *c = cholesky_tries(ctx, op, a, 1, 0.0, 0, NULL, 0, not_pd);
   if (c == NULL) return NULL;
+  double anorm = symmetric_norm1(a); /* a is square and finite by now */
   size_t n = c->shape[0];
   double *p = lt_dense_data(c);
   *rcond = 1;
