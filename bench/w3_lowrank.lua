@@ -1,7 +1,11 @@
 -- W3: low rank plus diagonal, A = U U^T + diag(d) with U 20000 x 50:
 -- solve, logdet, inv_quad; the baseline is baseline.c's Woodbury against
--- OpenBLAS/LAPACKE on the same data. A is rebuilt inside every timed call
--- (no materialisation), so no factorisation cached by an earlier call helps.
+-- OpenBLAS/LAPACKE on the same data. A is built once and the operations are
+-- timed on it, as the baseline works on U and d already in memory; the
+-- library caches nothing between calls (no capacitance factorisation is
+-- kept), so every call does its whole work. What building costs (a private
+-- copy of U, 8 MB) is measured too and reported with each operation
+-- (build_median_s).
 
 local dir = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir .. "/?.lua;" .. package.path
@@ -49,29 +53,33 @@ if not ok then
   return
 end
 
-local function common(rec, A)
+local A = build()
+local build_s = B.measure(build, { budget = 0.5, max = 100 }).median_s
+
+local function common(rec)
   rec.k = data.k
   rec.operator_type = lt.type(A)
+  rec.build_median_s = build_s
   return rec
 end
 
 B.run(W, "solve", n, function()
   local x, info
-  local rec = B.measure(function() x, info = build():solve(b) end, { budget = 1.5, max = 200 })
-  rec.rel_residual = B.rel_residual(build(), x, b)
-  return common(B.info_fields(rec, info), build())
+  local rec = B.measure(function() x, info = A:solve(b) end, { budget = 1.5, max = 200 })
+  rec.rel_residual = B.rel_residual(A, x, b)
+  return common(B.info_fields(rec, info))
 end)
 
 B.run(W, "logdet", n, function()
   local v
-  local rec = B.measure(function() v = build():logdet() end, { budget = 1.5, max = 200 })
+  local rec = B.measure(function() v = A:logdet() end, { budget = 1.5, max = 200 })
   rec.value = B.num(v)
-  return common(rec, build())
+  return common(rec)
 end)
 
 B.run(W, "inv_quad", n, function()
   local v
-  local rec = B.measure(function() v = build():inv_quad(b) end, { budget = 1.5, max = 200 })
+  local rec = B.measure(function() v = A:inv_quad(b) end, { budget = 1.5, max = 200 })
   rec.value = B.num(v)
-  return common(rec, build())
+  return common(rec)
 end)
