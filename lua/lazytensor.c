@@ -345,8 +345,10 @@ static int m_eq(lua_State *L) {
 
 /* ---------------------------------------------------------- metamethods */
 
+/* __gc and __close. Lua code can call them with any value
+ * (getmetatable(t).__gc(x)): only a tensor box is released. */
 static int m_gc(lua_State *L) {
-  ltb_box *b = lua_touserdata(L, 1);
+  ltb_box *b = to_box(L, 1);
   ltb_state *S = lua_touserdata(L, LTB_UPV_STATE);
   if (b && b->t && S->ctx) {
     S->L = L;
@@ -733,9 +735,13 @@ static void create_state(lua_State *L) {
   memset(S, 0, sizeof *S);
   S->pending_error = S->not_implemented = S->progress = S->error_slot = LUA_NOREF;
   S->L = L;
-  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 2);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
+  /* lt._state is reachable from Lua: getmetatable must not hand out its
+   * __gc, which frees the context that every tensor still uses. */
+  lua_pushliteral(L, "lazytensor.state");
+  lua_setfield(L, -2, "__metatable");
   lua_setmetatable(L, -2);
   void *ud;
   lua_Alloc alloc = lua_getallocf(L, &ud);
