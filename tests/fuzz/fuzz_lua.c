@@ -13,7 +13,8 @@
  * lt.operator definitions, foreign userdata, C callbacks) and call the
  * module's functions, the tensor methods and the metamethods (arithmetic,
  * indexing, assignment, #, ==, tostring, and the metatable's fields called
- * directly) with them, each under lua_pcall.
+ * directly) with them, each under lua_pcall (or, in one input out of two,
+ * each resumed in a fresh coroutine).
  *
  * Every call must succeed or raise a string that starts with "lazytensor:"
  * or says "not enough memory"; the only other errors allowed are the ones
@@ -22,10 +23,12 @@
  * only on tensors, and sets table fields raw). After lua_close the allocator
  * must hold 0 bytes (anything else is a leak). Anything else aborts.
  *
- * To keep one input within milliseconds, the expensive calls (products,
- * linear algebra, printing) are skipped when an operand has a dimension
- * between 256 and 2^24 (huge lazy sizes still go through: they must fail
- * or stay lazy, not loop), and settings that set an amount of work
+ * To keep one input within milliseconds, the calls that may compute
+ * (products, linear algebra, printing, conversions) are skipped when an
+ * operand has a dimension between 256 and 2^24, is dense with more than
+ * 65536 entries, or is an expression that evaluates more than 2048 nodes
+ * (huge lazy sizes still go through: they must fail or stay lazy, not
+ * loop), and settings that set an amount of work
  * (iterations, probes, retries, threads) are capped after each step;
  * per-call settings tables asking for more work than the caps are not
  * passed on.
@@ -89,9 +92,10 @@ typedef struct fz {
   long fail_after_setup; /* refuse the k-th allocation after the setup (0: no) */
 } fz;
 
-static fz *Z;     /* the input being run: the callbacks read from it too */
-static int TRACE; /* FUZZ_LUA_TRACE: print the program */
-static int STEP;  /* the step being run (for the trace) */
+static fz *Z;             /* the input being run: the callbacks read from it too */
+static int TRACE;         /* FUZZ_LUA_TRACE: print the program */
+static int STEP;          /* the step being run (for the trace) */
+static int IN_COROUTINES; /* run every call in a fresh coroutine */
 
 static unsigned u8(void) {
   if (Z->n == 0) return 0;
@@ -621,31 +625,31 @@ static void push_key(lua_State *L) {
 
 typedef struct entry {
   const char *name;
-  int heavy; /* may cost more than its operands' size: guarded */
+  int heavy; /* may cost more than its operands' size: guarded (too_costly) */
 } entry;
 
 static const entry functions[] = {
-    {"tensor", 0},
-    {"zeros", 0},
-    {"ones", 0},
-    {"full", 0},
-    {"eye", 0},
-    {"arange", 0},
-    {"linspace", 0},
-    {"rand", 0},
-    {"randn", 0},
-    {"diag", 0},
-    {"identity", 0},
-    {"triangular", 0},
-    {"psd", 0},
-    {"lowrank", 0},
-    {"kron", 0},
-    {"blockdiag", 0},
-    {"chol", 0},
-    {"toeplitz", 0},
-    {"kernel", 0},
-    {"submatrix", 0},
-    {"operator", 0},
+    {"tensor", 1},
+    {"zeros", 1},
+    {"ones", 1},
+    {"full", 1},
+    {"eye", 1},
+    {"arange", 1},
+    {"linspace", 1},
+    {"rand", 1},
+    {"randn", 1},
+    {"diag", 1},
+    {"identity", 1},
+    {"triangular", 1},
+    {"psd", 1},
+    {"lowrank", 1},
+    {"kron", 1},
+    {"blockdiag", 1},
+    {"chol", 1},
+    {"toeplitz", 1},
+    {"kernel", 1},
+    {"submatrix", 1},
+    {"operator", 1},
     {"add", 1},
     {"sub", 1},
     {"mul", 1},
@@ -741,14 +745,24 @@ static void cap_settings(lua_State *L) {
     if (*fields[i] > (int)work_settings[i].cap) *fields[i] = (int)work_settings[i].cap;
 }
 
+/* The nodes of t's expression counted as a tree (a child shared by two
+ * parents counts twice: a product evaluates it twice), up to limit. */
+static size_t tree_size(const lt_tensor *t, size_t limit) {
+  size_t n = 1;
+  for (int i = 0; i < lt_nchildren(t) && n <= limit; i++) n += tree_size(lt_child(t, i), limit - n);
+  return n;
+}
+
 /* An operand too costly for an expensive call: a dimension in the range
- * where O(n^2) work is seconds, or a per-call settings table asking for
- * more work than the caps. */
+ * where O(n^2) work is seconds, an expression whose evaluation is
+ * exponential in its size (P = P * P, repeated: 2^k products for k nodes),
+ * or a per-call settings table asking for more work than the caps. */
 static int too_costly(lua_State *L, int first, int n) {
   for (int i = 0; i < n; i++) {
     int idx = first + i;
     lt_tensor *t = ltb_lua_totensor(L, idx);
     if (t != NULL) {
+      if (tree_size(t, 2048) > 2048) return 1;
       for (int d = 0; d < lt_ndim(t); d++) {
         size_t s = lt_size(t, d);
         if (s > 256 && s < ((size_t)1 << 24)) return 1;
@@ -769,11 +783,33 @@ static int acceptable(const char *msg) {
          strstr(msg, "not enough memory") != NULL;
 }
 
+/* lua_pcall(L, nargs, LUA_MULTRET, 0), or the same call resumed in a new
+ * coroutine (the library keeps the calling thread for its callbacks: the
+ * thread dies and is collected while its tensors live on). */
+static int protected_call(lua_State *L, int nargs) {
+  if (!IN_COROUTINES) return lua_pcall(L, nargs, LUA_MULTRET, 0);
+  int base = lua_gettop(L) - nargs - 1;
+  lua_State *co = lua_newthread(L);
+  lua_insert(L, base + 1);
+  lua_xmove(L, co, nargs + 1);
+  int nres = 0;
+  int rc = lua_resume(co, L, nargs, &nres);
+  if (rc == LUA_YIELD) {
+    fprintf(stderr, "fuzz_lua: step %d: a library call yielded\n", STEP);
+    abort();
+  }
+  if (rc != LUA_OK) nres = 1; /* the error object */
+  luaL_checkstack(L, nres + 2, "fuzz_lua");
+  lua_xmove(co, L, nres);
+  lua_remove(L, base + 1); /* the thread: garbage from now on */
+  return rc;
+}
+
 /* Calls the function below its nargs arguments at the top of the stack,
  * protected; stores its first two results in slots dst and dst + 1. */
 static void call(lua_State *L, int nargs, unsigned dst, const char *what) {
   int base = lua_gettop(L) - nargs - 1;
-  int rc = lua_pcall(L, nargs, LUA_MULTRET, 0);
+  int rc = protected_call(L, nargs);
   if (rc != LUA_OK) {
     const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     trace("    --> error: %s\n", msg ? msg : luaL_typename(L, -1));
@@ -1097,9 +1133,132 @@ static void table_op(lua_State *L) {
   lua_settop(L, t - 1);
 }
 
+/* Calls that need several well-formed pieces at once, each piece sometimes
+ * replaced by anything: lt.implements(op, type_a [, type_b], fn),
+ * lt.chol(lt.triangular(A)), lt.submatrix(A, rows [, cols]),
+ * lt.blockdiag{A, B, ...}, lt.with_settings(tbl, fn, ...). */
+static const char *const op_names[] = {"add",      "sub",    "mul",      "matmul", "scale",
+                                       "solve",    "logdet", "inv_quad", "dense",  "diagonal",
+                                       "cholesky", "trace",  "get",      "row",    "transpose",
+                                       "neg",      "eigh",   "svd",      "root",   "my_op"};
+static const char *const type_names[] = {"any",  "dense",     "diag",     "identity", "lowrank",
+                                         "kron", "blockdiag", "toeplitz", "kernel",   "operator",
+                                         "sum",  "product",   "scaled",   "chol",     "nope"};
+
+static void push_index_array(lua_State *L) {
+  unsigned n = u8() % 6;
+  lua_createtable(L, (int)n, 0);
+  for (unsigned i = 1; i <= n; i++) {
+    unsigned k = u8();
+    if (k < 224) lua_pushinteger(L, 1 + (lua_Integer)(k % 5));
+    else push_number(L);
+    lua_rawseti(L, -2, i);
+  }
+}
+
+static void composite(lua_State *L) {
+  unsigned which = u8() % 5, dst = u8();
+  int top = lua_gettop(L);
+  const char *name;
+  int nargs;
+  switch (which) {
+    case 0: {
+      name = "implements";
+      lua_getfield(L, MOD, name);
+      unsigned shape = u8();
+      if (shape & 1) push_arg(L);
+      else lua_pushstring(L, op_names[u8() % (sizeof op_names / sizeof op_names[0])]);
+      lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
+      nargs = 3;
+      if (shape & 2) {
+        lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
+        nargs++;
+      }
+      if (shape & 4) push_arg(L);
+      else push_callback(L, 1);
+      break;
+    }
+    case 1: {
+      name = "chol";
+      lua_getfield(L, MOD, name);
+      lua_getfield(L, MOD, "triangular");
+      push_arg(L);
+      if (too_costly(L, lua_gettop(L), 1)) {
+        lua_settop(L, top);
+        return;
+      }
+      trace("t = lt.triangular(");
+      trace_args(L, lua_gettop(L), 1);
+      trace(")\n");
+      if (protected_call(L, 1) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        trace("    --> error: %s\n", msg ? msg : "?");
+        if (!acceptable(msg)) {
+          fprintf(stderr, "fuzz_lua: step %d, triangular raised: %s\n", STEP, msg ? msg : "?");
+          abort();
+        }
+      }
+      lua_settop(L, top + 2); /* chol, the result or the error */
+      nargs = 1;
+      break;
+    }
+    case 2:
+      name = "submatrix";
+      lua_getfield(L, MOD, name);
+      push_arg(L);
+      push_index_array(L);
+      nargs = 2;
+      if (u8() & 1) {
+        push_index_array(L);
+        nargs++;
+      }
+      break;
+    case 3: {
+      name = "blockdiag";
+      lua_getfield(L, MOD, name);
+      unsigned n = u8() % 4;
+      lua_createtable(L, (int)n, 0);
+      for (unsigned i = 1; i <= n; i++) {
+        push_arg(L);
+        lua_rawseti(L, -2, i);
+      }
+      nargs = 1;
+      break;
+    }
+    default: {
+      name = "with_settings";
+      lua_getfield(L, MOD, name);
+      lua_createtable(L, 0, 2);
+      for (unsigned n = u8() % 3; n > 0; n--) {
+        unsigned v = u8();
+        if (v < 128) lua_pushinteger(L, (lua_Integer)(v % 20));
+        else push_field_value(L);
+        lua_setfield(L, -2, setting_names[u8() % NSETTING_NAMES]);
+      }
+      unsigned k = u8() % 3;
+      if (k == 0) push_callback(L, 3);
+      else if (k == 1) lua_getfield(L, MOD, functions[u8() % NFUNCTIONS].name);
+      else push_arg(L);
+      push_arg(L);
+      push_arg(L);
+      nargs = 4;
+      break;
+    }
+  }
+  int fn = top + 1;
+  if (lua_gettop(L) != fn + nargs || too_costly(L, fn + 1, nargs)) {
+    lua_settop(L, top);
+    return;
+  }
+  trace("s%u = lt.%s(", dst % NSLOT + 1, name);
+  trace_args(L, fn + 1, nargs);
+  trace(")\n");
+  call(L, nargs, dst, name);
+}
+
 /* One instruction. */
 static void step(lua_State *L) {
-  unsigned op = u8() % 26;
+  unsigned op = u8() % 28;
   switch (op) {
     case 0:
     case 1: {
@@ -1178,6 +1337,8 @@ static void step(lua_State *L) {
       trace("collectgarbage()\n");
       lua_gc(L, LUA_GCCOLLECT, 0);
       break;
+    case 26:
+    case 27: composite(L); break;
     default: { /* a common shape of call: lt.f(size, size) into a slot */
       static const char *const makers[] = {"zeros", "ones", "randn", "rand", "eye", "identity"};
       const char *name = makers[u8() % 6];
@@ -1216,7 +1377,7 @@ static int run_program(lua_State *L) {
     lua_setfield(L, METH, methods[i].name);
   }
   lua_pop(L, 1);
-  /* A head start: small sizes, a matrix, a vector, a spec. */
+  /* A head start: small sizes (s1 .. s4), a matrix, a vector, a spec. */
   for (int i = 1; i <= 4; i++) {
     lua_pushinteger(L, i % 4);
     lua_rawseti(L, SLOTS, i);
@@ -1243,6 +1404,19 @@ static int run_program(lua_State *L) {
   lua_pushinteger(L, 1);
   lua_setfield(L, -2, "lengthscale");
   lua_rawseti(L, SLOTS, 7);
+  /* and a few tensors: dense, diag, identity (s8 .. s10) */
+  lua_getfield(L, MOD, "tensor");
+  lua_rawgeti(L, SLOTS, 5);
+  lua_call(L, 1, 1);
+  lua_rawseti(L, SLOTS, 8);
+  lua_getfield(L, MOD, "diag");
+  lua_rawgeti(L, SLOTS, 6);
+  lua_call(L, 1, 1);
+  lua_rawseti(L, SLOTS, 9);
+  lua_getfield(L, MOD, "identity");
+  lua_pushinteger(L, 3);
+  lua_call(L, 1, 1);
+  lua_rawseti(L, SLOTS, 10);
   if (Z->fail_after_setup) Z->b->fail_at = Z->b->count + Z->fail_after_setup;
   for (STEP = 1; STEP <= 200 && Z->n > 0; STEP++) {
     trace("-- %d\n", STEP);
@@ -1273,6 +1447,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   if (mode & 64) lua_gc(L, LUA_GCGEN, 0, 0);
+  IN_COROUTINES = (mode & 128) != 0;
   lua_pushcfunction(L, run_program);
   int rc = lua_pcall(L, 0, 0, 0);
   if (rc != LUA_OK) {
