@@ -63,11 +63,24 @@ typedef struct budget {
   int fail_from;      /* ... and every later one */
 } budget;
 
+/* Each block starts with its size: Lua's allocator contract says that
+ * osize is the block's size, and a host's allocator may rely on it (a pool
+ * by size class), so a wrong osize aborts here. */
+typedef struct header {
+  size_t size, pad; /* 16 bytes: the block stays aligned */
+} header;
+
 static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   budget *b = ud;
+  header *h = ptr ? (header *)ptr - 1 : NULL;
   size_t old = ptr ? osize : 0;
+  if (h && h->size != osize) {
+    fprintf(stderr, "fuzz_lua: a block of %zu bytes %s with osize %zu\n", h->size,
+            nsize ? "reallocated" : "freed", osize);
+    abort();
+  }
   if (nsize == 0) {
-    free(ptr);
+    free(h);
     b->live -= old;
     return NULL;
   }
@@ -77,10 +90,11 @@ static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
       return NULL;
     if (nsize - old > b->limit - b->live) return NULL;
   }
-  void *p = realloc(ptr, nsize);
+  header *p = realloc(h, sizeof *h + nsize);
   if (p == NULL) return NULL;
+  p->size = nsize;
   b->live = b->live - old + nsize;
-  return p;
+  return p + 1;
 }
 
 /* ---------------------------------------------------------------- input */
