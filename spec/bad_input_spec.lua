@@ -311,7 +311,7 @@ describe("bad input", function()
   end)
 
   -- Found by the libFuzzer harness of the binding (tests/fuzz/fuzz_lua.c);
-  -- each input is kept in tests/fuzz/corpus_lua/crash-*.
+  -- the inputs are kept in tests/fuzz/corpus_lua/.
   describe("found by fuzzing the binding", function()
     it("the tensor metatable's __gc and __close ignore values that are no tensor", function()
       -- crash-gc-foreign-userdata: __gc took any userdata for a tensor box
@@ -346,7 +346,8 @@ describe("bad input", function()
       check_usable()
     end)
     case("a table with an empty row and a number is ragged", function()
-      -- crash-empty-row-then-number: with a size 0 the rows went unchecked
+      -- seen in a fuzz_lua trace (seed-empty-row): with a size 0 the rows
+      -- went unchecked, and the table became a 2x0 tensor
       return lt.tensor{{}, 1}
     end, "ragged")
     case("a table with an empty row and a longer one is ragged", function()
