@@ -380,8 +380,19 @@ static int cb_raise(lua_State *L, const char *what) {
   return lua_error(L);
 }
 
+/* Yields: Lua refuses (the library calls back from C, and no coroutine or
+ * no continuation is below), and the library must say so in its own words.
+ * Not inside lt.with_settings, which calls its function as a plain Lua
+ * call would: there the refusal is Lua's own error, passed on. */
+static int NO_YIELD;
+static int cb_yield(lua_State *L, const char *what) {
+  if (NO_YIELD) return 0;
+  trace("    -- %s callback yields\n", what);
+  return lua_yield(L, 0);
+}
+
 static int cb_matmul(lua_State *L) {
-  unsigned k = u8() % 8;
+  unsigned k = u8() % 9;
   if (k <= 3) {
     lua_settop(L, 1); /* X itself: right for square operators */
     return 1;
@@ -392,18 +403,24 @@ static int cb_matmul(lua_State *L) {
   }
   if (k == 5) return 0;
   if (k == 6) return cb_raise(L, "matmul");
+  if (k == 7) return cb_yield(L, "matmul");
   lua_pushnumber(L, 1.0);
   return 1;
 }
 
 static int cb_rule(lua_State *L) {
-  unsigned k = u8() % 6;
+  unsigned k = u8() % 8;
   switch (k) {
     case 0: lua_getfield(L, lua_upvalueindex(2), "NotImplemented"); return 1;
     case 1: lua_pushvalue(L, 1); return 1;
     case 2: lua_pushvalue(L, 2); return 1;
     case 3: lua_rawgeti(L, lua_upvalueindex(1), (lua_Integer)(u8() % NSLOT) + 1); return 1;
     case 4: return cb_raise(L, "rule");
+    case 5: return cb_yield(L, "rule");
+    case 6: /* several results (eigh, svd) and an info table, from the slots */
+      for (int i = 0; i < 4; i++)
+        lua_rawgeti(L, lua_upvalueindex(1), (lua_Integer)(u8() % NSLOT) + 1);
+      return 4;
     default: return 0;
   }
 }
@@ -885,7 +902,9 @@ static void call_entry(lua_State *L, const entry *e, int is_method) {
   trace("s%u = %s%s(", dst % NSLOT + 1, is_method ? "M." : "lt.", e->name);
   trace_args(L, fn + 1, nargs);
   trace(")\n");
+  NO_YIELD = strcmp(e->name, "with_settings") == 0;
   call(L, nargs, dst, e->name);
+  NO_YIELD = 0;
 }
 
 /* Metamethods through the Lua API, so that Lua picks them as it would. */
@@ -1187,7 +1206,11 @@ static void composite(lua_State *L) {
       unsigned shape = u8();
       if (shape & 1) push_arg(L);
       else lua_pushstring(L, op_names[u8() % (sizeof op_names / sizeof op_names[0])]);
-      lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
+      get_slot(L, u8()); /* the type of a slot's tensor, or one from the list */
+      lt_tensor *t = ltb_lua_totensor(L, -1);
+      lua_pop(L, 1);
+      if (t != NULL && (shape & 8)) lua_pushstring(L, lt_typename(ltb_lua_context(L), t));
+      else lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
       nargs = 3;
       if (shape & 2) {
         lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
@@ -1272,7 +1295,9 @@ static void composite(lua_State *L) {
   trace("s%u = lt.%s(", dst % NSLOT + 1, name);
   trace_args(L, fn + 1, nargs);
   trace(")\n");
+  NO_YIELD = strcmp(name, "with_settings") == 0;
   call(L, nargs, dst, name);
+  NO_YIELD = 0;
 }
 
 /* One instruction. */
