@@ -58,7 +58,12 @@ lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op) {
   ltb_fill(L, box, lt_dense_new(ctx, ndim, shape));
   size_t pos = 0;
   lua_pushvalue(L, idx);
-  if (lt_numel(box->t) > 0) fill_from_table(L, op, shape, ndim, 0, lt_dense_data(box->t), &pos);
+  /* Also when a size is 0 ({{}, {}}): every row must still be there, with
+   * the same length ({{}, {1}} and {{}, 1} are ragged). No number is
+   * stored then: the innermost level has none. */
+  if (ndim > 0)
+    fill_from_table(L, op, shape, ndim, 0, lt_numel(box->t) > 0 ? lt_dense_data(box->t) : NULL,
+                    &pos);
   lua_pop(L, 1);
   return box->t;
 }

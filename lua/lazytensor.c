@@ -419,8 +419,9 @@ static void drop_box(lua_State *L, ltb_box **slot) {
   lt_free(S->ctx, b, sizeof *b);
 }
 
-/* t:free() and __close (5.4). */
-static int m_close(lua_State *L) {
+/* __gc, __close (5.4) and t:free(). Lua code can call the metamethods with
+ * any value (getmetatable(t).__gc(x)): only a tensor box is released. */
+static int m_gc(lua_State *L) {
   ltb_box **slot = to_slot(L, 1);
   if (slot) drop_box(L, slot);
   return 0;
@@ -428,13 +429,7 @@ static int m_close(lua_State *L) {
 
 static int l_free(lua_State *L) {
   ltb_check_tensor(L, 1, "free");
-  return m_close(L);
-}
-
-static int m_gc(lua_State *L) {
-  ltb_box **slot = lua_touserdata(L, 1);
-  if (slot) drop_box(L, slot);
-  return 0;
+  return m_gc(L);
 }
 
 static int m_len(lua_State *L) {
@@ -766,7 +761,7 @@ static const luaL_Reg metamethods[] = {{"__add", l_add},
                                        {"__tostring", m_tostring},
                                        {"__eq", m_eq},
                                        {"__gc", m_gc},
-                                       {"__close", m_close},
+                                       {"__close", m_gc},
                                        {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
@@ -806,9 +801,13 @@ static void create_state(lua_State *L) {
   memset(S, 0, sizeof *S);
   S->pending_error = S->not_implemented = S->progress = S->error_slot = LUA_NOREF;
   S->L = L;
-  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 2);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
+  /* lt._state is reachable from Lua: getmetatable must not hand out its
+   * __gc, which frees the context that every tensor still uses. */
+  lua_pushliteral(L, "lazytensor.state");
+  lua_setfield(L, -2, "__metatable");
   lua_setmetatable(L, -2);
   void *ud;
   lua_Alloc alloc = lua_getallocf(L, &ud);

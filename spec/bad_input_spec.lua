@@ -309,4 +309,71 @@ describe("bad input", function()
       lt.implements("add", "diag", 3)
     end, "function")
   end)
+
+  -- Found by the libFuzzer harness of the binding (tests/fuzz/fuzz_lua.c);
+  -- the inputs are kept in tests/fuzz/corpus_lua/.
+  describe("found by fuzzing the binding", function()
+    it("the tensor metatable's __gc and __close ignore values that are no tensor", function()
+      -- crash-gc-foreign-userdata: __gc took any userdata for a tensor box
+      -- and released what its first word pointed to (lt._state's context)
+      local mt = getmetatable(lt.zeros(1))
+      for _, x in ipairs{lt._state, io.stdout, {}, lt.NotImplemented, 1, "x", false} do
+        mt.__gc(x)
+        mt.__close(x)
+      end
+      mt.__gc()
+      check_usable()
+    end)
+    it("lt._state does not hand out its metatable (its __gc frees the context)", function()
+      assert.equal("lazytensor.state", getmetatable(lt._state))
+      check_usable()
+    end)
+    it("solve, inv_quad and inv_quad_logdet take a lazy right-hand side", function()
+      -- crash-inv-quad-lazy-rhs: the closed-form diag and identity rules
+      -- read a lazy right-hand side as if it were dense
+      local B = lt.identity(2)
+      local Bd = B:dense()
+      for _, A in ipairs{lt.diag{2, 4}, lt.identity(2, 2), lt.tensor{{2, 1}, {1, 2}},
+                         lt.lowrank(lt.tensor{{1}, {2}}) + lt.diag{1, 1}} do
+        assert.same(A:solve(Bd):totable(), A:solve(B):totable())
+        assert.near(A:inv_quad(Bd), A:inv_quad(B), 1e-12)
+        local q, l = A:inv_quad_logdet(B)
+        local qd, ld = A:inv_quad_logdet(Bd)
+        assert.near(qd, q, 1e-12)
+        assert.near(ld, l, 1e-12)
+      end
+      assert.near(3, lt.diag{2, 4}:inv_quad(lt.diag{2, 2}), 1e-12) -- 2²/2 + 2²/4
+      check_usable()
+    end)
+    case("a table with an empty row and a number is ragged", function()
+      -- seen in a fuzz_lua trace (seed-empty-row): with a size 0 the rows
+      -- went unchecked, and the table became a 2x0 tensor
+      return lt.tensor{{}, 1}
+    end, "ragged")
+    case("a table with an empty row and a longer one is ragged", function()
+      return lt.tensor{{}, {1}}
+    end, "ragged")
+    case("an operand with an empty row and a string is ragged", function()
+      return lt.kernel({{}, "x"}, {kind = "rbf", lengthscale = 1})
+    end, "ragged")
+    it("empty rows of the same length make an empty tensor", function()
+      assert.same({2, 0}, lt.tensor{{}, {}}:shape())
+      assert.same({2, 1, 0}, lt.tensor{{{}}, {{}}}:shape())
+    end)
+    it("CG with a right-hand side of 0 columns gives back all its memory", function()
+      -- crash-cg-zero-columns: a k = 0 work array was freed with another
+      -- size than it was allocated with (lt.memory() crept up, and the
+      -- host allocator got a wrong osize)
+      local K = lt.kernel(lt.tensor{1, 2, 3}, {kind = "rbf", lengthscale = 1})
+      local B = lt.zeros(3, 0)
+      collect()
+      local before = lt.memory()
+      lt.with_settings({max_cholesky_size = 0}, function()
+        assert.equal(0, K:inv_quad(B))
+        assert.same({3, 0}, K:solve(B):shape())
+      end)
+      collect()
+      assert.equal(before, lt.memory())
+    end)
+  end)
 end)

@@ -448,6 +448,8 @@ int lt_trace(lt_context *ctx, lt_tensor *a, double *out);
 int lt_get(lt_context *ctx, lt_tensor *a, size_t i, size_t j, double *out);
 lt_tensor *lt_row(lt_context *ctx, lt_tensor *a, size_t i);
 lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d);
+/* solve, inv_quad, inv_quad_logdet: b is a vector of n or an n×k matrix,
+ * dense or lazy (a lazy b is made dense first: the rules read its entries). */
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info);
 int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info);
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info);

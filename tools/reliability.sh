@@ -108,23 +108,43 @@ tsan)
   run_prog "$b/host/threads" 1000
   ;;
 fuzz-c)
+  # Two libFuzzer harnesses, each for LT_FUZZ_SECONDS (60): fuzz_dense (the
+  # C core's entry points) and fuzz_lua (the binding's input parsing; it
+  # hosts Lua 5.4). LT_FUZZ_TARGETS picks some of them.
   b=build/fuzz-$lua
   san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  targets=""
+  for name in ${LT_FUZZ_TARGETS:-fuzz_dense fuzz_lua}; do
+    if [ "$name" = fuzz_lua ] && [ "$lua" != lua5.4 ]; then
+      echo "skipped fuzz_lua: it hosts Lua 5.4 (LUA=$lua)"
+      continue
+    fi
+    targets="$targets $b/fuzz/$name"
+  done
   make --no-print-directory -j"$jobs" CC=clang LUA="$lua" BUILD="$b" OPT="-O1 -g $san" \
-    LDFLAGS="-fsanitize=address,undefined" "$b/fuzz/fuzz_dense" || exit 1
-  mkdir -p "$b/corpus"
+    LDFLAGS="-fsanitize=address,undefined" $targets || exit 1
   secs=${LT_FUZZ_SECONDS:-60}
   export ASAN_OPTIONS="detect_leaks=1"
-  log=$b/fuzz.log
-  if "$b/fuzz/fuzz_dense" -max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048 \
-       -artifact_prefix="$b/" -print_final_stats=1 "$b/corpus" tests/fuzz/corpus > "$log" 2>&1; then
-    tail -8 "$log"
-    passed=$((passed + 1))
-  else
-    tail -60 "$log"
-    echo "FAIL libFuzzer found a problem (the input: $b/crash-* / leak-* / timeout-*)"
-    failed=$((failed + 1))
-  fi
+  for t in $targets; do
+    name=$(basename "$t")
+    case $name in
+      fuzz_lua) seeds=tests/fuzz/corpus_lua; corpus=$b/corpus_lua; opts="-max_len=2048 -len_control=20" ;;
+      *) seeds=tests/fuzz/corpus; corpus=$b/corpus; opts="-max_len=512" ;;
+    esac
+    mkdir -p "$corpus"
+    log=$b/$name.log
+    echo "$name: $secs s (log: $log)"
+    if "$t" -max_total_time="$secs" $opts -timeout=10 -rss_limit_mb=2048 \
+         -artifact_prefix="$b/$name-" -print_final_stats=1 "$corpus" "$seeds" > "$log" 2>&1; then
+      tail -8 "$log"
+      passed=$((passed + 1))
+    else
+      tail -60 "$log"
+      echo "FAIL $name: libFuzzer found a problem (the input: $b/$name-crash-* / leak-* / timeout-*;"
+      echo "     FUZZ_LUA_TRACE=1 $t INPUT prints fuzz_lua's program)"
+      failed=$((failed + 1))
+    fi
+  done
   ;;
 *)
   echo "usage: $0 asan|valgrind|tsan|fuzz-c [lua]"

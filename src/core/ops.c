@@ -230,25 +230,36 @@ lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d) {
   return dispatch_tensor(ctx, &args, NULL, expect_like(&e, a));
 }
 
-/* b: a vector of n or an n×k matrix, for an n×n operator a. */
-static int check_rhs(lt_context *ctx, const char *op, const lt_tensor *a, const lt_tensor *b) {
-  if (lt_require_square(ctx, op, a) != LT_OK) return LT_ERR;
-  if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0])
-    return shape_error(ctx, op, "right-hand side does not conform", a, b);
-  return LT_OK;
+/* b: a vector of n or an n×k matrix, for an n×n operator a. Returns b as
+ * the rules take it, dense (a new reference): the rules read b's entries,
+ * so a lazy right-hand side is materialised first (n×k, the size of the
+ * solution); NULL on error. */
+static lt_tensor *check_rhs(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor *b) {
+  if (lt_require_square(ctx, op, a) != LT_OK) return NULL;
+  if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0]) {
+    shape_error(ctx, op, "right-hand side does not conform", a, b);
+    return NULL;
+  }
+  return b->type_id == LT_TYPE_DENSE ? lt_retain(b) : lt_to_dense(ctx, b);
 }
 
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info) {
-  if (check_rhs(ctx, "solve", a, b) != LT_OK) return NULL;
-  lt_args args = {.op = LT_OP_SOLVE, .a = a, .b = b};
+  lt_tensor *bd = check_rhs(ctx, "solve", a, b);
+  if (bd == NULL) return NULL;
+  lt_args args = {.op = LT_OP_SOLVE, .a = a, .b = bd};
   expect e;
-  return dispatch_tensor(ctx, &args, info, expect_like(&e, b));
+  lt_tensor *x = dispatch_tensor(ctx, &args, info, expect_like(&e, bd));
+  lt_release(ctx, bd);
+  return x;
 }
 
 int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info) {
-  if (check_rhs(ctx, "inv_quad", a, b) != LT_OK) return LT_ERR;
-  lt_args args = {.op = LT_OP_INV_QUAD, .a = a, .b = b};
-  return dispatch_numbers(ctx, &args, out, NULL, info);
+  lt_tensor *bd = check_rhs(ctx, "inv_quad", a, b);
+  if (bd == NULL) return LT_ERR;
+  lt_args args = {.op = LT_OP_INV_QUAD, .a = a, .b = bd};
+  int rc = dispatch_numbers(ctx, &args, out, NULL, info);
+  lt_release(ctx, bd);
+  return rc;
 }
 
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info) {
@@ -259,9 +270,12 @@ int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info) {
 
 int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
                        double *logdet, lt_info *info) {
-  if (check_rhs(ctx, "inv_quad_logdet", a, b) != LT_OK) return LT_ERR;
-  lt_args args = {.op = LT_OP_INV_QUAD_LOGDET, .a = a, .b = b};
-  return dispatch_numbers(ctx, &args, inv_quad, logdet, info);
+  lt_tensor *bd = check_rhs(ctx, "inv_quad_logdet", a, b);
+  if (bd == NULL) return LT_ERR;
+  lt_args args = {.op = LT_OP_INV_QUAD_LOGDET, .a = a, .b = bd};
+  int rc = dispatch_numbers(ctx, &args, inv_quad, logdet, info);
+  lt_release(ctx, bd);
+  return rc;
 }
 
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {

@@ -64,7 +64,7 @@ static void state_free(lt_context *ctx, cg_state *s, int has_precond) {
   lt_linalg_free(ctx, s->alpha_prev, s->k);
   lt_linalg_free(ctx, s->beta_prev, s->k);
   if (s->act) lt_free(ctx, s->act, s->k ? s->k * sizeof *s->act : 1);
-  if (s->steps) lt_free(ctx, s->steps, s->k ? s->k * sizeof *s->steps : 1);
+  if (s->steps) lt_free(ctx, s->steps, (s->k ? s->k : 1) * sizeof *s->steps); /* as allocated */
 }
 
 static int state_alloc(lt_context *ctx, cg_state *s, size_t n, size_t k, int has_precond) {

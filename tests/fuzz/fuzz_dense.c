@@ -36,11 +36,24 @@ typedef struct budget {
   long count, fail_at; /* fail the fail_at-th allocation (0: never) */
 } budget;
 
+/* Each block starts with its size: the allocator contract (Lua's) says
+ * that osize is the block's size, and a host's allocator may rely on it,
+ * so a wrong osize aborts here. */
+typedef struct header {
+  size_t size, pad; /* 16 bytes: the block stays aligned */
+} header;
+
 static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   budget *b = ud;
+  header *h = ptr ? (header *)ptr - 1 : NULL;
   size_t old = ptr ? osize : 0;
+  if (h && h->size != osize) {
+    fprintf(stderr, "fuzz_dense: a block of %zu bytes %s with osize %zu\n", h->size,
+            nsize ? "reallocated" : "freed", osize);
+    abort();
+  }
   if (nsize == 0) {
-    free(ptr);
+    free(h);
     b->live -= old;
     return NULL;
   }
@@ -49,10 +62,11 @@ static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (b->fail_at && b->count == b->fail_at) return NULL;
     if (nsize - old > b->limit - b->live) return NULL;
   }
-  void *p = realloc(ptr, nsize);
+  header *p = realloc(h, sizeof *h + nsize);
   if (p == NULL) return NULL;
+  p->size = nsize;
   b->live = b->live - old + nsize;
-  return p;
+  return p + 1;
 }
 
 typedef struct input {
