@@ -20,8 +20,10 @@
  * or says "not enough memory"; the only other errors allowed are the ones
  * the harness's own callbacks raise on purpose ("fuzzcb: ..."). The program
  * never provokes a plain Lua error itself (it indexes and does arithmetic
- * only on tensors, and sets table fields raw). After lua_close the allocator
- * must hold 0 bytes (anything else is a leak). Anything else aborts.
+ * only on tensors, and sets table fields raw). Every block must be freed
+ * with the size it was allocated with, and after lua_close (for which the
+ * allocator works again, as in tests/host/allocfail.c) it must hold 0 bytes.
+ * Anything else aborts.
  *
  * To keep one input within milliseconds, the calls that may compute
  * (products, linear algebra, printing, conversions) are skipped when an
@@ -39,6 +41,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,8 +121,6 @@ static unsigned u8(void) {
 }
 
 static void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-#include <stdarg.h>
 static void trace(const char *fmt, ...) {
   if (!TRACE) return;
   va_list ap;
@@ -1469,6 +1470,13 @@ static int run_program(lua_State *L) {
   return 0;
 }
 
+/* Lua's warnings ("error in __gc" when a finalizer could not run), shown
+ * in the trace. */
+static void warn_trace(void *ud, const char *msg, int tocont) {
+  (void)ud;
+  trace("%s%s", msg, tocont ? "" : "\n");
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   TRACE = getenv("FUZZ_LUA_TRACE") != NULL;
@@ -1490,6 +1498,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (b.live != 0) abort();
     return 0;
   }
+  lua_setwarnf(L, warn_trace, NULL);
   if (mode & 64) lua_gc(L, LUA_GCGEN, 0, 0);
   IN_COROUTINES = (mode & 128) != 0;
   lua_pushcfunction(L, run_program);
@@ -1504,6 +1513,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     }
   }
+  /* As in tests/host/allocfail.c, the allocator works again for lua_close:
+   * a finalizer that Lua cannot call for lack of memory is skipped (with a
+   * warning), and the state's own one gives back everything the library
+   * holds (the tensors of boxes whose __gc was skipped during the run
+   * included). */
+  b.fail_at = 0;
+  b.limit = SIZE_MAX;
   lua_close(L);
   if (b.live != 0) {
     fprintf(stderr, "fuzz_lua: %zu bytes leaked after lua_close\n", b.live);
