@@ -1302,6 +1302,16 @@ static void composite(lua_State *L) {
 }
 
 /* One instruction. */
+/* s[dst] = the value on top of the stack, shown in the trace. */
+static void set_slot_traced(lua_State *L, unsigned dst) {
+  if (TRACE) {
+    trace("s%u = ", dst % NSLOT + 1);
+    describe(L, -1, 1);
+    trace("\n");
+  }
+  set_slot(L, dst);
+}
+
 static void step(lua_State *L) {
   unsigned op = u8() % 28;
   switch (op) {
@@ -1310,23 +1320,13 @@ static void step(lua_State *L) {
       unsigned dst = u8();
       if (op == 0) push_number(L);
       else push_size(L);
-      if (TRACE) {
-        trace("s%u = ", dst % NSLOT + 1);
-        describe(L, -1, 1);
-        trace("\n");
-      }
-      set_slot(L, dst);
+      set_slot_traced(L, dst);
       break;
     }
     case 2: {
       unsigned dst = u8();
       push_string(L);
-      if (TRACE) {
-        trace("s%u = ", dst % NSLOT + 1);
-        describe(L, -1, 1);
-        trace("\n");
-      }
-      set_slot(L, dst);
+      set_slot_traced(L, dst);
       break;
     }
     case 3: misc_value(L); break;
@@ -1337,23 +1337,13 @@ static void step(lua_State *L) {
       if (op == 4) push_array(L, 0);
       else if (op == 5) push_matrix(L);
       else push_spec(L);
-      if (TRACE) {
-        trace("s%u = ", dst % NSLOT + 1);
-        describe(L, -1, 1);
-        trace("\n");
-      }
-      set_slot(L, dst);
+      set_slot_traced(L, dst);
       break;
     }
     case 7: {
       unsigned dst = u8();
       push_opdef(L);
-      if (TRACE) {
-        trace("s%u = ", dst % NSLOT + 1);
-        describe(L, -1, 1);
-        trace("\n");
-      }
-      set_slot(L, dst);
+      set_slot_traced(L, dst);
       break;
     }
     case 8:
