@@ -327,19 +327,21 @@ static const char *const words[] = {
     "NotImplemented", "settings", "_VERSION"};
 #define NWORDS (sizeof words / sizeof words[0])
 
-static const char *const setting_names[] = {"max_cholesky_size",
-                                            "cg_tolerance",
-                                            "max_cg_iterations",
-                                            "num_trace_samples",
-                                            "max_lanczos_iterations",
-                                            "cholesky_jitter",
-                                            "cholesky_max_tries",
-                                            "preconditioner_size",
-                                            "num_threads",
-                                            "max_root_decomposition_size",
-                                            "progress",
-                                            "no_such_setting"};
-#define NSETTING_NAMES (sizeof setting_names / sizeof setting_names[0])
+/* The core's setting names (lt_setting_names, so new settings are fuzzed
+ * too), the binding's "progress", and a name that is none; filled once in
+ * LLVMFuzzerInitialize. */
+#define MAX_SETTING_NAMES 64
+static const char *setting_names[MAX_SETTING_NAMES];
+static size_t NSETTING_NAMES;
+
+static void collect_setting_names(void) {
+  const char *const *core = lt_setting_names();
+  size_t n = 0;
+  for (; core[n] != NULL && n < MAX_SETTING_NAMES - 2; n++) setting_names[n] = core[n];
+  setting_names[n++] = "progress";
+  setting_names[n++] = "no_such_setting";
+  NSETTING_NAMES = n;
+}
 
 /* Module fields that are no functions (lt._state is a userdata). */
 static const char *const module_fields[] = {"_state", "NotImplemented", "settings", "_VERSION"};
@@ -1470,6 +1472,7 @@ static void warn_trace(void *ud, const char *msg, int tocont) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   TRACE = getenv("FUZZ_LUA_TRACE") != NULL;
+  collect_setting_names();
   return 0;
 }
 
