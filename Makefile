@@ -166,12 +166,12 @@ $(BUILD)/host/%: tests/host/%.c $(BIND_OBJ) $(BUILD)/liblazytensor.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc $< -o $@ $(BIND_OBJ) $(BUILD)/liblazytensor.a \
 	  $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS) -lpthread
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/liblazytensor.a
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/budget_alloc.h $(BUILD)/liblazytensor.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Isrc -fsanitize=fuzzer $< -o $@ $(BUILD)/liblazytensor.a \
 	  $(LDFLAGS_ALL) $(DEP_LIBS)
 # The binding's harness hosts Lua: the binding's objects and Lua as well.
-$(BUILD)/fuzz/fuzz_lua: tests/fuzz/fuzz_lua.c $(BIND_OBJ) $(BUILD)/liblazytensor.a
+$(BUILD)/fuzz/fuzz_lua: tests/fuzz/fuzz_lua.c tests/fuzz/budget_alloc.h $(BIND_OBJ) $(BUILD)/liblazytensor.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LUA_CFLAGS) -Isrc -fsanitize=fuzzer $< -o $@ $(BIND_OBJ) \
 	  $(BUILD)/liblazytensor.a $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS)

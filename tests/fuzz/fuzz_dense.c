@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget_alloc.h"
 #include "lazytensor.h"
 
 #pragma weak lt_kernel_new
@@ -30,44 +31,6 @@
 #pragma weak lt_blockdiag_new
 #pragma weak lt_chol_new
 #pragma weak lt_triangular_new
-
-typedef struct budget {
-  size_t live, limit;  /* refuse requests that would exceed limit bytes */
-  long count, fail_at; /* fail the fail_at-th allocation (0: never) */
-} budget;
-
-/* Each block starts with its size: the allocator contract (Lua's) says
- * that osize is the block's size, and a host's allocator may rely on it,
- * so a wrong osize aborts here. */
-typedef struct header {
-  size_t size, pad; /* 16 bytes: the block stays aligned */
-} header;
-
-static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  budget *b = ud;
-  header *h = ptr ? (header *)ptr - 1 : NULL;
-  size_t old = ptr ? osize : 0;
-  if (h && h->size != osize) {
-    fprintf(stderr, "fuzz_dense: a block of %zu bytes %s with osize %zu\n", h->size,
-            nsize ? "reallocated" : "freed", osize);
-    abort();
-  }
-  if (nsize == 0) {
-    free(h);
-    b->live -= old;
-    return NULL;
-  }
-  if (nsize > old) {
-    b->count++;
-    if (b->fail_at && b->count == b->fail_at) return NULL;
-    if (nsize - old > b->limit - b->live) return NULL;
-  }
-  header *p = realloc(h, sizeof *h + nsize);
-  if (p == NULL) return NULL;
-  p->size = nsize;
-  b->live = b->live - old + nsize;
-  return p + 1;
-}
 
 typedef struct input {
   const uint8_t *p;
@@ -331,7 +294,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   b.limit = (size_t)1 << (16 + (mode & 7)); /* 64 KiB .. 8 MiB: big enough, never slow */
   b.fail_at = (mode & 16) ? (long)u8(&in) + 1 : 0;
   machine m = {0};
-  m.ctx = lt_context_new(fuzz_alloc, &b);
+  m.ctx = lt_context_new(budget_alloc, &b);
   if (m.ctx == NULL) {
     if (b.live != 0) abort();
     return 0;

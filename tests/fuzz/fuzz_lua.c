@@ -50,55 +50,13 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "budget_alloc.h"
 #include "lazytensor.h"
 #include "lazytensor_lua.h"
 
 #if LUA_VERSION_NUM < 504
 #error "fuzz_lua hosts Lua 5.4"
 #endif
-
-/* ------------------------------------------------------------ allocator */
-
-typedef struct budget {
-  size_t live, limit; /* refuse requests that would exceed limit bytes */
-  long count;         /* growing allocations so far */
-  long fail_at;       /* refuse this one (0: never) */
-  int fail_from;      /* ... and every later one */
-} budget;
-
-/* Each block starts with its size: Lua's allocator contract says that
- * osize is the block's size, and a host's allocator may rely on it (a pool
- * by size class), so a wrong osize aborts here. */
-typedef struct header {
-  size_t size, pad; /* 16 bytes: the block stays aligned */
-} header;
-
-static void *fuzz_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  budget *b = ud;
-  header *h = ptr ? (header *)ptr - 1 : NULL;
-  size_t old = ptr ? osize : 0;
-  if (h && h->size != osize) {
-    fprintf(stderr, "fuzz_lua: a block of %zu bytes %s with osize %zu\n", h->size,
-            nsize ? "reallocated" : "freed", osize);
-    abort();
-  }
-  if (nsize == 0) {
-    free(h);
-    b->live -= old;
-    return NULL;
-  }
-  if (nsize > old) { /* Lua assumes that shrinking never fails */
-    b->count++;
-    if (b->fail_at && (b->count == b->fail_at || (b->fail_from && b->count > b->fail_at)))
-      return NULL;
-    if (nsize - old > b->limit - b->live) return NULL;
-  }
-  header *p = realloc(h, sizeof *h + nsize);
-  if (p == NULL) return NULL;
-  p->size = nsize;
-  b->live = b->live - old + nsize;
-  return p + 1;
-}
 
 /* ---------------------------------------------------------------- input */
 
@@ -1486,7 +1444,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (mode & 8) b.fail_at = (long)u8() + 1; /* while the state and the module open */
   if (mode & 16) in.fail_after_setup = (long)((u8() << 8) | u8()) + 1;
   b.fail_from = (mode & 32) != 0;
-  lua_State *L = lua_newstate(fuzz_alloc, &b);
+  lua_State *L = lua_newstate(budget_alloc, &b);
   if (L == NULL) {
     if (b.live != 0) abort();
     return 0;
