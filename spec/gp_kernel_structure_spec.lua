@@ -160,7 +160,7 @@ describe("gp kernel structure: exact path against the dense reference", function
 end)
 
 -- minutes under valgrind and in the other Luas' runs: LT_SKIP_SLOW=1 skips these
-local slow_it = os.getenv("LT_SKIP_SLOW") == "1" and pending or it
+local slow_it = require("support.slow")(it)
 
 describe("gp kernel structure: iterative path at n = 3000", function()
   slow_it("MLL within 1% and the stochastic gradient within 10% of the exact ones", function()
