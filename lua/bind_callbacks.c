@@ -84,16 +84,17 @@ typedef struct rule_call {
   int not_implemented;
 } rule_call;
 
-/* What a rule receives after its operands. */
-static int push_extra_args(lua_State *L, const lt_args *args) {
-  switch (args->op) {
-    case LT_OP_SCALE: lua_pushnumber(L, args->scalar); return 1;
-    case LT_OP_GET:
+/* What a rule receives after its operands: the row's extra argument, as
+ * Lua sees it (indices 1-based). */
+static int push_extra_args(lua_State *L, const lt_op_info *op, const lt_args *args) {
+  switch (op->extra) {
+    case LT_EXTRA_SCALAR: lua_pushnumber(L, args->scalar); return 1;
+    case LT_EXTRA_FLAG: lua_pushboolean(L, args->flag); return 1;
+    case LT_EXTRA_ROW: lua_pushinteger(L, (lua_Integer)args->i + 1); return 1;
+    case LT_EXTRA_ENTRY:
       lua_pushinteger(L, (lua_Integer)args->i + 1);
       lua_pushinteger(L, (lua_Integer)args->j + 1);
       return 2;
-    case LT_OP_ROW: lua_pushinteger(L, (lua_Integer)args->i + 1); return 1;
-    case LT_OP_CHOLESKY: lua_pushboolean(L, args->flag); return 1;
     default: return 0;
   }
 }
@@ -114,33 +115,22 @@ static double result_number(lua_State *L, int idx, const char *op) {
   return lua_tonumber(L, idx);
 }
 
-/* Reads the rule's results (at stack indices base, base+1, ...) into res. */
-static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
-  lt_result *res = c->res;
-  switch (c->args->op) {
-    case LT_OP_TRACE:
-    case LT_OP_GET:
-    case LT_OP_LOGDET:
-    case LT_OP_INV_QUAD:
-    case LT_OP_EQUAL: res->x[0] = result_number(L, base, op); return;
-    case LT_OP_INV_QUAD_LOGDET:
-      res->x[0] = result_number(L, base, op);
-      res->x[1] = result_number(L, base + 1, op);
-      return;
-    case LT_OP_EIGH:
-      res->t[0] = result_tensor(L, base, op);
-      res->t[1] = result_tensor(L, base + 1, op);
-      return;
-    case LT_OP_SVD:
-      res->t[0] = result_tensor(L, base, op);
-      res->t[1] = result_tensor(L, base + 1, op);
-      res->t[2] = result_tensor(L, base + 2, op);
-      return;
-    default:
-      /* Custom operations may answer with a number as well. */
-      if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
-        res->x[0] = lua_tonumber(L, base);
-      else res->t[0] = result_tensor(L, base, op);
+/* Reads the rule's results (at stack indices base, base+1, ...) into res,
+ * as the operation's row says: tensors to t[], numbers to x[]. Kinds and
+ * shapes are checked by the core (lt_call) once the rule has returned. */
+static void store_results(lua_State *L, int base, const lt_op_info *op, lt_result *res) {
+  int nt = 0, nx = 0;
+  for (int k = 0; k < op->nresults; k++) {
+    int idx = base + k;
+    switch (op->result[k]) {
+      case LT_RESULT_NUMBER:
+      case LT_RESULT_BOOLEAN: res->x[nx++] = result_number(L, idx, op->name); break;
+      case LT_RESULT_TENSOR_OR_NUMBER:
+        if (lua_type(L, idx) == LUA_TNUMBER) res->x[nx++] = lua_tonumber(L, idx);
+        else res->t[nt++] = result_tensor(L, idx, op->name);
+        break;
+      default: res->t[nt++] = result_tensor(L, idx, op->name);
+    }
   }
 }
 
@@ -205,20 +195,10 @@ static void store_info(lua_State *L, int idx, lt_result *res) {
   lua_pop(L, 1);
 }
 
-/* How many results come before a rule's optional info table. */
-static int main_results(int op) {
-  switch (op) {
-    case LT_OP_EIGH:
-    case LT_OP_INV_QUAD_LOGDET: return 2;
-    case LT_OP_SVD: return 3;
-    default: return 1;
-  }
-}
-
 static int protected_rule(lua_State *L) {
   rule_call *c = lua_touserdata(L, 1);
   ltb_state *S = c->rule->S;
-  const char *op = lt_op_name(S->ctx, c->args->op);
+  const lt_op_info *op = lt_op_info_of(S->ctx, c->args->op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->rule->fn);
   int base = lua_gettop(L);
   cb_push_tensor(L, S, c->args->a);
@@ -227,16 +207,16 @@ static int protected_rule(lua_State *L) {
     cb_push_tensor(L, S, c->args->b);
     nargs++;
   }
-  nargs += push_extra_args(L, c->args);
-  lua_call(L, nargs, 4);
+  nargs += push_extra_args(L, op, c->args);
+  lua_call(L, nargs, LT_MAX_RESULTS + 1); /* the results, then an info table */
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
   if (lua_rawequal(L, -1, base)) {
     c->not_implemented = 1;
     return 0;
   }
   lua_pop(L, 1);
-  store_results(L, base, c, op);
-  store_info(L, base + main_results(c->args->op), c->res);
+  store_results(L, base, op, c->res);
+  store_info(L, base + op->nresults, c->res);
   return 0;
 }
 
@@ -262,17 +242,23 @@ static void free_lua_rule(lt_context *ctx, void *ud) {
   if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
-/* A name argument (operation or type): a string, else a lazytensor: error
+/* A name argument (operation or type): a non-empty string without zero
+ * bytes (C would see "add\0x" as "add"), else a lazytensor: error
  * (luaL_checkstring's "bad argument" message would not name the library). */
-static const char *check_name(lua_State *L, int idx, const char *fn, const char *what) {
+const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what) {
   if (lua_type(L, idx) != LUA_TSTRING)
     ltb_error(L, fn, "%s must be a name (a string), got %s", what, luaL_typename(L, idx));
-  return lua_tostring(L, idx);
+  size_t len;
+  const char *name = lua_tolstring(L, idx, &len);
+  if (len == 0) ltb_error(L, fn, "%s must be a name, got an empty string", what);
+  if (strlen(name) != len)
+    ltb_error(L, fn, "%s must be a name, got a string with a zero byte", what);
+  return name;
 }
 
 static int check_type_name(lua_State *L, int idx) {
   lt_context *ctx = ltb_ctx(L);
-  const char *name = check_name(L, idx, "implements", "a type");
+  const char *name = ltb_check_name(L, idx, "implements", "a type");
   int id = lt_type_id(ctx, name);
   if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
   return id;
@@ -285,14 +271,13 @@ static int l_implements(lua_State *L) {
   if (top < 3 || top > 4)
     return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments",
                      top);
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return ltb_error(L, "implements", "the operation must be a name, got %s", luaL_typename(L, 1));
+  const char *op_name = ltb_check_name(L, 1, "implements", "the operation");
   if (!lua_isfunction(L, top))
     return ltb_error(L, "implements", "the last argument must be a function, got %s",
                      luaL_typename(L, top));
   int ta = check_type_name(L, 2);
   int tb = top == 4 ? check_type_name(L, 3) : LT_TYPE_ANY;
-  int op = lt_op_id(S->ctx, lua_tostring(L, 1), 1);
+  int op = lt_op_id(S->ctx, op_name, 1);
   if (op == LT_ERR) return ltb_raise(L);
   /* luaL_ref may raise a memory error: take the reference before the C
    * allocation, so that nothing can leak. */
@@ -306,7 +291,7 @@ static int l_implements(lua_State *L) {
   rule->S = S;
   rule->fn = fn;
   char name[128];
-  snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
+  snprintf(name, sizeof name, "Lua rule for %s", op_name);
   if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
     lt_free(S->ctx, rule, sizeof *rule); /* C memory first: nothing below leaks it */
     luaL_unref(L, LUA_REGISTRYINDEX, fn);
@@ -315,33 +300,11 @@ static int l_implements(lua_State *L) {
   return 0;
 }
 
-/* lt.call(op, a [, b]): runs any operation, built-in or registered from Lua. */
-static int l_call(lua_State *L) {
-  ltb_state *S = ltb_get_state(L);
-  lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, check_name(L, 1, "call", "the operation"), 0);
-  if (op == LT_ERR) return ltb_raise(L);
-  lt_args args = {.op = op};
-  args.a = ltb_operand(L, 2, lua_tostring(L, 1));
-  if (!lua_isnil(L, 3)) args.b = ltb_operand(L, 3, lua_tostring(L, 1));
-  ltb_box *out = ltb_new_box(L);
-  lt_result res;
-  if (lt_call(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
-  lt_release(S->ctx, res.t[1]);
-  lt_release(S->ctx, res.t[2]);
-  if (res.t[0] == NULL) {
-    lua_pushnumber(L, res.x[0]);
-    return 1;
-  }
-  out->t = res.t[0];
-  return 1;
-}
-
 /* lt.explain(op, a [, b]) */
 static int l_explain(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, check_name(L, 1, "explain", "the operation"), 0);
+  int op = lt_op_id(S->ctx, ltb_check_name(L, 1, "explain", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
@@ -480,11 +443,8 @@ static int l_operator(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg functions[] = {{"implements", l_implements},
-                                     {"explain", l_explain},
-                                     {"call", l_call},
-                                     {"operator", l_operator},
-                                     {NULL, NULL}};
+static const luaL_Reg functions[] = {
+    {"implements", l_implements}, {"explain", l_explain}, {"operator", l_operator}, {NULL, NULL}};
 
 static int not_implemented_tostring(lua_State *L) {
   lua_pushliteral(L, "lazytensor.NotImplemented");
