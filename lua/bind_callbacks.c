@@ -20,6 +20,7 @@ static void cb_push_tensor(lua_State *L, ltb_state *S, lt_tensor *t) {
   luaL_getmetatable(L, TENSOR_NAME);
   ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
+  ltb_anchor(L, S, lua_gettop(L));
 }
 
 static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
@@ -313,60 +314,156 @@ static int l_explain(lua_State *L) {
 
 /* ---------------------------------------------------- Lua operators */
 
+/* An lt.operator's functions live in its anchor, a table {matmul,
+ * t_matmul}. Lua reaches an anchor only through the user values of the
+ * boxes whose tensors contain the operator (ltb_anchor; on 5.4 an ephemeron
+ * table keyed by the box stands for the user value): a matmul closure
+ * that holds the operator, or an expression built on it, is garbage
+ * together with them, as no registry reference (a GC root) holds the
+ * functions. The core reaches the anchor through a weak-valued table keyed
+ * by the operator's id: the entry lives while any box that can lead to the
+ * operator does. */
+static const char anchors_key = 0;
+
+#if LUA_VERSION_NUM >= 504
+/* box → its set of anchors, with weak keys (an ephemeron table): the set
+ * lives as long as the box, and a set reaching its own box does not keep
+ * it alive. Also across the box's finalizer: an entry whose key is being
+ * finalized is removed only by the collection after. */
+static const char box_anchors_key = 0;
+
+static void ltb_setuservalue(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &box_anchors_key);
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, -3);
+  lua_rawset(L, -3);
+  lua_pop(L, 2);
+}
+#endif
+
+/* A new registry table with the given weak mode, under key. */
+static void make_weak_table(lua_State *L, const void *key, const char *mode) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, key);
+  int exists = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (exists) return;
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, mode);
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 typedef struct lua_operator {
   ltb_state *S;
-  int matmul, t_matmul;
-  size_t rows, cols;
+  size_t id; /* its anchor's key in the anchors table */
 } lua_operator;
 
 typedef struct operator_call {
   lua_operator *op;
-  int fn;
+  int which; /* 1: matmul, 2: t_matmul (the anchor's slots) */
   lt_tensor *X, *out;
 } operator_call;
 
 static int protected_matmul(lua_State *L) {
   operator_call *c = lua_touserdata(L, 1);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  lua_pushinteger(L, (lua_Integer)c->op->id);
+  lua_rawget(L, -2);
+  if (!lua_istable(L, -1))
+    ltb_throw(L, "lazytensor: operator: its Lua functions were collected (a C host kept the "
+                 "operator without the Lua value it came from)");
+  lua_rawgeti(L, -1, c->which);
   cb_push_tensor(L, c->op->S, c->X);
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
-    ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
-              luaL_typename(L, -1));
+    ltb_throw(L, "lazytensor: operator: %s must return a dense tensor, got %s",
+              c->which == 1 ? "matmul" : "t_matmul", luaL_typename(L, -1));
+  if (!lt_is_dense(t))
+    ltb_throw(L, "lazytensor: operator: %s must return a dense tensor, got a lazy \"%s\"",
+              c->which == 1 ? "matmul" : "t_matmul", lt_typename(c->op->S->ctx, t));
   c->out = lt_retain(t);
   return 0;
 }
 
-static lt_tensor *call_operator(lua_operator *op, int fn, lt_tensor *X) {
-  operator_call call = {op, fn, X, NULL};
+static lt_tensor *call_operator(lua_operator *op, int which, lt_tensor *X) {
+  operator_call call = {op, which, X, NULL};
   if (run_protected(op->S, protected_matmul, &call, "operator") != LT_OK) return NULL;
   return call.out;
 }
 
 static lt_tensor *lua_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   (void)ctx;
-  lua_operator *op = ud;
-  return call_operator(op, op->matmul, X);
+  return call_operator(ud, 1, X);
 }
 
 static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   (void)ctx;
-  lua_operator *op = ud;
-  return call_operator(op, op->t_matmul, X);
+  return call_operator(ud, 2, X);
 }
 
-/* Runs inside the C core (when the operator dies): luaL_unref does not
- * allocate here, as the module made the registry's free list at open. */
+/* Runs inside the C core, when the operator dies: touches no Lua value (its
+ * anchor goes with the boxes that held it). */
 static void free_lua_operator(lt_context *ctx, void *ud) {
   lua_operator *op = ud;
-  ltb_state *S = op->S;
-  int matmul = op->matmul, t_matmul = op->t_matmul;
+  op->S->lua_operators--;
   lt_free(ctx, op, sizeof *op);
-  if (!S->closing) {
-    luaL_unref(S->L, LUA_REGISTRYINDEX, matmul);
-    luaL_unref(S->L, LUA_REGISTRYINDEX, t_matmul);
+}
+
+/* Adds the anchors of the lt.operators in t's tree to the set (a table
+ * whose keys are anchors) on top of the stack. An iterative walk over the
+ * operator graph, each node once (shared children are common: A·A). */
+static void collect_anchors(lua_State *L, lt_tensor *t) {
+  int found = lua_gettop(L);
+  lua_newtable(L); /* nodes seen */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  int seen = found + 1, anchors = found + 2, base = lua_gettop(L);
+  lua_pushlightuserdata(L, t);
+  while (lua_gettop(L) > base) {
+    lt_tensor *u = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (lt_is_dense(u)) continue;
+    lua_rawgetp(L, seen, u);
+    int was_seen = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (was_seen) continue;
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, seen, u);
+    const lt_operator_def *def = lt_operator_def_of(u);
+    if (def != NULL && def->matmul == lua_matmul) {
+      lua_pushinteger(L, (lua_Integer)((const lua_operator *)def->ud)->id);
+      lua_rawget(L, anchors);
+      if (lua_istable(L, -1)) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, found);
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    int n = lt_nchildren(u);
+    luaL_checkstack(L, n, "lazytensor: an expression too deep to walk");
+    for (int i = 0; i < n; i++) lua_pushlightuserdata(L, lt_child(u, i));
   }
+  lua_settop(L, found);
+}
+
+void ltb_anchor(lua_State *L, ltb_state *S, int idx) {
+  if (S->lua_operators == 0) return;
+  lt_tensor *t = ltb_slot_tensor(lua_touserdata(L, idx));
+  if (t == NULL || lt_is_dense(t)) return;
+  idx = lua_absindex(L, idx);
+  lua_newtable(L);
+  collect_anchors(L, t);
+  lua_pushnil(L);
+  if (lua_next(L, -2) == 0) { /* none: nothing to keep */
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pop(L, 2);
+  ltb_setuservalue(L, idx);
 }
 
 static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
@@ -374,17 +471,6 @@ static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
   lt_tristate v = lua_isnil(L, -1) ? LT_UNKNOWN : lua_toboolean(L, -1) ? LT_YES : LT_NO;
   lua_pop(L, 1);
   return v;
-}
-
-static int field_function(lua_State *L, int idx, const char *name, int required) {
-  lua_getfield(L, idx, name);
-  if (lua_isnil(L, -1) && !required) {
-    lua_pop(L, 1);
-    return LUA_NOREF;
-  }
-  if (!lua_isfunction(L, -1))
-    ltb_error(L, "operator", "%s must be a function, got %s", name, luaL_typename(L, -1));
-  return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
 /* lt.operator{shape = {m, n}, matmul = f [, t_matmul = g] [, psd =]
@@ -415,24 +501,34 @@ static int l_operator(lua_State *L) {
   if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
     return ltb_error(L, "operator", "t_matmul must be a function, got %s", luaL_typename(L, -1));
   lua_pop(L, 1);
-  /* Everything that may raise (the box, the references) happens before the
-   * C allocation below, so that nothing can leak. */
+  /* Everything that may raise (the box, the anchor and its entry) happens
+   * before the C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
-  int matmul = field_function(L, 1, "matmul", 1);
-  int t_matmul = field_function(L, 1, "t_matmul", 0);
+  int box_idx = lua_gettop(L);
+  lua_createtable(L, 2, 0); /* the anchor: {matmul, t_matmul} */
+  lua_getfield(L, 1, "matmul");
+  lua_rawseti(L, -2, 1);
+  lua_getfield(L, 1, "t_matmul");
+  int has_t_matmul = !lua_isnil(L, -1);
+  lua_rawseti(L, -2, 2);
+  int anchor = lua_gettop(L);
+  lua_createtable(L, 0, 1); /* the box's set of anchors: just its own */
+  lua_pushvalue(L, anchor);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  ltb_setuservalue(L, box_idx);
+  size_t id = ++S->operator_ids;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  lua_pushinteger(L, (lua_Integer)id);
+  lua_pushvalue(L, anchor);
+  lua_rawset(L, -3); /* weak: the box's user value holds the anchor */
   lua_operator *op = lt_malloc(S->ctx, sizeof *op);
-  if (op == NULL) {
-    luaL_unref(L, LUA_REGISTRYINDEX, matmul);
-    luaL_unref(L, LUA_REGISTRYINDEX, t_matmul);
-    return ltb_raise(L);
-  }
+  if (op == NULL) return ltb_raise(L);
   op->S = S;
-  op->matmul = matmul;
-  op->t_matmul = t_matmul;
-  op->rows = def.rows;
-  op->cols = def.cols;
+  op->id = id;
+  S->lua_operators++;
   def.matmul = lua_matmul;
-  def.t_matmul = op->t_matmul == LUA_NOREF ? NULL : lua_t_matmul;
+  def.t_matmul = has_t_matmul ? lua_t_matmul : NULL;
   def.ud = op;
   def.free_ud = free_lua_operator;
   box->t = lt_operator_new(S->ctx, &def);
@@ -440,6 +536,7 @@ static int l_operator(lua_State *L) {
     free_lua_operator(S->ctx, op);
     return ltb_raise(L);
   }
+  lua_settop(L, box_idx);
   return 1;
 }
 
@@ -454,6 +551,10 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
+  make_weak_table(L, &anchors_key, "v"); /* operator id → anchor */
+#if LUA_VERSION_NUM >= 504
+  make_weak_table(L, &box_anchors_key, "k"); /* box → its anchors */
+#endif
   /* lt.NotImplemented: a unique value rules return to hand the call on;
    * the same value when the module is opened again in this Lua state. */
   if (S->not_implemented != LUA_NOREF) {

@@ -92,6 +92,7 @@ int ltb_call_op(lua_State *L, int op_id, int first) {
       default: boxes[kt]->t = res.t[kt], kt++;
     }
   }
+  for (int i = 0; i < kt; i++) ltb_anchor(L, S, base + 1 + i);
   int nresults = lua_gettop(L) - base;
   if (op->reports_info) {
     ltb_push_info(L, &res.info);

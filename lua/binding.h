@@ -28,13 +28,15 @@ typedef struct ltb_state {
   lt_context *ctx;
   struct ltb_box *boxes; /* every box not yet collected (see ltb_box) */
   lua_State *L;
-  int pending_error;   /* error_slot while a Lua callback's error waits, else LUA_NOREF */
-  int error_slot;      /* registry ref made at open: storing into it never allocates */
-  int closing;         /* the Lua state is being closed */
-  int not_implemented; /* registry ref of lt.NotImplemented */
-  int progress;        /* registry slot of settings.progress (false when unset) */
-  size_t gc_mark;      /* lt_memory() at the last collector nudge (ltb_fill) */
-  const void *meta;    /* the tensor metatable (lua_topointer), to recognise boxes */
+  int pending_error;    /* error_slot while a Lua callback's error waits, else LUA_NOREF */
+  int error_slot;       /* registry ref made at open: storing into it never allocates */
+  int closing;          /* the Lua state is being closed */
+  int not_implemented;  /* registry ref of lt.NotImplemented */
+  int progress;         /* registry slot of settings.progress (false when unset) */
+  size_t gc_mark;       /* lt_memory() at the last collector nudge (ltb_fill) */
+  size_t lua_operators; /* lt.operator tensors alive (see ltb_anchor) */
+  size_t operator_ids;  /* the last lt.operator's id */
+  const void *meta;     /* the tensor metatable (lua_topointer), to recognise boxes */
 } ltb_state;
 
 /* A tensor userdata holds a pointer to its box, a small block of C memory
@@ -95,6 +97,13 @@ ltb_box *ltb_push_box(lua_State *L, ltb_state *S);
 /* Stores t in the box (taking ownership) and returns 1; with t NULL raises
  * the context's error. */
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
+/* The box (tensor userdata) at idx holds, as its user value, the anchors of
+ * the lt.operators in its tensor's tree (their Lua functions): a closure
+ * that reaches the box is garbage together with it, as no registry
+ * reference (a GC root) holds the functions. Every box that can lead to an
+ * operator's product anchors it (ltb_fill, ltb_call_op, callbacks' and
+ * hosts' pushes call this); a no-op while no lt.operator is alive. */
+void ltb_anchor(lua_State *L, ltb_state *S, int idx);
 /* Number, table or tensor at idx → tensor; a converted value replaces the
  * stack slot, so the garbage collector owns it. */
 lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);

@@ -166,10 +166,26 @@ static void gc_nudge(lua_State *L, ltb_state *S) {
   S->gc_mark = lt_memory(S->ctx);
 }
 
+static ltb_box **slot_of(lua_State *L, const ltb_state *S, int idx);
+
+/* The stack index of box's userdata (it was pushed by this call, and is
+ * nearly always on top); 0 when it is not on the stack. */
+static int box_index(lua_State *L, const ltb_state *S, const ltb_box *box) {
+  for (int i = lua_gettop(L); i >= 1; i--) {
+    ltb_box **slot = slot_of(L, S, i);
+    if (slot && *slot == box) return i;
+  }
+  return 0;
+}
+
 /* ltb_fill with the state at hand. */
 static int fill(lua_State *L, ltb_state *S, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
+  if (S->lua_operators > 0 && !lt_is_dense(t)) {
+    int idx = box_index(L, S, box);
+    if (idx) ltb_anchor(L, S, idx);
+  }
   if (S->pending_error != LUA_NOREF) ltb_raise(L);
   gc_nudge(L, S);
   return 1;

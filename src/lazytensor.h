@@ -580,6 +580,9 @@ typedef struct lt_operator_def {
 } lt_operator_def;
 lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def);
 const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an operator */
+/* The definition an operator was made with (its matmul and ud tell a binding
+ * whether it is one of its own); NULL when t is not an operator. */
+const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);
