@@ -505,6 +505,12 @@ static int l_operator(lua_State *L) {
    * before the C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
   int box_idx = lua_gettop(L);
+  /* Made with the first operator: programs without operators carry no weak
+   * tables (every collection cycle visits them). */
+  make_weak_table(L, &anchors_key, "v"); /* operator id → anchor */
+#if LUA_VERSION_NUM >= 504
+  make_weak_table(L, &box_anchors_key, "k"); /* box → its anchors */
+#endif
   lua_createtable(L, 2, 0); /* the anchor: {matmul, t_matmul} */
   lua_getfield(L, 1, "matmul");
   lua_rawseti(L, -2, 1);
@@ -551,10 +557,7 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
-  make_weak_table(L, &anchors_key, "v"); /* operator id → anchor */
-#if LUA_VERSION_NUM >= 504
-  make_weak_table(L, &box_anchors_key, "k"); /* box → its anchors */
-#endif
+
   /* lt.NotImplemented: a unique value rules return to hand the call on;
    * the same value when the module is opened again in this Lua state. */
   if (S->not_implemented != LUA_NOREF) {
