@@ -341,7 +341,7 @@ enum {
 };
 
 /*
- * The operation table (src/core/optable.c), in the spirit of Lua's
+ * The operation table (OPS[] in src/core/ops.c), in the spirit of Lua's
  * luaP_opmodes: one row per operation says what it takes and gives. The
  * core checks every call and every rule's results by it (lt_call and the
  * functions below), and bindings read it to pass arguments and results
