@@ -240,6 +240,23 @@ describe("gp kernels use every input dimension by default", function()
   end)
 end)
 
+describe("gp rq kernel at large alpha", function()
+  it("tends to the rbf kernel instead of rounding (1 + q)^(−α) to garbage", function()
+    local x = {}
+    for i = 1, 40 do x[i] = {0.25 * i} end
+    local y = targets(x)
+    local rbf = gp.exact{x = x, y = y, kernel = K.rbf{lengthscale = 0.9, variance = 0.5},
+                         noise = 0.03}
+    for _, alpha in ipairs{1e8, 1e16, 1e20} do
+      local rq = gp.exact{x = x, y = y, kernel = K.rq{lengthscale = 0.9, variance = 0.5,
+                                                      alpha = alpha}, noise = 0.03}
+      close(rq:mll(), rbf:mll(), alpha > 1e9 and 1e-12 or 1e-7, "rq mll at alpha " .. alpha)
+      local _, g = rq:mll_and_grad()
+      assert.is_true(math.abs(g[2]) < 1e-6, "d mll / d log alpha " .. g[2])
+    end
+  end)
+end)
+
 ------------------------------------------------------------ unknown keys --
 
 describe("gp rejects unknown keys", function()

@@ -197,7 +197,25 @@ base.periodic = {
   end,
 }
 
--- Rational quadratic: v · (1 + r²/(2 α l²))^(−α).
+-- log(1 + q), accurate for small q too (Goldberg's trick: the rounding of
+-- 1 + q cancels in the ratio).
+local function log1p(q)
+  local u = 1 + q
+  if u == 1 then return q end
+  return log(u) * q / (u - 1)
+end
+
+-- q/(1 + q) − log(1 + q) = −q²/2 + 2q³/3 − 3q⁴/4 + ..., by the series where
+-- the two terms would cancel.
+local function rq_alpha_term(q)
+  if q < 1e-4 then return q * q * (-0.5 + q * (2 / 3 - 0.75 * q)) end
+  return q / (1 + q) - log1p(q)
+end
+
+-- Rational quadratic: v · (1 + r²/(2 α l²))^(−α) = v · exp(−α · log1p(q)).
+-- Written with log1p: as α grows (the RBF limit, where fits often drift)
+-- (1 + q)^(−α) with q ~ 1/α rounds 1 + q to a few values and K stops being
+-- positive definite (a fit on co2 went to α = 6e16 and an MLL of +899).
 base.rq = {
   names = {"lengthscale", "alpha", "variance"},
   stationary = true,
@@ -205,11 +223,11 @@ base.rq = {
     local l, al, v = self.values.lengthscale, self.values.alpha, self.values.variance
     local r2 = differences(self.dims, x, y)
     local q = r2 / (2 * al * l * l)
-    local k = v * (1 + q) ^ (-al)
+    local k = v * exp(-al * log1p(q))
     if grad then
       write_grads(self, grad, offset, {
         lengthscale = k * (r2 / (l * l)) / (1 + q),
-        alpha = al * k * (-log(1 + q) + q / (1 + q)),
+        alpha = al * k * rq_alpha_term(q),
         variance = k,
       })
     end
