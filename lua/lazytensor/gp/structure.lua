@@ -212,27 +212,37 @@ local function build_toeplitz(kernel, points, x0, h, want_grads)
   function cov.derivative(p)
     return lt.toeplitz(lt.tensor(dc[p]))
   end
-  function cov.cross(star)
-    -- Rectangular Toeplitz when the new points continue the same grid.
+  -- K treats the inputs as the grid x0 + (i − 1)·h (they are within
+  -- SPACING_TOL·h of it), and cross-covariances must use the same positions:
+  -- a posterior variance is the small remainder k** − k*ᵀKy⁻¹k*, and co2's
+  -- months, rounded to 4 decimals in the CSV, put it 15% off otherwise.
+  local grid = {}
+  for j = 1, n do grid[j] = {x0 + (j - 1) * h} end
+  local function at_lag(steps) return kernel:value({x0}, {x0 + abs(steps) * h}) end
+  -- m when the test points continue the grid (star_i = x0 + (m + i − 1)·h),
+  -- nil otherwise.
+  local function grid_offset(star)
     local s0, sh = regular_spacing(star)
-    if s0 and abs(sh - h) <= SPACING_TOL * h then
-      local shift = (s0 - x0) / h
-      if abs(shift - math.floor(shift + 0.5)) <= SPACING_TOL then
-        local col, row = {}, {}
-        for i = 1, #star do col[i] = kernel:value({star[i][1]}, {x0}) end
-        for j = 1, n do row[j] = kernel:value({s0}, {x0 + (j - 1) * h}) end
-        return lt.toeplitz(lt.tensor(col), lt.tensor(row))
-      end
-    end
-    return (kernel_dense(kernel, star, points, false))
+    if not s0 or abs(sh - h) > SPACING_TOL * h then return nil end
+    local shift = (s0 - x0) / h
+    local m = math.floor(shift + 0.5)
+    if abs(shift - m) > SPACING_TOL then return nil end
+    return m
+  end
+  function cov.cross(star)
+    local m = grid_offset(star)
+    if not m then return (kernel_dense(kernel, star, grid, false)) end
+    -- rectangular Toeplitz: entry (i, j) at lag (m + i − j)·h
+    local col, row = {}, {}
+    for i = 1, #star do col[i] = at_lag(m + i - 1) end
+    for j = 1, n do row[j] = at_lag(m - j + 1) end
+    return lt.toeplitz(lt.tensor(col), lt.tensor(row))
   end
   function cov.test_covariance(star)
-    -- Toeplitz again when the test points are regularly spaced (any start).
-    local s0, sh = regular_spacing(star)
-    if s0 and abs(sh - h) <= SPACING_TOL * h then
-      return lt.psd(lt.toeplitz(lt.tensor((lag_columns(kernel, s0, h, #star, false)))))
-    end
-    return dense_test_covariance(kernel, star)
+    if not grid_offset(star) then return dense_test_covariance(kernel, star) end
+    local col = {}
+    for i = 1, #star do col[i] = at_lag(i - 1) end
+    return lt.psd(lt.toeplitz(lt.tensor(col)))
   end
   function cov.noise_explain(per_point)
     if per_point then
