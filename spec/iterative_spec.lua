@@ -4,7 +4,7 @@
 -- method, iterations, residual and convergence in `info`.
 local lt = require "lazytensor"
 -- the heaviest cases (seconds here, many minutes under valgrind) are left to
--- full runs: LT_SKIP_SLOW=1 skips them
+-- full runs: with LT_SKIP_SLOW=1 they are not defined (spec/support/slow.lua)
 local slow_it = require("support.slow")(it)
 
 local function rel_residual(A, x, b)
