@@ -37,6 +37,14 @@ typedef struct ltb_state {
   size_t lua_operators; /* lt.operator tensors alive (see ltb_anchor) */
   size_t operator_ids;  /* the last lt.operator's id */
   const void *meta;     /* the tensor metatable (lua_topointer), to recognise boxes */
+  /* Handles: every box's userdata sits at index box->handle of a weak
+   * array in the registry (slot `handles`), so that the userdata holding a
+   * tensor can be pushed again (ltb_push_handle). Freed indices are reused:
+   * free_handles has room for every index ever given out. */
+  int handles;
+  int next_handle;
+  int *free_handles;
+  size_t nfree, free_cap;
 } ltb_state;
 
 /* A tensor userdata holds a pointer to its box, a small block of C memory
@@ -51,6 +59,7 @@ typedef struct ltb_state {
 typedef struct ltb_box {
   lt_tensor *t;
   struct ltb_box *prev, *next; /* the state's list */
+  int handle;                  /* the userdata's index in the handles array, 0: none */
 } ltb_box;
 
 /* The tensor of a tensor userdata (NULL once freed, closed or collected);
@@ -104,6 +113,10 @@ int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
  * operator's product anchors it (ltb_fill, ltb_call_op, callbacks' and
  * hosts' pushes call this); a no-op while no lt.operator is alive. */
 void ltb_anchor(lua_State *L, ltb_state *S, int idx);
+/* Pushes the userdata the program holds for t (its oldest live one:
+ * gradients come back keyed by the very userdata that made the leaf), or a
+ * new one holding a reference to t. */
+void ltb_push_handle(lua_State *L, ltb_state *S, lt_tensor *t);
 /* Number, table or tensor at idx → tensor; a converted value replaces the
  * stack slot, so the garbage collector owns it. */
 lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
@@ -150,6 +163,7 @@ void ltb_open_linalg(lua_State *L, int module);     /* bind_linalg.c */
 void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
 void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
 void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
+void ltb_open_grad(lua_State *L, int module);       /* bind_grad.c: gradients */
 /* bind_ops.c: every operation of the table not wrapped by hand above, as
  * lt.<op> and A:<op> (call it last), and lt.call. */
 void ltb_open_ops(lua_State *L, int module);

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -59,12 +60,28 @@ static int sum_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* Gradients: every term gets the same weights. */
+static int sum_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  for (int i = 0; i < self->nchildren; i++)
+    if (lt_bilinear_derivative(ctx, self->children[i], w, grads) != LT_OK) return LT_ERR;
+  return LT_OK;
+}
+
+static lt_tensor *sum_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)values;
+  return lt_sum_new(ctx, children, self->nchildren);
+}
+
 const lt_type lt_sum_type = {
     .name = "sum",
     .matmul = sum_matmul,
     .t_matmul = sum_t_matmul,
     .entry = sum_entry,
     .row = sum_row,
+    .bilinear_derivative = sum_derivative,
+    .rebuild = sum_rebuild,
 };
 
 /* Sound property rules: a sum of symmetric terms is symmetric; of PSD
