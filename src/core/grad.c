@@ -161,6 +161,35 @@ lt_tensor *ltg_matmul(lt_context *ctx, lt_tensor *a, int ta, lt_tensor *b, int t
   return out;
 }
 
+lt_tensor *ltg_apply(lt_context *ctx, const lt_cotangent *w, size_t m, size_t n, int trans,
+                     lt_tensor *X) {
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK: { /* L·(RᵀX), or R·(LᵀX) */
+      lt_tensor *a = trans ? w->R : w->L, *b = trans ? w->L : w->R;
+      lt_tensor *t = ltg_matmul(ctx, b, 1, X, 0);
+      lt_tensor *out = t ? ltg_matmul(ctx, a, 0, t, 0) : NULL;
+      lt_release(ctx, t);
+      return out;
+    }
+    case LTG_DENSE: return ltg_matmul(ctx, w->W, trans, X, 0);
+    default: { /* rows scaled by d; rows beyond min(m, n) are 0 */
+      size_t rows = trans ? n : m, k = X->shape[1], nd = w->d->shape[0];
+      lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){rows, k});
+      lt_tensor *x = out ? lt_dense_contiguous(ctx, X) : NULL;
+      if (x == NULL) {
+        lt_release(ctx, out);
+        return NULL;
+      }
+      const double *d = lt_dense_data(w->d), *xi = lt_dense_data(x);
+      double *o = lt_dense_data(out);
+      for (size_t i = 0; i < nd; i++)
+        for (size_t c = 0; c < k; c++) o[i * k + c] = d[i] * xi[i * k + c];
+      lt_release(ctx, x);
+      return out;
+    }
+  }
+}
+
 double ltg_dot(const lt_tensor *a, const lt_tensor *b) {
   size_t n = lt_numel(a);
   const double *x = lt_dense_data(a), *y = lt_dense_data(b);

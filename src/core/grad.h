@@ -40,6 +40,12 @@ int ltg_scaled(lt_context *ctx, const lt_cotangent *w, double c, lt_cotangent *o
 /* The transposed cotangent Wᵀ (new tensors or references: ltg_release). */
 int ltg_transposed(lt_context *ctx, const lt_cotangent *w, lt_cotangent *out);
 
+/* W·X (trans: Wᵀ·X) for the weights of an m×n operator and a dense X of n
+ * (trans: m) rows: a new contiguous tensor, W never formed when low-rank
+ * or diagonal. */
+lt_tensor *ltg_apply(lt_context *ctx, const lt_cotangent *w, size_t m, size_t n, int trans,
+                     lt_tensor *X);
+
 /* op(a)·op(b) for dense matrices (views allowed), as a new contiguous
  * tensor; ta, tb: transpose a, b. */
 lt_tensor *ltg_matmul(lt_context *ctx, lt_tensor *a, int ta, lt_tensor *b, int tb);
