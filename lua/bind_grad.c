@@ -202,7 +202,69 @@ static int l_with_params(lua_State *L) {
   return ltb_fill(L, box, lt_with_params(S->ctx, a, values));
 }
 
+/* The per-call options of inv_quad_logdet at idx: grad and
+ * control_variate are taken out (the rest are settings); the slot gets a
+ * copy without them. */
+static void take_grad_options(lua_State *L, int idx, int *grad, int *cv) {
+  *grad = 0;
+  *cv = 0;
+  if (!lua_istable(L, idx) || ltb_to_tensor(L, idx) != NULL) return;
+  lua_getfield(L, idx, "grad");
+  *grad = lua_toboolean(L, -1);
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN)
+    ltb_error(L, "inv_quad_logdet", "grad must be a boolean, got %s", luaL_typename(L, -1));
+  lua_getfield(L, idx, "control_variate");
+  if (!lua_isnil(L, -1)) {
+    if (!*grad) ltb_error(L, "inv_quad_logdet", "control_variate needs grad = true");
+    *cv = (int)ltb_check_size(L, lua_gettop(L), "inv_quad_logdet", "control_variate");
+  }
+  lua_pop(L, 2);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (strcmp(k, "grad") == 0 || strcmp(k, "control_variate") == 0) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_replace(L, idx);
+}
+
+/* A:inv_quad_logdet(b [, opts]) → inv_quad, logdet, info; with opts.grad:
+ * inv_quad, logdet, grads, info (see lt_inv_quad_logdet_grad). */
+static int l_inv_quad_logdet(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  int grad, cv;
+  take_grad_options(L, 3, &grad, &cv);
+  if (!grad) return ltb_call_op(L, LT_OP_INV_QUAD_LOGDET, 1);
+  lt_tensor *a = ltb_operand(L, 1, "inv_quad_logdet");
+  if (lua_isnil(L, 2)) return ltb_error(L, "inv_quad_logdet", "missing the right-hand side");
+  lt_tensor *b = ltb_operand(L, 2, "inv_quad_logdet");
+  lt_paramset *grads = push_paramset(L, S);
+  int set = lua_gettop(L);
+  ltb_saved saved;
+  ltb_apply_settings(L, 3, &saved, "inv_quad_logdet"); /* pushes the old progress */
+  double q = 0, ld = 0;
+  lt_info info;
+  lt_grad_opts opts = {cv};
+  int rc = lt_inv_quad_logdet_grad(S->ctx, a, b, &opts, &q, &ld, grads, &info);
+  ltb_restore_settings(L, &saved);
+  if (rc != LT_OK) return ltb_raise(L);
+  lua_settop(L, set);
+  lua_pushnumber(L, q);
+  lua_pushnumber(L, ld);
+  push_by_leaf(L, S, grads);
+  ltb_push_info(L, &info);
+  return 4;
+}
+
 static const luaL_Reg functions[] = {{"params", l_params},
+                                     {"inv_quad_logdet", l_inv_quad_logdet},
                                      {"bilinear_derivative", l_bilinear_derivative},
                                      {"with_params", l_with_params},
                                      {NULL, NULL}};

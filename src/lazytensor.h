@@ -679,6 +679,24 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
  * operator without with_params) or a value does not fit its parameter. */
 lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values);
 
+/* inv_quad_logdet with gradients: bᵀA⁻¹b and log det A (A symmetric
+ * positive definite, b a dense vector or n×k matrix), and in grads the
+ * gradient of their sum with respect to every parameter under A and to b
+ * (b's own entry {values = 2·A⁻¹b} when b is a vector; a matrix b is an
+ * operator whose leaves get theirs). Exact (one Cholesky factor) up to
+ * max_cholesky_size; above it GPyTorch's stochastic estimate from one
+ * block CG run over [b | num_trace_samples probes], preconditioned as the
+ * iterative rules are. info: "cholesky", or "slq" with CG's iterations,
+ * residual and convergence. */
+typedef struct lt_grad_opts {
+  /* Stochastic path: rank of the pivoted-Cholesky control variate, 0 for
+   * none. With it, tr(P⁻¹ ∂A) of the preconditioner P = L·Lᵀ + D (of this
+   * rank at least) is exact and only the rest is estimated. */
+  int control_variate;
+} lt_grad_opts;
+int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
+                            double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -236,6 +236,18 @@ lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tenso
   return c;
 }
 
+int lt_lapack_cholesky_inverse(lt_context *ctx, const char *op, lt_tensor *u) {
+  size_t n = u->shape[0];
+  double *p = lt_dense_data(u);
+  if (n == 0) return LT_OK;
+  /* Column-major 'L' is the row-major upper factor. */
+  if (LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
+    return lt_error(ctx, "%s: matrix is singular", op);
+  mirror_upper(p, n);
+  lt_dense_forget_props(u);
+  return LT_OK;
+}
+
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {
   if (n == 0 || k == 0) return;
   cblas_dtrsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower,

@@ -55,6 +55,11 @@ lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tenso
  * a contiguous n×k B. */
 lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *u, const lt_tensor *b);
 
+/* Turns an upper Cholesky factor U (from lt_lapack_cholesky_upper_only) into
+ * A⁻¹ = U⁻¹U⁻ᵀ in place (dpotri), both triangles; LT_ERR when a pivot is
+ * zero ("op: matrix is singular"). */
+int lt_lapack_cholesky_inverse(lt_context *ctx, const char *op, lt_tensor *u);
+
 /* 2·Σ log F_ii = log det A for a Cholesky factor F (either triangle). */
 double lt_lapack_cholesky_logdet(const lt_tensor *f);
 

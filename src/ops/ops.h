@@ -53,6 +53,12 @@ int lt_register_hadamard_rules(lt_context *ctx);
 /* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
  * registered after the generic ones, so they are tried first. */
 int lt_register_iterative_rules(lt_context *ctx);
+/* The pivoted-Cholesky preconditioner M = L·Lᵀ + D (rank at most rank_max)
+ * of an A = K + D (a sum with diagonal terms), as the iterative rules build
+ * it; *have = 0 when A has no such structure (ops/iterative.c). */
+struct lt_precond;
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, struct lt_precond *P,
+                                int *have);
 int lt_register_iterative_dense_rules(lt_context *ctx);
 int lt_register_lowrank_rules(lt_context *ctx);
 int lt_register_lowrank_diag_rules(lt_context *ctx);
