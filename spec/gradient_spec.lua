@@ -335,6 +335,62 @@ describe("gradients", function()
   end)
 end)
 
+describe("gradients: lt.mvn log_prob{grad = true}", function()
+  local k = 6
+  local mean = lt.tensor{0.5, -1, 0, 2, 1, -0.5}
+  local cov = lt.psd(LR + D + T)
+  local dist = lt.mvn(mean, cov)
+  local h = 1e-6
+
+  local function central(f, t, i)
+    local tp, tm = t:clone(), t:clone()
+    local flat_p, flat_m = tp:reshape(t:numel()), tm:reshape(t:numel())
+    flat_p[i] = flat_p[i] + h
+    flat_m[i] = flat_m[i] - h
+    return (f(tp) - f(tm)) / (2 * h)
+  end
+
+  it("gives the gradients of log_prob for the covariance's leaves, the mean and x", function()
+    local x = lt.tensor{1, 0, -1, 1, 0.5, 2}
+    local lp, g = dist:log_prob(x, {grad = true})
+    assert.is_true(math.abs(lp - dist:log_prob(x)) < 1e-12)
+    for i = 1, k do
+      local fd_x = central(function(t) return dist:log_prob(t) end, x, i)
+      local fd_m = central(function(t) return lt.mvn(t, cov):log_prob(x) end, mean, i)
+      local fd_d = central(function(t)
+        return lt.mvn(mean, cov:with_params{[D] = {diag = t}}):log_prob(x)
+      end, D:params().diag, i)
+      assert.is_true(math.abs(g[x].values[i] - fd_x) < 1e-6)
+      assert.is_true(math.abs(g[mean].values[i] - fd_m) < 1e-6)
+      assert.is_true(math.abs(g[D].diag[i] - fd_d) < 1e-6)
+    end
+    assert.is_table(g[LR])
+    assert.is_table(g[T])
+  end)
+
+  it("gives the gradients of the summed log_prob of n points (rows of x)", function()
+    local X = lt.tensor(ref.random_matrix(ref.generator(31), 3, k))
+    local lps, g = dist:log_prob(X, {grad = true})
+    conformance.assert_close(lps, dist:log_prob(X):totable(), 1e-12, "log_prob rows")
+    local function total(Y) return dist:log_prob(Y):sum() end
+    for i = 1, 3 * k, 4 do
+      assert.is_true(math.abs(g[X].values:reshape(3 * k)[i] - central(total, X, i)) < 1e-6)
+    end
+    for i = 1, k do
+      local fd = central(function(t)
+        return lt.mvn(mean, cov:with_params{[D] = {diag = t}}):log_prob(X):sum()
+      end, D:params().diag, i)
+      assert.is_true(math.abs(g[D].diag[i] - fd) < 1e-6)
+    end
+  end)
+
+  it("rejects unknown options", function()
+    local ok, err = pcall(dist.log_prob, dist, mean, {gard = true})
+    assert.is_false(ok)
+    assert.matches("^lazytensor: mvn:log_prob: unknown option 'gard'", err)
+  end)
+end)
+
 describe("gradients: the stochastic estimate", function()
   -- Toeplitz + U·Uᵀ + diag(σ²), n = 400 above max_cholesky_size = 100: one
   -- mBCG run over [b | 30 probes] with a pivoted-Cholesky preconditioner.
