@@ -174,7 +174,7 @@ function gradcheck.check(A, opts)
           end
           local got = entry_of(g, e)
           local scale = math.max(1, math.abs(fd), math.abs(plus[k]))
-          if not (math.abs(got - fd) <= tol * scale) then
+          if not (math.abs(got - fd) <= tol * scale) then -- luacheck: ignore 581 (NaN)
             error(string.format("gradcheck: %s: d/d %s.%s[%d] = %.10g, central difference %.10g "
                                 .. "(tolerance %.3g)", kind.name, lt.type(leaf), name, e, got, fd,
                                 tol * scale))

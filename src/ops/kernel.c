@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -283,6 +284,223 @@ static size_t kernel_payload_bytes(const lt_tensor *self) {
   return sizeof(kernel_payload);
 }
 
+/* ---------------------------------------------------------- gradients */
+
+/* {lengthscale, variance, period (periodic), x1, x2 (when given)}. The
+ * gradient of <W, K> is one pass over the entries: at each pair, the
+ * entry's derivatives with respect to l, v, p and the two points (the
+ * derivative kernels below), weighted by W_ij. W = L·Rᵀ is formed a block
+ * of rows at a time by dgemm; with x2 omitted only pairs i <= j are
+ * evaluated, weighted by W_ij + W_ji. */
+
+/* The derivatives of one entry k(x, y): ∂k/∂l, ∂k/∂v, ∂k/∂p, and the
+ * factor c with ∂k/∂x_q = c·f_q, f_q = x_q − y_q (radial kinds) or
+ * sin(2π(x_q − y_q)/p) (periodic). */
+typedef struct entry_grad {
+  double dl, dv, dp, c;
+} entry_grad;
+
+static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
+                                    size_t d) {
+  double l = s->lengthscale, v = s->variance;
+  entry_grad g = {0, 0, 0, 0};
+  if (s->kind == LT_KERNEL_PERIODIC) {
+    double S = 0, D = 0, w = PI / s->period;
+    for (size_t q = 0; q < d; q++) {
+      double u = w * (x[q] - y[q]), su = sin(u);
+      S += su * su;
+      D += sin(2.0 * u) * u;
+    }
+    double k = v * exp(-2.0 * S / (l * l));
+    g.dl = 4.0 * k * S / (l * l * l);
+    g.dv = k / v;
+    g.dp = 2.0 * k * D / (l * l * s->period);
+    g.c = -2.0 * k / (l * l) * w; /* ∂S/∂x_q = sin(2u_q)·π/p */
+    return g;
+  }
+  double r2 = 0;
+  for (size_t q = 0; q < d; q++) r2 += (x[q] - y[q]) * (x[q] - y[q]);
+  double r = sqrt(r2);
+  switch (s->kind) {
+    case LT_KERNEL_RBF: {
+      double k = v * exp(-0.5 * r2 / (l * l));
+      g.dl = k * r2 / (l * l * l);
+      g.dv = k / v;
+      g.c = -k / (l * l);
+      break;
+    }
+    case LT_KERNEL_MATERN12: {
+      double a = r / l, k = v * exp(-a);
+      g.dl = k * a / l;
+      g.dv = k / v;
+      g.c = r > 0 ? -k / (l * r) : 0.0; /* the cusp at r = 0: the subgradient 0 */
+      break;
+    }
+    case LT_KERNEL_MATERN32: {
+      double a = sqrt(3.0) * r / l, e = exp(-a);
+      g.dl = v * a * a * e / l;
+      g.dv = (1.0 + a) * e;
+      g.c = -v * e * 3.0 / (l * l);
+      break;
+    }
+    default: { /* matern52 */
+      double a = sqrt(5.0) * r / l, e = exp(-a);
+      g.dl = v * a * a * (1.0 + a) * e / (3.0 * l);
+      g.dv = (1.0 + a + a * a / 3.0) * e;
+      g.c = -v * (1.0 + a) * e * 5.0 / (3.0 * l * l);
+    }
+  }
+  return g;
+}
+
+/* Running sums of the gradient. */
+typedef struct kernel_sums {
+  double l, v, p;
+  double *x1, *x2; /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
+} kernel_sums;
+
+/* Adds w·∂k(x1_i, x2_j) to the sums. */
+static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj, size_t d,
+                     double w, double *gi, double *gj, kernel_sums *g) {
+  if (w == 0.0) return;
+  entry_grad e = entry_derivatives(s, xi, yj, d);
+  g->l += w * e.dl;
+  g->v += w * e.dv;
+  g->p += w * e.dp;
+  double c = w * e.c;
+  if (c == 0.0) return;
+  for (size_t q = 0; q < d; q++) {
+    double f =
+        s->kind == LT_KERNEL_PERIODIC ? sin(2.0 * PI * (xi[q] - yj[q]) / s->period) : xi[q] - yj[q];
+    gi[q] += c * f;
+    gj[q] -= c * f;
+  }
+}
+
+/* The rows [i0, i0 + b) of the weights into block (b×n2): W's rows, or
+ * L's rows times Rᵀ; with transposed, the rows of Wᵀ (R's rows times Lᵀ). */
+static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
+                        double *block) {
+  if (w->W) {
+    const double *x = lt_dense_data(w->W);
+    size_t n1 = w->W->shape[0];
+    for (size_t i = 0; i < b; i++)
+      for (size_t j = 0; j < n2; j++)
+        block[i * n2 + j] = transposed ? x[j * n1 + i0 + i] : x[(i0 + i) * n2 + j];
+    return;
+  }
+  const lt_tensor *a = transposed ? w->R : w->L, *c = transposed ? w->L : w->R;
+  size_t k = a->shape[1];
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)n2, (int)k, 1.0,
+              lt_dense_data(a) + i0 * k, (int)k, lt_dense_data(c), (int)k, 0.0, block, (int)n2);
+}
+
+/* One pass over the pairs for dense or low-rank weights. */
+static int kernel_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent *w,
+                       kernel_sums *g) {
+  const kernel_payload *p = self->payload;
+  const lt_tensor *A = points1(self), *B = points2(self);
+  size_t n1 = A->shape[0], n2 = B->shape[0], d = A->shape[1];
+  if (n1 == 0 || n2 == 0) return LT_OK;
+  size_t rows = BLOCK_DOUBLES / n2;
+  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
+  if (rows > n1) rows = n1;
+  size_t bytes;
+  if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
+  double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
+  if (blk == NULL || (p->same && blt == NULL)) {
+    lt_free(ctx, blk, bytes);
+    return LT_ERR;
+  }
+  const double *x = lt_dense_data(A), *y = lt_dense_data(B);
+  double *gy = p->same ? g->x1 : g->x2;
+  for (size_t i0 = 0; i0 < n1; i0 += rows) {
+    size_t b = n1 - i0 < rows ? n1 - i0 : rows;
+    weight_rows(w, i0, b, n2, 0, blk);
+    if (p->same) weight_rows(w, i0, b, n2, 1, blt);
+    for (size_t i = 0; i < b; i++) {
+      size_t gi = i0 + i;
+      for (size_t j = p->same ? gi : 0; j < n2; j++) {
+        double wij = blk[i * n2 + j];
+        if (p->same && j != gi) wij += blt[i * n2 + j]; /* k_ij = k_ji */
+        add_pair(&p->spec, x + gi * d, y + j * d, d, wij, g->x1 + gi * d, gy + j * d, g);
+      }
+    }
+  }
+  lt_free(ctx, blk, bytes);
+  lt_free(ctx, blt, p->same ? bytes : 0);
+  return LT_OK;
+}
+
+static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  const kernel_payload *p = self->payload;
+  if (lt_paramset_add_number(ctx, out, self, "lengthscale", p->spec.lengthscale) != LT_OK ||
+      lt_paramset_add_number(ctx, out, self, "variance", p->spec.variance) != LT_OK ||
+      (p->spec.kind == LT_KERNEL_PERIODIC &&
+       lt_paramset_add_number(ctx, out, self, "period", p->spec.period) != LT_OK) ||
+      lt_paramset_add_tensor(ctx, out, self, "x1", points1(self)) != LT_OK)
+    return LT_ERR;
+  return p->same ? LT_OK : lt_paramset_add_tensor(ctx, out, self, "x2", points2(self));
+}
+
+static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads) {
+  const kernel_payload *p = self->payload;
+  if (p->spec.derivative != LT_KERNEL_VALUE)
+    return lt_error(ctx, "bilinear_derivative: a kernel's derivative operator (spec.derivative) "
+                         "has no gradient of its own");
+  lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
+  lt_tensor *g2 = g1 && !p->same ? lt_dense_zeros(ctx, 2, points2(self)->shape) : NULL;
+  if (g1 == NULL || (!p->same && g2 == NULL)) {
+    lt_release(ctx, g1);
+    return LT_ERR;
+  }
+  kernel_sums g = {0, 0, 0, lt_dense_data(g1), g2 ? lt_dense_data(g2) : NULL};
+  int rc = LT_OK;
+  if (ltg_kind_of(w) == LTG_DIAG) {
+    const lt_tensor *A = points1(self), *B = points2(self);
+    size_t d = A->shape[1];
+    double *gy = p->same ? g.x1 : g.x2;
+    for (size_t i = 0; i < w->d->shape[0]; i++)
+      add_pair(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + i * d, d,
+               lt_dense_data(w->d)[i], g.x1 + i * d, gy + i * d, &g);
+  } else {
+    rc = kernel_pass(ctx, self, w, &g);
+  }
+  if (rc == LT_OK && (lt_paramset_add_number(ctx, grads, self, "lengthscale", g.l) != LT_OK ||
+                      lt_paramset_add_number(ctx, grads, self, "variance", g.v) != LT_OK ||
+                      (p->spec.kind == LT_KERNEL_PERIODIC &&
+                       lt_paramset_add_number(ctx, grads, self, "period", g.p) != LT_OK)))
+    rc = LT_ERR;
+  if (rc == LT_OK) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "x1", g1);
+    g1 = NULL;
+  }
+  if (rc == LT_OK && g2) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "x2", g2);
+    g2 = NULL;
+  }
+  lt_release(ctx, g1);
+  lt_release(ctx, g2);
+  return rc;
+}
+
+static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                 const lt_paramset *values) {
+  const kernel_payload *p = self->payload;
+  lt_kernel_spec spec = p->spec;
+  if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR)
+    return NULL;
+  lt_tensor *a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
+  lt_tensor *b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
+  lt_tensor *out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+  lt_release(ctx, a);
+  lt_release(ctx, b);
+  return out;
+}
+
 const lt_type lt_kernel_type = {
     .name = "kernel",
     .matmul = kernel_matmul,
@@ -291,6 +509,9 @@ const lt_type lt_kernel_type = {
     .row = kernel_row,
     .destroy = kernel_destroy,
     .payload_bytes = kernel_payload_bytes,
+    .params = kernel_params,
+    .bilinear_derivative = kernel_derivative,
+    .rebuild = kernel_rebuild,
 };
 
 /* -------------------------------------------------------- constructor */
