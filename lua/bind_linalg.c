@@ -104,6 +104,22 @@ static int l_logdet(lua_State *L) {
   return 2;
 }
 
+static int l_slogdet(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 2);
+  lt_tensor *a = ltb_check_tensor(L, 1, "slogdet");
+  lt_info info = {0};
+  double sign, logabs;
+  int rc;
+  WITH_OPTS(L, ctx, 2, "slogdet", rc = lt_slogdet(ctx, a, &sign, &logabs, &info));
+  if (rc != LT_OK) return ltb_raise(L);
+  if (sign == sign) lua_pushinteger(L, (lua_Integer)sign); /* -1, 0 or 1 */
+  else lua_pushnumber(L, sign);
+  lua_pushnumber(L, logabs);
+  ltb_push_info(L, &info);
+  return 3;
+}
+
 static int l_inv_quad_logdet(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lua_settop(L, 3);
@@ -225,6 +241,7 @@ static const luaL_Reg functions[] = {{"dense", l_dense},
                                      {"solve", l_solve},
                                      {"inv_quad", l_inv_quad},
                                      {"logdet", l_logdet},
+                                     {"slogdet", l_slogdet},
                                      {"inv_quad_logdet", l_inv_quad_logdet},
                                      {"cholesky", l_cholesky},
                                      {"root", l_root},

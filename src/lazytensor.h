@@ -453,6 +453,9 @@ lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d);
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info);
 int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info);
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info);
+/* sign(det A) (1, -1, 0; NaN for NaN entries) and log |det A|. logdet is
+ * log|det A| when the sign is 1, -inf when 0 and NaN when -1. */
+int lt_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs, lt_info *info);
 int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
                        double *logdet, lt_info *info);
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper);

@@ -333,19 +333,28 @@ fail:
   return NULL;
 }
 
-double lt_lapack_lu_logdet(const lt_lu *lu) {
+double lt_lapack_lu_slogdet(const lt_lu *lu, double *sign) {
   size_t n = lu->n;
   const lapack_int *ipiv = lu->ipiv;
   double s = 0;
   int negative = 0;
   for (size_t i = 0; i < n; i++) {
     double u = lu->lu[i * n + i];
-    if (u == 0) return -INFINITY;
+    if (u == 0) {
+      *sign = 0;
+      return -INFINITY;
+    }
     if (u < 0) negative = !negative;
     if ((size_t)ipiv[i] != i + 1) negative = !negative;
     s += log(fabs(u));
   }
-  return negative ? NAN : s;
+  *sign = negative ? -1 : 1;
+  return s;
+}
+
+double lt_lapack_lu_logdet(const lt_lu *lu) {
+  double sign, s = lt_lapack_lu_slogdet(lu, &sign);
+  return sign < 0 ? NAN : s;
 }
 
 /* ----------------------------------------------------------- eigh, svd */

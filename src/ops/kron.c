@@ -335,9 +335,19 @@ static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *F, void *ud) {
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *F, void *ud) {
   return lt_cholesky(ctx, F, *(const int *)ud);
 }
-static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) { return lt_root(ctx, F, ud); }
+/* A factor's root or root_inv, its info merged into ud's (every factor's
+ * convergence counts, not the last one's). */
+static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) {
+  lt_info info = {0};
+  lt_tensor *r = lt_root(ctx, F, &info);
+  st_merge_info(ud, &info);
+  return r;
+}
 static lt_tensor *op_root_inv(lt_context *ctx, lt_tensor *F, void *ud) {
-  return lt_root_inv(ctx, F, ud);
+  lt_info info = {0};
+  lt_tensor *r = lt_root_inv(ctx, F, &info);
+  st_merge_info(ud, &info);
+  return r;
 }
 static lt_tensor *op_inverse(lt_context *ctx, lt_tensor *F, void *ud) {
   (void)ud;
@@ -504,32 +514,51 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_release(ctx, B);
   if (X == NULL) return LT_ERR;
   res->info = info;
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  X = st_like_rhs(ctx, X, args->b);
+  /* factor residuals are not the product's: iterative factors are checked */
+  if (X != NULL && st_verify_solve(ctx, k, args->b, X, &res->info) != LT_OK) {
+    lt_release(ctx, X);
+    return LT_ERR;
+  }
+  return st_done(res, X);
 }
 
-/* log det(⊗Fᵢ) = Σ (N/nᵢ) log det Fᵢ. A factor with a negative determinant
- * (NaN) is left to the generic rule, which knows the overall sign. */
+/* det(⊗Fᵢ) = Π det(Fᵢ)^(N/nᵢ): log|det| = Σ (N/nᵢ) log|det Fᵢ|, and the
+ * sign is the product of the factors' signs raised to N/nᵢ (so two
+ * factors with negative determinants can make a positive one). */
+static int kron_slogdet(lt_context *ctx, lt_tensor *k, double *sign, double *logabs, lt_info *all) {
+  if (!all_square(k)) return LT_NOT_IMPLEMENTED;
+  *sign = 1;
+  *logabs = 0;
+  if (k->shape[0] == 0) return LT_OK; /* an empty factor: the empty matrix, det 1 */
+  for (int i = 0; i < nfactors(k); i++) {
+    double si, li;
+    lt_info info = {0};
+    if (lt_slogdet(ctx, factor(k, i), &si, &li, &info) != LT_OK) return LT_ERR;
+    st_merge_info(all, &info);
+    size_t power = k->shape[0] / factor(k, i)->shape[0];
+    if (si < 0 && power % 2 == 0) si = 1;
+    *sign *= si;
+    *logabs += (double)power * li;
+  }
+  if (*sign == 0) *logabs = -INFINITY;
+  return LT_OK;
+}
+
+static int rule_slogdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double sign, logabs;
+  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &res->info);
+  if (rc == LT_OK) lt_slogdet_result(res, sign, logabs);
+  return rc;
+}
+
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  lt_tensor *k = args->a;
-  if (!all_square(k)) return LT_NOT_IMPLEMENTED;
-  double total = 0;
-  if (k->shape[0] == 0) { /* an empty factor: the empty matrix, det 1 */
-    res->x[0] = 0;
-    return LT_OK;
-  }
-  lt_info all = {0};
-  for (int i = 0; i < nfactors(k); i++) {
-    double li;
-    lt_info info = {0};
-    if (lt_logdet(ctx, factor(k, i), &li, &info) != LT_OK) return LT_ERR;
-    if (li != li) return LT_NOT_IMPLEMENTED;
-    st_merge_info(&all, &info);
-    total += (double)(k->shape[0] / factor(k, i)->shape[0]) * li;
-  }
-  res->x[0] = total;
-  res->info = all;
-  return LT_OK;
+  double sign, logabs;
+  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &res->info);
+  if (rc == LT_OK) res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return rc;
 }
 
 /* --------------------------------------------------- spectra of factors */
@@ -549,7 +578,10 @@ static void spectrum_free(lt_context *ctx, spectrum *s) {
   s->p = 0;
 }
 
-/* LT_NOT_IMPLEMENTED unless every factor is square and known symmetric. */
+/* The factors' eigendecompositions. LT_NOT_IMPLEMENTED (nothing held)
+ * unless every factor is square, known symmetric and has a complete eigh,
+ * so that the caller hands the call on to a method that needs only
+ * products (CG, SLQ, Lanczos on the whole operator). */
 static int spectrum_init(lt_context *ctx, lt_tensor *k, spectrum *s) {
   memset(s, 0, sizeof *s);
   for (int i = 0; i < nfactors(k); i++)
@@ -562,6 +594,10 @@ static int spectrum_init(lt_context *ctx, lt_tensor *k, spectrum *s) {
       return LT_ERR;
     }
     s->p = i + 1;
+    if (!st_complete_eigh(factor(k, i), s->w[i], s->q[i], &info)) {
+      spectrum_free(ctx, s);
+      return LT_NOT_IMPLEMENTED;
+    }
     st_merge_info(&s->info, &info);
   }
   return LT_OK;
@@ -607,17 +643,41 @@ static lt_tensor *spectral_solve(lt_context *ctx, const spectrum *s, const lt_te
   return X;
 }
 
-/* log det from eigenvalues: NaN for a negative determinant, -inf singular. */
-static double spectral_logdet(const lt_tensor *lam) {
+/* log|det| and the sign of det from the eigenvalues. */
+static double spectral_slogdet(const lt_tensor *lam, double *sign) {
   const double *l = lt_dense_data(lam);
   double s = 0;
   int negative = 0;
+  *sign = 1;
   for (size_t i = 0; i < lam->shape[0]; i++) {
-    if (l[i] != l[i]) return NAN;
+    if (l[i] != l[i]) {
+      *sign = NAN;
+      return NAN;
+    }
+    if (l[i] == 0) {
+      *sign = 0;
+      return -INFINITY;
+    }
     if (l[i] < 0) negative ^= 1;
     s += log(fabs(l[i]));
   }
-  return negative && s != -INFINITY ? NAN : s;
+  if (negative) *sign = -1;
+  return s;
+}
+
+/* log det as torch.logdet: NaN for a negative determinant, -inf singular. */
+static double spectral_logdet(const lt_tensor *lam) {
+  double sign, s = spectral_slogdet(lam, &sign);
+  return lt_logdet_of_sign(sign, s);
+}
+
+/* bᵀ(K + sI)⁻¹b needs K + sI positive definite: every eigenvalue > 0. */
+static int require_positive_spectrum(lt_context *ctx, const char *op, const lt_tensor *lam) {
+  const double *l = lt_dense_data(lam);
+  for (size_t i = 0; i < lam->shape[0]; i++)
+    if (!(l[i] > 0))
+      return lt_error(ctx, "%s: the operator is not positive definite (eigenvalue %g)", op, l[i]);
+  return LT_OK;
 }
 
 /* eigh of a kron (shift 0) or kron + sI: sorted ascending. */
@@ -761,25 +821,34 @@ static int rule_kpi_solve(lt_context *ctx, const lt_args *args, lt_result *res, 
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
+/* logdet (ud NULL) or slogdet from the eigenvalues. */
 static int rule_kpi_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   spectrum s;
   int rc = spectrum_init(ctx, kron_part(args->a), &s);
   if (rc != LT_OK) return rc;
   lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
-  if (lam) res->x[0] = spectral_logdet(lam);
+  if (lam) {
+    double sign, logabs = spectral_slogdet(lam, &sign);
+    if (ud) lt_slogdet_result(res, sign, logabs);
+    else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  }
   spectral_info(res, &s);
   lt_release(ctx, lam);
   spectrum_free(ctx, &s);
   return lam ? LT_OK : LT_ERR;
 }
 
-/* inv_quad (ud NULL) or inv_quad_logdet from one set of eigendecompositions. */
+/* inv_quad (ud NULL) or inv_quad_logdet from one set of eigendecompositions;
+ * both need K + sI positive definite. */
 static int rule_kpi_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   spectrum s;
   int rc = spectrum_init(ctx, kron_part(args->a), &s);
   if (rc != LT_OK) return rc;
   lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  if (lam && require_positive_spectrum(ctx, ud ? "inv_quad_logdet" : "inv_quad", lam) != LT_OK) {
+    lt_release(ctx, lam);
+    lam = NULL;
+  }
   lt_tensor *B = lam ? st_rhs(ctx, args->b) : NULL;
   lt_tensor *X = B ? spectral_solve(ctx, &s, lam, B) : NULL;
   if (X != NULL) {
@@ -911,6 +980,8 @@ static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, 
 
 int lt_register_kron_rules(lt_context *ctx) {
   const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
+  const int SL = lt_slogdet_op(ctx);
+  if (SL < 0) return LT_ERR;
   const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
       {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
@@ -918,7 +989,7 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_DIAGONAL, K, ANY, rule_diagonal, NULL, 0, "kron diagonal (kron of diagonals)"},
       {LT_OP_TRACE, K, ANY, rule_trace, NULL, 0, "kron trace (product of traces)"},
       {LT_OP_SOLVE, K, ANY, rule_solve, NULL, 0, "kron solve (factor by factor)"},
-      {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (sum n/n_i logdet F_i)"},
+      {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (factors' signs and logdets)"},
       {LT_OP_CHOLESKY, K, ANY, rule_cholesky, NULL, 0, "kron cholesky (kron of choleskys)"},
       {LT_OP_ROOT, K, ANY, rule_root, NULL, 0, "kron root (kron of roots)"},
       {LT_OP_ROOT_INV, K, ANY, rule_root, (void *)1, 0, "kron root_inv (kron of root_invs)"},
@@ -934,6 +1005,9 @@ int lt_register_kron_rules(lt_context *ctx) {
        "kron_plus_identity solve (factor eigendecompositions)"},
       {LT_OP_LOGDET, KI, ANY, rule_kpi_logdet, NULL, 0,
        "kron_plus_identity logdet (factor eigenvalues)"},
+      {SL, KI, ANY, rule_kpi_logdet, (void *)1, 0,
+       "kron_plus_identity slogdet (factor eigenvalues)"},
+      {SL, K, ANY, rule_slogdet, NULL, 0, "kron slogdet (factors' signs and logdets)"},
       {LT_OP_INV_QUAD, KI, ANY, rule_kpi_inv_quad, NULL, 0,
        "kron_plus_identity inv_quad (factor eigendecompositions)"},
       {LT_OP_INV_QUAD_LOGDET, KI, ANY, rule_kpi_inv_quad, (void *)1, 0,

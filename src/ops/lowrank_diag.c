@@ -393,12 +393,13 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
+/* logdet, or slogdet when ud is set: det D · det C, with both signs. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   woodbury f;
-  int rc = woodbury_init(ctx, "logdet", args->a, &f, NULL, 0);
+  int rc = woodbury_init(ctx, ud ? "slogdet" : "logdet", args->a, &f, NULL, 0);
   if (rc != LT_OK) return rc;
-  res->x[0] = logdet_of(&f);
+  if (ud) lt_slogdet_result(res, f.sign, f.logabs);
+  else res->x[0] = logdet_of(&f);
   woodbury_free(ctx, &f);
   woodbury_info(res);
   return LT_OK;
@@ -568,7 +569,9 @@ static void root_free(lt_context *ctx, void *ud) {
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a, *lr = lr_part(a);
-  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) != LT_YES) return LT_NOT_IMPLEMENTED;
+  /* [D^½ | U] is a root only of D + U·Uᵀ: a lowrank flagged symmetric
+   * (lt.psd) may hold U·Vᵀ with V ≠ U, whose root this is not. */
+  if (lr->nchildren > 1 && lr->children[0] != lr->children[1]) return LT_NOT_IMPLEMENTED;
   size_t n = a->shape[0];
   const double *d = diag_values(a);
   for (size_t i = 0; i < n; i++)
@@ -628,6 +631,8 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
       {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0, "lowrank_plus_diag logdet (determinant lemma)"},
+      {lt_slogdet_op(ctx), LD, ANY, rule_logdet, (void *)1, 0,
+       "lowrank_plus_diag slogdet (determinant lemma, signed)"},
       {LT_OP_INV_QUAD, LD, ANY, rule_inv_quad, NULL, 0, "lowrank_plus_diag inv_quad (Woodbury)"},
       {LT_OP_INV_QUAD_LOGDET, LD, ANY, rule_inv_quad, (void *)1, 0,
        "lowrank_plus_diag inv_quad_logdet (Woodbury + determinant lemma)"},
