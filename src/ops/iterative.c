@@ -260,9 +260,10 @@ static int run_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double 
 }
 
 /* X = A⁻¹B by the method A's properties allow; info reports it, with the
- * true residual. */
-static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind, size_t k,
-                         const double *B, double *X, lt_info *info) {
+ * true residual. need_pd (inv_quad): CG's non-positive curvature is an
+ * error, never a reason to switch to GMRES. */
+static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind, int need_pd,
+                         size_t k, const double *B, double *X, lt_info *info) {
   lt_linop A;
   if (lt_linop_of_tensor(ctx, a, &A) != LT_OK) return LT_ERR;
   int rc;
@@ -277,9 +278,14 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
     lt_cg_opts o = cg_options(ctx);
     rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
     if (have) lt_precond_free(ctx, &P);
-    if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC) {
+    if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC && !need_pd) {
       lt_clear_error(ctx);
       rc = run_gmres(ctx, &A, k, B, X, info);
+    } else if (rc == LT_INDEFINITE && need_pd) {
+      return lt_error(ctx,
+                      "%s: the operator is not positive definite (CG found a direction of "
+                      "non-positive curvature)",
+                      op);
     } else if (rc == LT_INDEFINITE) {
       return lt_error(ctx,
                       "%s: the operator is marked positive semi-definite but CG found a "
@@ -306,7 +312,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_tensor *x = lt_dense_new(ctx, args->b->ndim, args->b->shape);
   int rc = LT_ERR;
   if (x != NULL)
-    rc = solve_columns(ctx, "solve", a, classify(ctx, a), k, B, lt_dense_data(x), &res->info);
+    rc = solve_columns(ctx, "solve", a, classify(ctx, a), 0, k, B, lt_dense_data(x), &res->info);
   lt_linalg_free(ctx, B, n * k);
   if (rc != LT_OK) {
     lt_release(ctx, x);
@@ -316,16 +322,20 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return LT_OK;
 }
 
+/* bᵀA⁻¹b needs A symmetric positive definite (API.md): CG, whose
+ * non-positive curvature is an error. */
 static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
   if (args->b == NULL || !wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  op_kind kind = classify(ctx, a);
+  if (require_symmetric(ctx, "inv_quad", a, kind) != LT_OK) return LT_ERR;
   size_t n = a->shape[0], k;
   double *B = rhs_array(ctx, "inv_quad", args->b, n, &k);
   if (B == NULL) return LT_ERR;
   double *X = lt_linalg_alloc(ctx, "inv_quad", n * k);
   int rc = LT_ERR;
-  if (X != NULL) rc = solve_columns(ctx, "inv_quad", a, classify(ctx, a), k, B, X, &res->info);
+  if (X != NULL) rc = solve_columns(ctx, "inv_quad", a, kind, 1, k, B, X, &res->info);
   if (rc == LT_OK) {
     double q = 0.0;
     for (size_t i = 0; i < n * k; i++) q += B[i] * X[i];
