@@ -141,8 +141,11 @@ static int l_cholesky(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lt_tensor *a = ltb_check_tensor(L, 1, "cholesky");
   int upper = lua_toboolean(L, 2);
+  lt_info info = {0};
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_cholesky(ctx, a, upper));
+  ltb_fill(L, box, lt_cholesky_info(ctx, a, upper, &info));
+  ltb_push_info(L, &info); /* info.jitter: what was added to the diagonal */
+  return 2;
 }
 
 typedef lt_tensor *(*root_fn)(lt_context *, lt_tensor *, lt_info *);

@@ -101,7 +101,8 @@ typedef struct lt_settings {
   int max_cg_iterations;           /* (1000) */
   int num_trace_samples;           /* probes for SLQ / Hutchinson (10) */
   int max_lanczos_iterations;      /* (100) */
-  double cholesky_jitter;          /* first jitter tried, relative (1e-8) */
+  double cholesky_jitter;          /* first jitter tried, relative (1e-8); at most
+                                      LT_CHOLESKY_MAX_JITTER */
   int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
   int preconditioner_size;         /* pivoted Cholesky rank (15) */
   int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
@@ -365,7 +366,10 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged; /* 1 or 0 */
+  int converged;    /* 1 or 0 */
+  double jitter;    /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error; /* stochastic estimates (SLQ logdet): standard error of
+                       the mean over probes; 0 for deterministic results */
 } lt_info;
 
 typedef struct lt_args {
@@ -459,6 +463,13 @@ int lt_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs, lt_i
 int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
                        double *logdet, lt_info *info);
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper);
+/* lt_cholesky with info: info->jitter is what the retries added to the
+ * diagonal (0 when the matrix was factored as it is). */
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info);
+/* Cholesky jitter is a repair of rounding, never a change of the matrix: a
+ * retry may add at most this times the mean |diagonal| (and the setting
+ * cholesky_jitter may not exceed it). */
+#define LT_CHOLESKY_MAX_JITTER 1e-3
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info);
 lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info);
 int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info);

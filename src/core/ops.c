@@ -278,11 +278,15 @@ int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_
   return rc;
 }
 
-lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info) {
   if (lt_require_square(ctx, "cholesky", a) != LT_OK) return NULL;
   lt_args args = {.op = LT_OP_CHOLESKY, .a = a, .flag = upper};
   expect e;
-  return dispatch_tensor(ctx, &args, NULL, expect_like(&e, a));
+  return dispatch_tensor(ctx, &args, info, expect_like(&e, a));
+}
+
+lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
+  return lt_cholesky_info(ctx, a, upper, NULL);
 }
 
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info) {
@@ -387,7 +391,7 @@ int lt_call(lt_context *ctx, const lt_args *args, lt_result *res) {
     case LT_OP_LOGDET: return lt_logdet(ctx, a, &res->x[0], &res->info);
     case LT_OP_INV_QUAD_LOGDET:
       return lt_inv_quad_logdet(ctx, a, b, &res->x[0], &res->x[1], &res->info);
-    case LT_OP_CHOLESKY: return tensor_out(res, lt_cholesky(ctx, a, args->flag));
+    case LT_OP_CHOLESKY: return tensor_out(res, lt_cholesky_info(ctx, a, args->flag, &res->info));
     case LT_OP_ROOT: return tensor_out(res, lt_root(ctx, a, &res->info));
     case LT_OP_ROOT_INV: return tensor_out(res, lt_root_inv(ctx, a, &res->info));
     case LT_OP_EIGH: return lt_eigh(ctx, a, &res->t[0], &res->t[1], &res->info);

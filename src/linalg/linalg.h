@@ -138,9 +138,12 @@ int lt_lanczos_root(lt_context *ctx, const lt_lanczos_result *r, size_t n, doubl
 /* ------------------------------------------------------------ slq.c */
 
 /* Σ over probes of scale · e1ᵀ log(T) e1, divided by the number of probes:
- * the SLQ estimate of log det(M⁻¹A). LT_ERR when a T has a non-positive
- * eigenvalue (A not positive definite). */
-int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out);
+ * the SLQ estimate of log det(M⁻¹A); std_error (may be NULL) gets the
+ * standard error of that mean (the spread of the per-probe estimates over
+ * √nprobe). LT_ERR when a T has a non-positive eigenvalue (A not positive
+ * definite). */
+int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out,
+                      double *std_error);
 
 /* log det A by SLQ with nprobe probes through mBCG. P (may be NULL) is a
  * pivoted-Cholesky preconditioner: its probes are then N(0, M) and its

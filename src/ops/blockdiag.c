@@ -268,9 +268,19 @@ static lt_tensor *op_scale(lt_context *ctx, lt_tensor *A, int i, const lt_tensor
   (void)i, (void)s;
   return lt_scale(ctx, A, *(const double *)u);
 }
+/* u: {int upper; lt_info info} — each block's jitter is reported. */
+typedef struct cholesky_ud {
+  int upper;
+  lt_info info;
+} cholesky_ud;
+
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
-  return lt_cholesky(ctx, A, *(const int *)u);
+  cholesky_ud *c = u;
+  lt_info info = {0};
+  lt_tensor *L = lt_cholesky_info(ctx, A, c->upper, &info);
+  st_merge_info(&c->info, &info);
+  return L;
 }
 static lt_tensor *op_root(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
@@ -315,8 +325,10 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  int upper = args->flag;
-  return st_done(res, map_blocks(ctx, args->a, op_cholesky, &upper));
+  cholesky_ud c = {args->flag, {0}};
+  lt_tensor *t = map_blocks(ctx, args->a, op_cholesky, &c);
+  res->info = c.info;
+  return st_done(res, t);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {

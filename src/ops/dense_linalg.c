@@ -72,12 +72,14 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   /* lt_lapack_cholesky checks the entries are finite */
   if (require_symmetric_then(ctx, "cholesky", args->a, 1) != LT_OK) return LT_ERR;
   const lt_settings *s = lt_settings_of(ctx);
+  double jitter = 0;
   lt_tensor *f = lt_lapack_cholesky(ctx, "cholesky", args->a, args->flag, s->cholesky_jitter,
-                                    s->cholesky_max_tries, NULL);
+                                    s->cholesky_max_tries, &jitter);
   if (f == NULL) return LT_ERR;
   lt_tensor *t = lt_triangular_new(ctx, f, args->flag);
   lt_release(ctx, f);
   set_info(res, "cholesky");
+  res->info.jitter = jitter; /* the factor is of A + jitter·I: say so */
   return done(res, t);
 }
 

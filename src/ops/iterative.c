@@ -388,7 +388,7 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
     goto done;
   }
   if (rc != LT_OK) goto done;
-  if ((rc = lt_slq_quadrature(ctx, T, np, logdet)) != LT_OK) {
+  if ((rc = lt_slq_quadrature(ctx, T, np, logdet, &info->std_error)) != LT_OK) {
     if (strstr(lt_last_error(ctx), "positive definite"))
       lt_error(ctx,
                "%s: the operator is not positive definite (a Lanczos Ritz value is not "

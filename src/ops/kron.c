@@ -332,8 +332,18 @@ static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *F, void *ud) {
   (void)ud;
   return lt_transpose(ctx, F);
 }
+/* ud: {int upper; lt_info info} — each factor's jitter is reported. */
+typedef struct cholesky_ud {
+  int upper;
+  lt_info info;
+} cholesky_ud;
+
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *F, void *ud) {
-  return lt_cholesky(ctx, F, *(const int *)ud);
+  cholesky_ud *c = ud;
+  lt_info info = {0};
+  lt_tensor *L = lt_cholesky_info(ctx, F, c->upper, &info);
+  st_merge_info(&c->info, &info);
+  return L;
 }
 /* A factor's root or root_inv, its info merged into ud's (every factor's
  * convergence counts, not the last one's). */
@@ -363,8 +373,10 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  int upper = args->flag;
-  return st_done(res, kron_map(ctx, args->a, op_cholesky, &upper));
+  cholesky_ud c = {args->flag, {0}};
+  lt_tensor *t = kron_map(ctx, args->a, op_cholesky, &c);
+  res->info = c.info;
+  return st_done(res, t);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -535,8 +547,9 @@ static int kron_slogdet(lt_context *ctx, lt_tensor *k, double *sign, double *log
     double si, li;
     lt_info info = {0};
     if (lt_slogdet(ctx, factor(k, i), &si, &li, &info) != LT_OK) return LT_ERR;
-    st_merge_info(all, &info);
     size_t power = k->shape[0] / factor(k, i)->shape[0];
+    info.std_error *= (double)power; /* the factor's estimate counts N/nᵢ times */
+    st_merge_info(all, &info);
     if (si < 0 && power % 2 == 0) si = 1;
     *sign *= si;
     *logabs += (double)power * li;

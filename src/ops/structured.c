@@ -64,6 +64,9 @@ void st_merge_info(lt_info *into, const lt_info *from) {
   into->iterations += from->iterations;
   if (from->residual > into->residual) into->residual = from->residual;
   into->converged = into->converged && from->converged;
+  if (from->jitter > into->jitter) into->jitter = from->jitter;
+  /* independent stochastic parts of a sum: their variances add */
+  into->std_error = hypot(into->std_error, from->std_error);
 }
 
 int st_verify_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *x, lt_info *info) {

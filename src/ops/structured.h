@@ -41,8 +41,9 @@ lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a);
 int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int descending, lt_tensor *Q1,
                      lt_tensor *Q2, lt_tensor **sorted, lt_tensor **cols1, lt_tensor **cols2);
 
-/* Sums iteration counts, keeps the worst residual and convergence of two
- * reports; the method of the first one set. */
+/* Sums iteration counts, keeps the worst residual, convergence and jitter
+ * of two reports, adds their standard errors in quadrature (the parts of a
+ * sum); the method of the first one set. */
 void st_merge_info(lt_info *into, const lt_info *from);
 
 /* After a solve X = A⁻¹B assembled from iterative parts (info->iterations
