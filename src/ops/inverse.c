@@ -4,16 +4,32 @@
 #include "../core/internal.h"
 #include "ops.h"
 
+/* A product has no info to report: a solve that did not converge would be
+ * a silently wrong product, so it is an error. */
+static lt_tensor *converged_solve(lt_context *ctx, lt_tensor *a, lt_tensor *X) {
+  lt_info info = {0};
+  lt_tensor *out = lt_solve(ctx, a, X, &info);
+  if (out != NULL && info.method != NULL && !info.converged) {
+    lt_release(ctx, out);
+    lt_error(ctx,
+             "inverse: the solve behind the product did not converge (%s, residual %g); raise "
+             "max_cg_iterations or max_cholesky_size",
+             info.method, info.residual);
+    return NULL;
+  }
+  return out;
+}
+
 static lt_tensor *inverse_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  return lt_solve(ctx, self->children[0], X, NULL);
+  return converged_solve(ctx, self->children[0], X);
 }
 
 static lt_tensor *inverse_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *a = self->children[0];
-  if (lt_is_symmetric(ctx, a) == LT_YES) return lt_solve(ctx, a, X, NULL);
+  if (lt_is_symmetric(ctx, a) == LT_YES) return converged_solve(ctx, a, X);
   lt_tensor *at = lt_transpose(ctx, a);
   if (at == NULL) return NULL;
-  lt_tensor *out = lt_solve(ctx, at, X, NULL);
+  lt_tensor *out = converged_solve(ctx, at, X);
   lt_release(ctx, at);
   return out;
 }

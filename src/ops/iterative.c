@@ -573,11 +573,13 @@ done:
   return rc;
 }
 
-/* A fresh Rademacher start for a new Krylov space (deflation). */
+/* A fresh start for a new Krylov space (deflation): Gaussian, so that it
+ * has a part outside the basis (a ±1 vector can lie in it, e.g. in the
+ * symmetric vectors a symmetric Toeplitz matrix keeps invariant). */
 static int restart_lanczos(lt_context *ctx, const lt_linop *A, lt_lanczos_result *r, int *added) {
   double *q0 = lt_linalg_alloc(ctx, "lanczos", A->n);
   if (q0 == NULL) return LT_ERR;
-  lt_fill_probes(ctx, LT_PROBE_RADEMACHER, A->n, 1, q0);
+  lt_fill_probes(ctx, LT_PROBE_GAUSSIAN, A->n, 1, q0);
   int rc =
       lt_lanczos_extend(ctx, A, q0, r, added, ctx->settings.progress, ctx->settings.progress_ud);
   lt_linalg_free(ctx, q0, A->n);

@@ -370,21 +370,34 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   return st_done(res, kron_map(ctx, args->a, op_transpose, NULL));
 }
 
+/* A factor-wise result, or the call handed on when a factor has none: the
+ * product of two negative definite factors is positive definite although
+ * neither factor has a Cholesky factor, root or positive logdet, so the
+ * whole operator's own path (dense, or iterative) decides. */
+static int factorwise_or_hand_on(lt_context *ctx, lt_result *res, lt_tensor *t,
+                                 const lt_info *info) {
+  if (t == NULL) {
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED; /* res untouched */
+  }
+  res->t[0] = t;
+  res->info = *info;
+  return LT_OK;
+}
+
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
   cholesky_ud c = {args->flag, {0}};
   lt_tensor *t = kron_map(ctx, args->a, op_cholesky, &c);
-  res->info = c.info;
-  return st_done(res, t);
+  return factorwise_or_hand_on(ctx, res, t, &c.info);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   lt_info info = {0};
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
   lt_tensor *t = kron_map(ctx, args->a, ud ? op_root_inv : op_root, &info);
-  res->info = info;
-  return st_done(res, t);
+  return factorwise_or_hand_on(ctx, res, t, &info);
 }
 
 static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -546,7 +559,13 @@ static int kron_slogdet(lt_context *ctx, lt_tensor *k, double *sign, double *log
   for (int i = 0; i < nfactors(k); i++) {
     double si, li;
     lt_info info = {0};
-    if (lt_slogdet(ctx, factor(k, i), &si, &li, &info) != LT_OK) return LT_ERR;
+    if (lt_slogdet(ctx, factor(k, i), &si, &li, &info) != LT_OK) {
+      /* e.g. a negative definite factor above max_cholesky_size (SLQ needs
+       * positive definite ones) in a positive definite product: the whole
+       * operator's own path decides */
+      lt_clear_error(ctx);
+      return LT_NOT_IMPLEMENTED;
+    }
     size_t power = k->shape[0] / factor(k, i)->shape[0];
     info.std_error *= (double)power; /* the factor's estimate counts N/nᵢ times */
     st_merge_info(all, &info);
@@ -558,20 +577,16 @@ static int kron_slogdet(lt_context *ctx, lt_tensor *k, double *sign, double *log
   return LT_OK;
 }
 
-static int rule_slogdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  double sign, logabs;
-  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &res->info);
-  if (rc == LT_OK) lt_slogdet_result(res, sign, logabs);
-  return rc;
-}
-
+/* slogdet (ud set) or logdet; res is untouched unless LT_OK. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   double sign, logabs;
-  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &res->info);
-  if (rc == LT_OK) res->x[0] = lt_logdet_of_sign(sign, logabs);
-  return rc;
+  lt_info info = {0};
+  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &info);
+  if (rc != LT_OK) return rc;
+  res->info = info;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return LT_OK;
 }
 
 /* --------------------------------------------------- spectra of factors */
@@ -1020,7 +1035,7 @@ int lt_register_kron_rules(lt_context *ctx) {
        "kron_plus_identity logdet (factor eigenvalues)"},
       {SL, KI, ANY, rule_kpi_logdet, (void *)1, 0,
        "kron_plus_identity slogdet (factor eigenvalues)"},
-      {SL, K, ANY, rule_slogdet, NULL, 0, "kron slogdet (factors' signs and logdets)"},
+      {SL, K, ANY, rule_logdet, (void *)1, 0, "kron slogdet (factors' signs and logdets)"},
       {LT_OP_INV_QUAD, KI, ANY, rule_kpi_inv_quad, NULL, 0,
        "kron_plus_identity inv_quad (factor eigendecompositions)"},
       {LT_OP_INV_QUAD_LOGDET, KI, ANY, rule_kpi_inv_quad, (void *)1, 0,

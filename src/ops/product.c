@@ -55,8 +55,13 @@ static int product_slogdet(lt_context *ctx, lt_tensor *p, double *sign, double *
   if (!lt_is_square(a) || !lt_is_square(b)) return LT_NOT_IMPLEMENTED;
   double sa, la, sb, lb;
   lt_info ia = {0}, ib = {0};
-  if (lt_slogdet(ctx, a, &sa, &la, &ia) != LT_OK || lt_slogdet(ctx, b, &sb, &lb, &ib) != LT_OK)
-    return LT_ERR;
+  if (lt_slogdet(ctx, a, &sa, &la, &ia) != LT_OK || lt_slogdet(ctx, b, &sb, &lb, &ib) != LT_OK) {
+    /* a factor without a log-determinant of its own (a negative definite
+     * one above max_cholesky_size, where SLQ needs a positive definite
+     * operator) says nothing of the product: its own path decides */
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED;
+  }
   *sign = sa * sb;
   *logabs = la + lb;
   *info = ia;
@@ -64,20 +69,16 @@ static int product_slogdet(lt_context *ctx, lt_tensor *p, double *sign, double *
   return LT_OK;
 }
 
-static int rule_slogdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  double sign, logabs;
-  int rc = product_slogdet(ctx, args->a, &sign, &logabs, &res->info);
-  if (rc == LT_OK) lt_slogdet_result(res, sign, logabs);
-  return rc;
-}
-
+/* slogdet (ud set) or logdet; res is untouched unless LT_OK. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   double sign, logabs;
-  int rc = product_slogdet(ctx, args->a, &sign, &logabs, &res->info);
-  if (rc == LT_OK) res->x[0] = lt_logdet_of_sign(sign, logabs);
-  return rc;
+  lt_info info = {0};
+  int rc = product_slogdet(ctx, args->a, &sign, &logabs, &info);
+  if (rc != LT_OK) return rc;
+  res->info = info;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return LT_OK;
 }
 
 /* (AB)⁻¹X = B⁻¹(A⁻¹X) for square factors. The residual of the second solve
@@ -108,7 +109,7 @@ int lt_register_product_rules(lt_context *ctx) {
   if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (signs multiply, logs add)",
                        rule_logdet, NULL, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, lt_slogdet_op(ctx), P, ANY, "product slogdet (signs multiply)",
-                       rule_slogdet, NULL, NULL, 0) != LT_OK ||
+                       rule_logdet, (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SOLVE, P, ANY, "product solve (factor by factor)", rule_solve,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -113,7 +113,14 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   double c = factor(args->a), sign, logabs;
   size_t n = args->a->shape[0];
-  if (lt_slogdet(ctx, args->a->children[0], &sign, &logabs, &res->info) != LT_OK) return LT_ERR;
+  lt_info info = {0};
+  if (lt_slogdet(ctx, args->a->children[0], &sign, &logabs, &info) != LT_OK) {
+    /* −A of a negative definite A above max_cholesky_size: SLQ has no
+     * logdet for A, but has one for the whole (positive definite) */
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED;
+  }
+  res->info = info;
   if (c == 0 && n > 0) sign = 0;
   else if (c < 0 && n % 2 == 1) sign = -sign;
   logabs += (double)n * log(fabs(c));
