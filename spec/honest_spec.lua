@@ -335,3 +335,36 @@ describe("item 10: honest info", function()
     assert.is_true(math.abs(l - want) < 5 * info.stderr, ("%g vs %g ± %g"):format(l, want, info.stderr))
   end)
 end)
+
+describe("what the fuzzer found next to issue 19", function()
+  -- two negative definite factors: a positive definite product whose
+  -- factors have no Cholesky factor, root or SLQ log-determinant
+  local A = lt.scale(lt.psd(lt.tensor{{2, 1}, {1, 2}}), -1)
+  local B = lt.scale(lt.diag{1, 2, 3}, -0.5)
+  local K = lt.kron(A, B)
+
+  it("kron of negative definite factors: cholesky, root and logdet of the whole", function()
+    local D = K:dense()
+    local L = K:cholesky():dense()
+    assert.is_true((L * L:t() - D):norm() < 1e-12 * D:norm())
+    local R = K:root():dense()
+    assert.is_true((R * R:t() - D):norm() < 1e-12 * D:norm())
+    local want = D:logdet()
+    local ld, info = K:logdet{max_cholesky_size = 0, num_trace_samples = 50}
+    assert.is_true(math.abs(ld - want) < 1e-8 + 8 * (info.stderr or 0), ("%g vs %g"):format(ld, want))
+  end)
+
+  it("the product of an inverse never hides an unconverged solve", function()
+    lt.manual_seed(3)
+    local n = 50
+    local S = lt.kernel(lt.rand(n), {kind = "rbf", lengthscale = 0.3}) + lt.identity(n, 1e-3)
+    local v = lt.randn(n)
+    assert.error_matches(function()
+      lt.with_settings({max_cholesky_size = 0, max_cg_iterations = 2, preconditioner_size = 0}, function()
+        return S:inverse() * v
+      end)
+    end, "did not converge")
+    local x = lt.with_settings({max_cholesky_size = 0}, function() return S:inverse() * v end)
+    assert.is_true((S * x - v):norm() / v:norm() < 1e-5)
+  end)
+end)
