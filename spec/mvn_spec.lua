@@ -383,6 +383,43 @@ describe("mvn against the real library", function()
     end
   end)
 
+  it("stddev and confidence_region: √variance and mean ∓ 2·stddev", function()
+    local mvn = require "lazytensor.mvn"
+    local d = mvn.new(lt.tensor({ 1, -2, 0.5 }), lt.diag({ 4, 0.25, 9 }))
+    local sd = d:stddev()
+    local lo, hi = d:confidence_region()
+    local want_sd, want_lo, want_hi = { 2, 0.5, 3 }, { -3, -3, -5.5 }, { 5, -1, 6.5 }
+    for i = 1, 3 do
+      assert.near(want_sd[i], sd:get(i), 1e-15)
+      assert.near(want_lo[i], lo:get(i), 1e-15)
+      assert.near(want_hi[i], hi:get(i), 1e-15)
+    end
+  end)
+
+  it("root retries with jitter when the covariance is PSD only up to a tiny negative "
+     .. "eigenvalue, and still fails an indefinite one", function()
+    local mvn = require "lazytensor.mvn"
+    lt.manual_seed(3)
+    local n = 40
+    local U, e = lt.randn(n, 3), lt.randn(n, 1)
+    e = e / math.sqrt((e:t() * e):get(1, 1))
+    -- U·Uᵀ (rank 3) with one eigenvalue pushed to about −1e-6: the root
+    -- alone refuses it
+    local nearly = lt.psd(U * U:t() - e * e:t() * 1e-6)
+    assert.has_error(function() nearly:root() end)
+    local d = mvn.new(lt.zeros(n), nearly)
+    local R, info = d:root()
+    assert.is_true(info.jitter > 0)
+    assert.is_true(info.jitter < 1e-4 * nearly:diagonal():mean())
+    local Rd = R:dense()
+    assert.is_true((Rd * Rd:t() - nearly:dense()):abs():max() < 10 * info.jitter)
+    assert.same({ 2, n }, d:rsample(2):shape())
+    local indefinite = mvn.new(lt.zeros(n), lt.psd(U * U:t() - e * e:t()))
+    local ok, err = pcall(indefinite.rsample, indefinite, 1)
+    assert.is_false(ok)
+    assert.matches("^lazytensor: root:", err)
+  end)
+
   it("gives the same log_prob with a structured (diag) covariance", function()
     local mvn = require "lazytensor.mvn"
     local m, v = { 0.5, -1, 2 }, { 0.5, 2, 1.5 }
