@@ -485,16 +485,21 @@ static lt_tensor *identity_plus_lowrank(lt_context *ctx, size_t n, double sqrt_c
 }
 
 /* The root (power ½) or root_inv (−½) a Lanczos run gives, with Ritz pairs
- * (θ, Y) and c, A's mean on the complement of the basis:
- *   Y·diag(θ^p)                       when the complement is negligible
- *                                     (A has rank m, or m = n);
- *   c^p·I + Y·diag(θ^p − c^p)·Yᵀ      otherwise: its square is
- *                                     YΘ^{2p}Yᵀ + c^{2p}(I − YYᵀ), the
+ * (θ, Y):
+ *   Y·diag(θ^p)                       the Galerkin root (complete = 0): A on
+ *                                     the Krylov space only — all of A when
+ *                                     A has rank m, and what LOVE-style uses
+ *                                     of root_inv (k*ᵀ·S·Sᵀ·k* for k* in the
+ *                                     space) rely on;
+ *   c^p·I + Y·diag(θ^p − c^p)·Yᵀ      complete = 1, with c A's mean on the
+ *                                     complement of the basis: its square
+ *                                     is YΘ^{2p}Yᵀ + c^{2p}(I − YYᵀ), the
  *                                     part of A off the Krylov space that a
  *                                     rank-m root drops (σ²I of K + σ²I).
- * The caller verifies it. */
+ * A negligible c (≤ 1e-12·θmax) leaves the Galerkin root, or for root_inv
+ * is an error: A is singular. The caller verifies the result. */
 static lt_tensor *lanczos_root(lt_context *ctx, const char *op, const lt_lanczos_result *r,
-                               size_t n, double c, double power) {
+                               size_t n, double c, double power, int complete) {
   size_t m = (size_t)r->m;
   double *theta = lt_linalg_alloc(ctx, op, m);
   lt_tensor *Y = lt_dense_matrix(ctx, n, m), *U = NULL;
@@ -502,21 +507,23 @@ static lt_tensor *lanczos_root(lt_context *ctx, const char *op, const lt_lanczos
       root_ritz(ctx, op, r, n, power, theta, lt_dense_data(Y)) != LT_OK)
     goto fail;
   double top = theta[m - 1], floor = 1e-12 * top;
-  if (c < -1e-10 * top) {
+  if (complete && c < -1e-10 * top) {
     lt_error(ctx,
              "%s: the operator is not positive semi-definite (its mean off the Lanczos "
              "space is %g)",
              op, c);
     goto fail;
   }
-  int full = m < n && c > floor;
-  if (power < 0 && m < n && !full) {
-    lt_error(ctx, "%s: the operator is singular (rank about %zu < %zu: not positive definite)", op,
-             m, n);
-    goto fail;
+  if (complete && !(c > floor)) {
+    if (power < 0) {
+      lt_error(ctx, "%s: the operator is singular (rank about %zu < %zu: not positive definite)",
+               op, m, n);
+      goto fail;
+    }
+    complete = 0;
   }
-  double cp = full ? pow(c, power) : 0.0;
-  if (!full) {
+  double cp = complete ? pow(c, power) : 0.0;
+  if (!complete) {
     double *y = lt_dense_data(Y);
     for (size_t i = 0; i < n; i++)
       for (size_t j = 0; j < m; j++) y[i * m + j] *= pow(theta[j], power);
@@ -586,14 +593,32 @@ static int restart_lanczos(lt_context *ctx, const lt_linop *A, lt_lanczos_result
   return rc;
 }
 
-/* root (power ½) and root_inv (−½) above max_cholesky_size. Lanczos
- * (at most max_root_decomposition_size steps) gives the part of A on a
- * Krylov space; the rest is modelled as c·(I − QQᵀ) (lanczos_root). The
- * result is verified on random probes (root_residual) before it may say
- * converged (≤ 10·cg_tolerance). When the Krylov space closed early and
- * the check fails, the run continues from a new start orthogonal to the
- * basis (deflation) until the check passes or the steps run out; then the
- * best root is returned with converged = false. */
+/* A candidate root of the run (lanczos_root), and its verified residual. */
+static lt_tensor *verified_root(lt_context *ctx, const char *op, const lt_linop *A,
+                                const lt_lanczos_result *r, double power, int complete,
+                                double *resid) {
+  double c = 0.0;
+  if (complete && lt_lanczos_complement_mean(ctx, A, r, ROOT_PROBES, &c) != LT_OK) return NULL;
+  lt_tensor *R = lanczos_root(ctx, op, r, A->n, c, power, complete);
+  if (R != NULL && root_residual(ctx, A, R, power, resid) != LT_OK) {
+    lt_release(ctx, R);
+    return NULL;
+  }
+  return R;
+}
+
+/* root (power ½) and root_inv (−½) above max_cholesky_size. Lanczos (at
+ * most max_root_decomposition_size steps) gives A on a Krylov space; every
+ * candidate is verified on random probes (root_residual) before it may say
+ * converged (≤ 10·cg_tolerance). The Galerkin root comes first (a dense
+ * n×m matrix: exact when A has rank m) — except for root_inv on a Krylov
+ * space that closed before n, which surely lacks A⁻¹ off the space. When
+ * the space closed early and that is not enough, the root is completed by
+ * the part of A off the space (c·(I − YYᵀ), an n×n lowrank_plus_diag); if
+ * that fails too, the run continues from a new start orthogonal to the
+ * basis (deflation) until a check passes or the steps run out. Then the
+ * last candidate is returned with converged = false and its measured
+ * residual. */
 static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, double power) {
   lt_tensor *a = args->a;
   if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
@@ -606,20 +631,26 @@ static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, doubl
       run_lanczos(ctx, op, a, ctx->settings.max_root_decomposition_size, &r) != LT_OK)
     return LT_ERR;
   lt_tensor *R = NULL;
-  int rc = LT_OK;
+  int rc = LT_ERR;
   for (;;) {
-    double c;
+    int closed = r.invariant && (size_t)r.m < n, added = 0;
     lt_release(ctx, R);
     R = NULL;
-    if ((rc = lt_lanczos_complement_mean(ctx, &A, &r, ROOT_PROBES, &c)) != LT_OK) break;
-    if ((R = lanczos_root(ctx, op, &r, n, c, power)) == NULL) {
-      rc = LT_ERR;
-      break;
+    if (!(closed && power < 0)) {
+      if ((R = verified_root(ctx, op, &A, &r, power, 0, &resid)) == NULL) break;
+      if (resid <= tol || !closed) {
+        rc = LT_OK;
+        break;
+      }
+      lt_release(ctx, R);
     }
-    if ((rc = root_residual(ctx, &A, R, power, &resid)) != LT_OK) break;
-    int added = 0;
-    if (resid <= tol || !r.invariant) break;
-    if ((rc = restart_lanczos(ctx, &A, &r, &added)) != LT_OK) return LT_ERR; /* r freed */
+    if ((R = verified_root(ctx, op, &A, &r, power, 1, &resid)) == NULL) break;
+    rc = LT_OK;
+    if (resid <= tol) break;
+    if (restart_lanczos(ctx, &A, &r, &added) != LT_OK) {
+      lt_release(ctx, R);
+      return LT_ERR; /* r freed */
+    }
     if (!added) break;
   }
   if (rc == LT_OK) {
@@ -628,8 +659,6 @@ static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, doubl
     res->info.residual = resid;
     res->info.converged = resid <= tol;
     res->t[0] = R;
-  } else {
-    lt_release(ctx, R);
   }
   lt_lanczos_free(ctx, &r, n);
   return rc;
