@@ -636,6 +636,7 @@ static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, doubl
     int closed = r.invariant && (size_t)r.m < n, added = 0;
     lt_release(ctx, R);
     R = NULL;
+    rc = LT_ERR; /* until this pass has a candidate */
     if (!(closed && power < 0)) {
       if ((R = verified_root(ctx, op, &A, &r, power, 0, &resid)) == NULL) break;
       if (resid <= tol || !closed) {
