@@ -614,8 +614,7 @@ out:
 }
 
 int lt_register_blockdiag_rules(lt_context *ctx) {
-  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY, SL = lt_slogdet_op(ctx);
-  if (SL < 0) return LT_ERR;
+  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY, SL = LT_OP_SLOGDET;
   const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
       {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},

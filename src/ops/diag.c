@@ -571,8 +571,8 @@ int lt_register_diag_rules(lt_context *ctx) {
         return LT_ERR;
     }
     snprintf(name, sizeof name, "%s slogdet (closed form)", names[t]);
-    if (lt_register_rule(ctx, lt_slogdet_op(ctx), types[t], ANY, name, rule_slogdet, NULL, NULL,
-                         0) != LT_OK)
+    if (lt_register_rule(ctx, LT_OP_SLOGDET, types[t], ANY, name, rule_slogdet, NULL, NULL, 0) !=
+        LT_OK)
       return LT_ERR;
     snprintf(name, sizeof name, "%s * dense (row scaling)", names[t]);
     if (lt_register_rule(ctx, LT_OP_MATMUL, types[t], DN, name, rule_matmul_dense, NULL, NULL, 0) !=

@@ -88,7 +88,7 @@ int lt_register_inverse_rules(lt_context *ctx) {
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, I, ANY, "inverse logdet (minus the child's)", rule_logdet,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, lt_slogdet_op(ctx), I, ANY, "inverse slogdet (the child's sign)",
+      lt_register_rule(ctx, LT_OP_SLOGDET, I, ANY, "inverse slogdet (the child's sign)",
                        rule_logdet, (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_INVERSE, I, ANY, "inverse of inverse", rule_inverse, NULL, NULL,
                        0) != LT_OK)

@@ -643,7 +643,7 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
       {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0, "lowrank_plus_diag logdet (determinant lemma)"},
-      {lt_slogdet_op(ctx), LD, ANY, rule_logdet, (void *)1, 0,
+      {LT_OP_SLOGDET, LD, ANY, rule_logdet, (void *)1, 0,
        "lowrank_plus_diag slogdet (determinant lemma, signed)"},
       {LT_OP_INV_QUAD, LD, ANY, rule_inv_quad, NULL, 0, "lowrank_plus_diag inv_quad (Woodbury)"},
       {LT_OP_INV_QUAD_LOGDET, LD, ANY, rule_inv_quad, (void *)1, 0,

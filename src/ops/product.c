@@ -108,8 +108,8 @@ int lt_register_product_rules(lt_context *ctx) {
   const int P = LT_TYPE_PRODUCT, ANY = LT_TYPE_ANY;
   if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (signs multiply, logs add)",
                        rule_logdet, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, lt_slogdet_op(ctx), P, ANY, "product slogdet (signs multiply)",
-                       rule_logdet, (void *)1, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SLOGDET, P, ANY, "product slogdet (signs multiply)", rule_logdet,
+                       (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SOLVE, P, ANY, "product solve (factor by factor)", rule_solve,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -145,7 +145,7 @@ int lt_register_scaled_rules(lt_context *ctx) {
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, S, ANY, "scaled logdet (n log|c| + child, signed)",
                        rule_logdet, NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, lt_slogdet_op(ctx), S, ANY, "scaled slogdet (c^n det A)", rule_logdet,
+      lt_register_rule(ctx, LT_OP_SLOGDET, S, ANY, "scaled slogdet (c^n det A)", rule_logdet,
                        (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, S, ANY, "scaled scale (folds factors)", rule_scale, NULL,
                        NULL, 0) != LT_OK)

@@ -15,17 +15,14 @@
  *     sign +1, −inf sign 0), and otherwise densifies within
  *     max_cholesky_size. Above it logdet is stochastic and needs a positive
  *     definite operator anyway (it raises otherwise), so the sign is +1.
- * The operation is registered by name (lt_op_id "slogdet"): the op enum is
- * fixed, and a name lets Lua rules (lt.implements("slogdet", ...)) take
- * part like any other operation.
+ * LT_OP_SLOGDET is a row of the operation table (ops.c): A:slogdet() and
+ * lt.implements("slogdet", ...) come with it.
  */
 #include <math.h>
 
 #include "../core/internal.h"
 #include "../linalg/dense_lapack.h"
 #include "ops.h"
-
-int lt_slogdet_op(lt_context *ctx) { return lt_op_id(ctx, "slogdet", 1); }
 
 double lt_logdet_of_sign(double sign, double logabs) {
   if (sign > 0) return logabs;
@@ -39,13 +36,9 @@ void lt_slogdet_result(lt_result *res, double sign, double logabs) {
 }
 
 int lt_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs, lt_info *info) {
-  if (lt_require_square(ctx, "slogdet", a) != LT_OK) return LT_ERR;
-  int op = lt_slogdet_op(ctx);
-  if (op < 0) return LT_ERR;
-  lt_args args = {.op = op, .a = a};
+  lt_args args = {.op = LT_OP_SLOGDET, .a = a};
   lt_result res;
-  if (lt_dispatch(ctx, &args, &res) != LT_OK) return LT_ERR;
-  for (int i = 0; i < 3; i++) lt_release(ctx, res.t[i]);
+  if (lt_call(ctx, &args, &res) != LT_OK) return LT_ERR;
   double s = res.x[0];
   /* A rule (perhaps a user's) must give a sign of -1, 0 or 1 (NaN for NaN
    * entries): anything else would poison every composite above it. */
@@ -100,8 +93,7 @@ static int rule_generic(lt_context *ctx, const lt_args *args, lt_result *res, vo
 }
 
 int lt_register_slogdet_rules(lt_context *ctx) {
-  int op = lt_slogdet_op(ctx);
-  if (op < 0) return LT_ERR;
+  const int op = LT_OP_SLOGDET;
   if (lt_register_rule(ctx, op, LT_TYPE_ANY, LT_TYPE_ANY,
                        "generic slogdet (from logdet, else dense)", rule_generic, NULL, NULL,
                        0) != LT_OK ||

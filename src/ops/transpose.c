@@ -69,8 +69,8 @@ int lt_register_transpose_rules(lt_context *ctx) {
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, T, ANY, "transpose logdet (the child's)", rule_logdet,
                        NULL, NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, lt_slogdet_op(ctx), T, ANY, "transpose slogdet (the child's)",
-                       rule_slogdet, NULL, NULL, 0) != LT_OK)
+      lt_register_rule(ctx, LT_OP_SLOGDET, T, ANY, "transpose slogdet (the child's)", rule_slogdet,
+                       NULL, NULL, 0) != LT_OK)
     return LT_ERR;
   return LT_OK;
 }

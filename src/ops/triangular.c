@@ -228,6 +228,6 @@ int lt_register_triangular_rules(lt_context *ctx) {
     if (lt_register_rule(ctx, rules[i].op, T, ANY, rules[i].name, rules[i].fn, NULL, NULL, 0) !=
         LT_OK)
       return LT_ERR;
-  return lt_register_rule(ctx, lt_slogdet_op(ctx), T, ANY, "triangular slogdet (the diagonal)",
+  return lt_register_rule(ctx, LT_OP_SLOGDET, T, ANY, "triangular slogdet (the diagonal)",
                           rule_logdet, (void *)1, NULL, 0);
 }
