@@ -106,7 +106,7 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
   /* bᵀA⁻¹b needs A positive definite (API.md), flagged or not: without a
    * Cholesky factor it is an error, never an LU number. */
   if (b != NULL && lt_is_symmetric(ctx, a) != LT_YES)
-    return lt_error(ctx, "%s: matrix is not symmetric (positive definite)", op);
+    return lt_error(ctx, "%s: matrix is not symmetric (not positive definite)", op);
   lt_tensor *u = b != NULL ? lt_lapack_cholesky_upper_only(ctx, op, a) : try_cholesky(ctx, op, a);
   if (u == NULL && b != NULL) return lt_error(ctx, "%s: matrix is not positive definite", op);
   if (u != NULL) {

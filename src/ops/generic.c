@@ -308,8 +308,7 @@ static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *a = args->a;
   if (lt_is_psd(ctx, a) != LT_YES) {
     if (lt_is_symmetric(ctx, a) == LT_NO)
-      return lt_error(ctx, "inv_quad: the operator is not symmetric (inv_quad needs a positive "
-                           "definite one)");
+      return lt_error(ctx, "inv_quad: the operator is not symmetric (not positive definite)");
     return rule_densify(ctx, args, res, ud);
   }
   lt_tensor *x = lt_solve(ctx, a, args->b, &res->info);
