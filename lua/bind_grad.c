@@ -150,6 +150,7 @@ static int l_bilinear_derivative(lua_State *L) {
   if (lt_bilinear_derivative(S->ctx, a, &w, grads) != LT_OK) return ltb_raise(L);
   push_by_leaf(L, S, grads);
   ltb_check_pending(L);
+  ltb_gc_nudge(L, S);
   return 1;
 }
 
@@ -260,6 +261,7 @@ static int l_inv_quad_logdet(lua_State *L) {
   lua_pushnumber(L, ld);
   push_by_leaf(L, S, grads);
   ltb_push_info(L, &info);
+  ltb_gc_nudge(L, S);
   return 4;
 }
 

@@ -106,6 +106,10 @@ ltb_box *ltb_push_box(lua_State *L, ltb_state *S);
 /* Stores t in the box (taking ownership) and returns 1; with t NULL raises
  * the context's error. */
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
+/* Steps Lua's collector in proportion to the library's memory growth (it
+ * does not see the tensors' memory); every call that returns new tensors
+ * runs it. */
+void ltb_gc_nudge(lua_State *L, ltb_state *S);
 /* The box (tensor userdata) at idx holds, as its user value, the anchors of
  * the lt.operators in its tensor's tree (their Lua functions): a closure
  * that reaches the box is garbage together with it, as no registry

@@ -209,7 +209,7 @@ ltb_box *ltb_new_box(lua_State *L) {
  * memory is still in cache (W1: 64 kB is 6-8 % faster per op than 1 MB). */
 #define LTB_GC_STRIDE ((size_t)1 << 16)
 
-static void gc_nudge(lua_State *L, ltb_state *S) {
+void ltb_gc_nudge(lua_State *L, ltb_state *S) {
   size_t m = lt_memory(S->ctx);
   if (m < S->gc_mark) S->gc_mark = m;
   if (m - S->gc_mark < LTB_GC_STRIDE) return;
@@ -244,7 +244,7 @@ static int fill(lua_State *L, ltb_state *S, ltb_box *box, lt_tensor *t) {
     if (idx) ltb_anchor(L, S, idx);
   }
   if (S->pending_error != LUA_NOREF) ltb_raise(L);
-  gc_nudge(L, S);
+  ltb_gc_nudge(L, S);
   return 1;
 }
 

@@ -197,6 +197,19 @@ lt_tensor *lt_lapack_cholesky_upper_only(lt_context *ctx, const char *op, const 
   return cholesky_tries(ctx, op, a, 1, 0.0, 0, NULL, 0, NULL);
 }
 
+int lt_lapack_cholesky_upper_in_place(lt_context *ctx, const char *op, lt_tensor *a) {
+  if (check_square(ctx, op, a) != LT_OK) return LT_ERR;
+  size_t n = a->shape[0];
+  double *p = lt_dense_data(a);
+  if (triangle_nonfinite(p, n, 1))
+    return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+  lt_dense_forget_props(a);
+  /* Column-major 'L' on a row-major buffer is the row-major upper factor. */
+  if (n > 0 && LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
+    return lt_error(ctx, "%s: matrix is not positive definite", op);
+  return LT_OK;
+}
+
 /* max_i Σ_j |A_ij|: the 1-norm of a symmetric A (dpocon's anorm). */
 static double symmetric_norm1(const lt_tensor *a) {
   size_t n = a->shape[0];

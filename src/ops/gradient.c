@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../core/grad.h"
+#include "../core/internal.h"
 #include "../linalg/dense_lapack.h"
 #include "../linalg/linalg.h"
 #include "ops.h"
@@ -49,19 +50,32 @@ static int rhs_gradient(lt_context *ctx, lt_tensor *b, lt_tensor *X, lt_paramset
 
 /* ------------------------------------------------------------------ exact */
 
+/* A's dense form as a matrix this call may overwrite: a fresh one (a
+ * lazy A's) as it is, a copy of a shared one. One n×n block then serves
+ * for the factor, the inverse and the weights. */
+static lt_tensor *private_dense(lt_context *ctx, lt_tensor *a) {
+  lt_tensor *d = lt_to_dense(ctx, a);
+  if (d == NULL) return NULL;
+  if (d != a && d->refcount == 1 && d->storage->refcount == 1 && lt_dense_is_contiguous(d))
+    return d;
+  lt_tensor *c = lt_dense_clone(ctx, d);
+  if (c != NULL && lt_prop_get(d, LT_PROP_SYMMETRIC) == LT_YES)
+    lt_prop_mark(c, LT_PROP_SYMMETRIC, LT_YES);
+  lt_release(ctx, d);
+  return c;
+}
+
 static int exact(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, double *inv_quad,
                  double *logdet, lt_paramset *grads, lt_info *info) {
   size_t n = a->shape[0], k = B->shape[1];
-  lt_tensor *d = lt_to_dense(ctx, a);
-  lt_tensor *D = d ? lt_dense_contiguous(ctx, d) : NULL, *U = NULL, *X = NULL;
-  lt_release(ctx, d);
+  lt_tensor *U = private_dense(ctx, a), *X = NULL;
   int rc = LT_ERR;
-  if (D == NULL) goto done;
-  if (lt_is_symmetric(ctx, D) != LT_YES) {
+  if (U == NULL) goto done;
+  if (lt_is_symmetric(ctx, U) != LT_YES) {
     lt_error(ctx, "%s: matrix is not symmetric (positive definite)", OP);
     goto done;
   }
-  if ((U = lt_lapack_cholesky_upper_only(ctx, OP, D)) == NULL) goto done;
+  if (lt_lapack_cholesky_upper_in_place(ctx, OP, U) != LT_OK) goto done;
   *logdet = lt_lapack_cholesky_logdet(U);
   if ((X = lt_lapack_cholesky_solve(ctx, U, B)) == NULL) goto done;
   *inv_quad = ltg_dot(B, X);
@@ -73,9 +87,8 @@ static int exact(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, doub
   lt_cotangent w = ltg_dense(U);
   if (lt_bilinear_derivative(ctx, a, &w, grads) != LT_OK) goto done;
   rc = rhs_gradient(ctx, b, X, grads);
-  *info = (lt_info){"cholesky", 0, 0.0, 1};
+  *info = (lt_info){.method = "cholesky", .converged = 1};
 done:
-  lt_release(ctx, D);
   lt_release(ctx, U);
   lt_release(ctx, X);
   return rc;
@@ -135,7 +148,7 @@ static int solve_all(lt_context *ctx, lt_tensor *a, estimate *e, const lt_tensor
                     "curvature)",
                     OP);
   if (rc != LT_OK) return LT_ERR;
-  if (lt_slq_quadrature(ctx, e->T, e->t, logdet) != LT_OK) {
+  if (lt_slq_quadrature(ctx, e->T, e->t, logdet, &info->std_error) != LT_OK) {
     if (strstr(lt_last_error(ctx), "positive definite"))
       lt_error(ctx,
                "%s: the operator is not positive definite (a Lanczos Ritz value is not "

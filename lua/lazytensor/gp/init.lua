@@ -234,11 +234,14 @@ local function alpha_of(self, Ky)
 end
 
 --- The marginal log-likelihood log p(y | θ), and the solver's info.
+-- The same computation as mll_and_grad's value, so that the two agree to
+-- the last bit (a fit's reported MLL is model:mll() afterwards, even where
+-- Ky is nearly singular and two factorisations would differ): the
+-- gradient's share of the cost is the exact path's inverse, or one more
+-- pass over the operator's entries on the iterative one.
 function Model:mll()
-  local cov = self:covariance()
-  local Ky = noisy(self, cov)
-  local q, ld, info = Ky:inv_quad_logdet(residual(self))
-  return -0.5 * (q + ld + self.n * log(2 * pi)), info
+  local value, _, info = self:mll_and_grad()
+  return value, info
 end
 
 -- Rank of the pivoted-Cholesky control variate of the stochastic gradient
