@@ -177,6 +177,8 @@ typedef enum {
  * A type descriptor: the few things every operator must provide. Everything
  * else has a generic fallback in the registry built on `matmul`.
  * Descriptors are immutable and may be shared by any number of contexts.
+ * Fields may be appended in later versions: fill a descriptor with
+ * designated initializers (.name = ..., .matmul = ...).
  */
 typedef struct lt_type {
   const char *name;
