@@ -230,17 +230,34 @@ lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d) {
   return dispatch_tensor(ctx, &args, NULL, expect_like(&e, a));
 }
 
+/* Linear algebra refuses NaN and infinite input, on every type and path
+ * (arithmetic stays IEEE): checked here, where the operands enter, from
+ * facts cached on the tensors (lt_inputs_finite), so a rule calling back
+ * into these functions for its parts costs a lookup, not a scan. */
+static int check_finite_matrix(lt_context *ctx, const char *op, lt_tensor *a) {
+  if (lt_inputs_finite(a) == LT_NO)
+    return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+  return LT_OK;
+}
+
 /* b: a vector of n or an n×k matrix, for an n×n operator a. Returns b as
  * the rules take it, dense (a new reference): the rules read b's entries,
  * so a lazy right-hand side is materialised first (n×k, the size of the
  * solution); NULL on error. */
-static lt_tensor *check_rhs(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor *b) {
+static lt_tensor *check_rhs(lt_context *ctx, const char *op, lt_tensor *a, lt_tensor *b) {
   if (lt_require_square(ctx, op, a) != LT_OK) return NULL;
   if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0]) {
     shape_error(ctx, op, "right-hand side does not conform", a, b);
     return NULL;
   }
-  return b->type_id == LT_TYPE_DENSE ? lt_retain(b) : lt_to_dense(ctx, b);
+  if (check_finite_matrix(ctx, op, a) != LT_OK) return NULL;
+  lt_tensor *bd = b->type_id == LT_TYPE_DENSE ? lt_retain(b) : lt_to_dense(ctx, b);
+  if (bd != NULL && lt_inputs_finite(bd) == LT_NO) {
+    lt_release(ctx, bd);
+    lt_error(ctx, "%s: right-hand side has NaN or infinite entries", op);
+    return NULL;
+  }
+  return bd;
 }
 
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info) {
@@ -263,7 +280,9 @@ int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_inf
 }
 
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info) {
-  if (lt_require_square(ctx, "logdet", a) != LT_OK) return LT_ERR;
+  if (lt_require_square(ctx, "logdet", a) != LT_OK ||
+      check_finite_matrix(ctx, "logdet", a) != LT_OK)
+    return LT_ERR;
   lt_args args = {.op = LT_OP_LOGDET, .a = a};
   return dispatch_numbers(ctx, &args, out, NULL, info);
 }
@@ -279,28 +298,34 @@ int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_
 }
 
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
-  if (lt_require_square(ctx, "cholesky", a) != LT_OK) return NULL;
+  if (lt_require_square(ctx, "cholesky", a) != LT_OK ||
+      check_finite_matrix(ctx, "cholesky", a) != LT_OK)
+    return NULL;
   lt_args args = {.op = LT_OP_CHOLESKY, .a = a, .flag = upper};
   expect e;
   return dispatch_tensor(ctx, &args, NULL, expect_like(&e, a));
 }
 
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info) {
-  if (lt_require_square(ctx, "root", a) != LT_OK) return NULL;
+  if (lt_require_square(ctx, "root", a) != LT_OK || check_finite_matrix(ctx, "root", a) != LT_OK)
+    return NULL;
   lt_args args = {.op = LT_OP_ROOT, .a = a};
   expect e;
   return dispatch_tensor(ctx, &args, info, expect_none(&e));
 }
 
 lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info) {
-  if (lt_require_square(ctx, "root_inv", a) != LT_OK) return NULL;
+  if (lt_require_square(ctx, "root_inv", a) != LT_OK ||
+      check_finite_matrix(ctx, "root_inv", a) != LT_OK)
+    return NULL;
   lt_args args = {.op = LT_OP_ROOT_INV, .a = a};
   expect e;
   return dispatch_tensor(ctx, &args, info, expect_none(&e));
 }
 
 int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info) {
-  if (lt_require_square(ctx, "eigh", a) != LT_OK) return LT_ERR;
+  if (lt_require_square(ctx, "eigh", a) != LT_OK || check_finite_matrix(ctx, "eigh", a) != LT_OK)
+    return LT_ERR;
   lt_args args = {.op = LT_OP_EIGH, .a = a};
   lt_result res;
   if (lt_dispatch(ctx, &args, &res) != LT_OK) return LT_ERR;
@@ -312,7 +337,8 @@ int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info
 }
 
 int lt_svd(lt_context *ctx, lt_tensor *a, lt_tensor **u, lt_tensor **s, lt_tensor **v) {
-  if (lt_require_matrix(ctx, "svd", a) != LT_OK) return LT_ERR;
+  if (lt_require_matrix(ctx, "svd", a) != LT_OK || check_finite_matrix(ctx, "svd", a) != LT_OK)
+    return LT_ERR;
   lt_args args = {.op = LT_OP_SVD, .a = a};
   lt_result res;
   if (lt_dispatch(ctx, &args, &res) != LT_OK) return LT_ERR;
@@ -446,15 +472,16 @@ lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
   return p;
 }
 
-/* lt.psd: the caller's promise. A dense matrix gets a view carrying the
- * flag (the flag lapses if the storage is written); a lazy operator is
- * immutable, so it is marked itself. */
+/* lt.psd: the caller's promise, on a new tensor so that `a` itself is left
+ * as it was: a view of a dense matrix, a marked copy of a lazy node (sharing
+ * its children and payload). The promise lapses when data beneath is
+ * written, as any flag does. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
   if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
-  lt_tensor *t =
-      a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0]) : lt_retain(a);
+  lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
+                                             : lt_lazy_share(ctx, a);
   if (t == NULL) return NULL;
-  lt_prop_mark(t, LT_PROP_SYMMETRIC, LT_YES);
-  lt_prop_mark(t, LT_PROP_PSD, LT_YES);
+  lt_prop_set(t, LT_PROP_SYMMETRIC, LT_YES);
+  lt_prop_set(t, LT_PROP_PSD, LT_YES);
   return t;
 }
