@@ -46,12 +46,16 @@ static void scaled_destroy(lt_context *ctx, lt_tensor *self) {
 static void scaled_props(const lt_tensor *s, unsigned char *props) {
   const lt_tensor *a = s->children[0];
   double c = factor(s);
+  if (c == 0) { /* the zero matrix: everything, whatever A is */
+    if (s->shape[0] == s->shape[1]) props[LT_PROP_SYMMETRIC] = props[LT_PROP_PSD] = LT_YES;
+    props[LT_PROP_LOWER] = props[LT_PROP_UPPER] = LT_YES;
+    return;
+  }
   if (s->shape[0] == s->shape[1]) {
     props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
     /* c > 0 keeps PSD; a negative multiple of a PSD operator is not PSD
      * (unless it is zero, which we do not know), so unknown. */
     if (c > 0) props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
-    else if (c == 0) props[LT_PROP_PSD] = LT_YES;
   }
   props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
   props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);

@@ -382,6 +382,16 @@ static void test_flags_follow_data(void) {
   lt_dense_written(A);
   CHECK(lt_prop_get(T, LT_PROP_PSD) != LT_YES, "promise lapsed after a write");
 
+  /* "not symmetric" does not survive arithmetic that may make it false:
+   * 0·B, and B + 1 where B's asymmetry is below rounding */
+  lt_tensor *B = matrix(ctx, 2, (double[]){0, 1e-20, 0, 0});
+  CHECK(lt_is_symmetric(ctx, B) == LT_NO, "B is not symmetric");
+  lt_tensor *B0 = lt_dense_scale(ctx, B, 0.0), *B1 = lt_dense_add_scalar(ctx, B, 1.0);
+  CHECK(B0 && B1 && lt_is_symmetric(ctx, B0) == LT_YES && lt_is_symmetric(ctx, B1) == LT_YES,
+        "0·B and B + 1 are symmetric: %d %d", B0 ? (int)lt_is_symmetric(ctx, B0) : -1,
+        B1 ? (int)lt_is_symmetric(ctx, B1) : -1);
+  lt_release(ctx, B), lt_release(ctx, B0), lt_release(ctx, B1);
+
   /* lt_psd of a lazy operator: a marked copy, the operator unmarked */
   lt_tensor *P = lt_product_new(ctx, E, T);
   lt_tensor *Q = P ? lt_psd(ctx, P) : NULL;
