@@ -429,7 +429,7 @@ function Case:leaf(n)
   elseif choice == 11 and n > 0 then
     -- a Kronecker product whose first factor is a pool matrix: copied
     local n1 = r.pick(n % 2 == 0 and {1, 2} or {1})
-    local n2 = n // n1
+    local n2 = math.floor(n / n1)
     local p = self:pool_for(n1)
     local snap = ref.copy(p.ref)
     local B = ref.new(n2, n2, function(i, j) return i == j and 1 + r.float() or r.normal() * 0.3 end)
