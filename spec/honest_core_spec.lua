@@ -176,6 +176,7 @@ describe("NaN and infinite input to linear algebra raise, naming the operation (
     solve = function(A) return A:solve(b) end,
     inv_quad = function(A) return A:inv_quad(b) end,
     logdet = function(A) return A:logdet() end,
+    slogdet = function(A) return A:slogdet() end,
     inv_quad_logdet = function(A) return A:inv_quad_logdet(b) end,
     cholesky = function(A) return A:cholesky() end,
     root = function(A) return A:root() end,

@@ -23,8 +23,8 @@
 -- nan      a NaN or an infinity in one leaf (dense entry, diag, identity,
 --          scale, lowrank factor, Toeplitz column, Kronecker factor, block)
 --          or in the right-hand side: every linear-algebra operation
---          (solve, inv_quad, logdet, inv_quad_logdet, cholesky, root,
---          root_inv, eigh, svd), on the exact and the iterative paths, must
+--          (solve, inv_quad, logdet, slogdet, inv_quad_logdet, cholesky,
+--          root, root_inv, eigh, svd), on the exact and the iterative paths, must
 --          raise "lazytensor: <op>: ... NaN or infinite ..." when the matrix
 --          (or right-hand side) has such an entry; arithmetic stays IEEE and
 --          must not raise.
@@ -766,6 +766,7 @@ local LINALG = {
   {"solve", function(A, b) return A:solve(b) end, true},
   {"inv_quad", function(A, b) return A:inv_quad(b) end, true},
   {"logdet", function(A) return A:logdet() end},
+  {"slogdet", function(A) return A:slogdet() end},
   {"inv_quad_logdet", function(A, b) return A:inv_quad_logdet(b) end, true},
   {"cholesky", function(A) return A:cholesky() end},
   {"root", function(A) return A:root() end},
