@@ -623,6 +623,10 @@ const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an oper
 /* The definition an operator was made with (its matmul and ud tell a binding
  * whether it is one of its own); NULL when t is not an operator. */
 const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
+/* Whether an operator made by lt_operator_new is among t's nodes (t
+ * included): a binding that keeps its callbacks alive per expression walks
+ * only the parts of a tree where one can be. */
+int lt_contains_operator(const lt_tensor *t);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

@@ -37,6 +37,7 @@ struct lt_tensor {
                       lt_lazy_new_with_dense); freed with that child's storage */
   size_t shape[LT_MAX_DIM];
   int depth;                             /* 0 for dense; lazy: 1 + its deepest child's */
+  unsigned char has_operator;            /* lazy: an lt_operator_new node is in its tree */
   unsigned char props[LT_FACT_COUNT];    /* lt_tristate; read with lt_prop_get */
   unsigned char promised[LT_PROP_COUNT]; /* lazy: the caller's flags (lt_psd, lt_prop_set) */
   unsigned char own_nonfinite;           /* lazy: its payload holds a NaN or an infinity */

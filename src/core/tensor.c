@@ -330,6 +330,9 @@ lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
     t->nchildren = nchildren;
   }
   t->depth = depth;
+  t->has_operator = type_id == LT_TYPE_OPERATOR;
+  for (int i = 0; i < nchildren && !t->has_operator; i++)
+    t->has_operator = children[i]->has_operator;
   return t;
 }
 
@@ -400,3 +403,5 @@ const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size) {
   }
   return buf;
 }
+
+int lt_contains_operator(const lt_tensor *t) { return t->has_operator; }
