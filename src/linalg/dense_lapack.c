@@ -203,7 +203,7 @@ int lt_lapack_cholesky_upper_in_place(lt_context *ctx, const char *op, lt_tensor
   double *p = lt_dense_data(a);
   if (triangle_nonfinite(p, n, 1))
     return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
-  lt_dense_forget_props(a);
+  lt_dense_written(a);
   /* Column-major 'L' on a row-major buffer is the row-major upper factor. */
   if (n > 0 && LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
     return lt_error(ctx, "%s: matrix is not positive definite", op);
@@ -270,7 +270,7 @@ int lt_lapack_cholesky_inverse(lt_context *ctx, const char *op, lt_tensor *u) {
   if (LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
     return lt_error(ctx, "%s: matrix is singular", op);
   mirror_upper(p, n);
-  lt_dense_forget_props(u);
+  lt_dense_written(u);
   return LT_OK;
 }
 

@@ -88,6 +88,15 @@ static void submatrix_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, p, sizeof *p);
 }
 
+/* A principal submatrix P·A·Pᵀ of a symmetric (PSD) A is symmetric (PSD). */
+static void submatrix_props(const lt_tensor *t, unsigned char *props) {
+  const submatrix_payload *p = t->payload;
+  if (!p->principal) return;
+  const lt_tensor *a = t->children[0];
+  if (lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(a, LT_PROP_PSD) == LT_YES) props[LT_PROP_PSD] = LT_YES;
+}
+
 /* Gradients: A[rows, cols] = P_r·A·P_cᵀ, so A gets P_rᵀ·W·P_c: L and R
  * scattered to A's rows and columns (repeated indices add up). A dense W
  * goes to A as the low-rank (P_rᵀ·W)·P_cᵀ — n_cols columns, never A's full
@@ -138,6 +147,7 @@ const lt_type lt_submatrix_type = {
     .entry = submatrix_entry,
     .row = submatrix_row,
     .destroy = submatrix_destroy,
+    .derive_props = submatrix_props,
     .bilinear_derivative = submatrix_derivative,
     .rebuild = submatrix_rebuild,
 };
@@ -175,11 +185,6 @@ lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, s
     if (p->cols && !principal) lt_free(ctx, p->cols, ncols * sizeof(size_t));
     lt_free(ctx, p, sizeof *p);
     return NULL;
-  }
-  /* A principal submatrix of a symmetric (PSD) matrix is symmetric (PSD). */
-  if (principal) {
-    t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES ? LT_YES : LT_UNKNOWN;
-    t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD) == LT_YES ? LT_YES : LT_UNKNOWN;
   }
   return t;
 }
