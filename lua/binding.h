@@ -40,8 +40,9 @@ typedef struct ltb_state {
   /* Handles: every box's userdata sits at index box->handle of a weak
    * array in the registry (slot `handles`), so that the userdata holding a
    * tensor can be pushed again (ltb_push_handle). Freed indices are reused:
-   * free_handles has room for every index ever given out. */
-  int handles;
+   * free_handles (a userdata's memory, in registry slot free_slot: Lua's
+   * memory, not the library's) has room for every index ever given out. */
+  int handles, free_slot;
   int next_handle;
   int *free_handles;
   size_t nfree, free_cap;

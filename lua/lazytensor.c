@@ -42,7 +42,6 @@ static int state_gc(lua_State *L) {
       lt_release(S->ctx, b->t);
       lt_free(S->ctx, b, sizeof *b);
     }
-    lt_free(S->ctx, S->free_handles, S->free_cap * sizeof *S->free_handles);
     lt_context_free(S->ctx);
     S->ctx = NULL;
   }
@@ -123,12 +122,16 @@ int ltb_push_cstring(lua_State *L, char *s) {
 /* ------------------------------------------------------------- handles */
 
 /* Room in free_handles for one more index than given out so far: taking
- * and returning indices then never allocates (boxes die in finalizers). */
+ * and returning indices then never allocates (boxes die in finalizers).
+ * The stack is a userdata's memory, grown by a new userdata (a memory error
+ * is raised here, before any box exists); the old one goes with the
+ * collector. */
 static void reserve_handle(lua_State *L, ltb_state *S) {
   if (S->nfree > 0 || (size_t)S->next_handle < S->free_cap) return;
-  size_t cap = S->free_cap ? 2 * S->free_cap : 64;
-  int *p = lt_realloc(S->ctx, S->free_handles, S->free_cap * sizeof *p, cap * sizeof *p);
-  if (p == NULL) ltb_throw(L, "lazytensor: %s", lt_last_error(S->ctx));
+  size_t cap = S->free_cap ? 2 * S->free_cap : 256;
+  int *p = ltb_newuserdata(L, cap * sizeof *p);
+  if (S->nfree > 0) memcpy(p, S->free_handles, S->nfree * sizeof *p);
+  lua_rawseti(L, LUA_REGISTRYINDEX, S->free_slot); /* an existing slot: no allocation */
   S->free_handles = p;
   S->free_cap = cap;
 }
@@ -944,7 +947,8 @@ static void create_state(lua_State *L) {
   lua_pop(L, 1);
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
-  S->pending_error = S->not_implemented = S->progress = S->error_slot = S->handles = LUA_NOREF;
+  S->pending_error = S->not_implemented = S->progress = S->error_slot = S->handles = S->free_slot =
+      LUA_NOREF;
   S->L = L;
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, state_gc);
@@ -962,6 +966,8 @@ static void create_state(lua_State *L) {
   S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushboolean(L, 0);
   S->progress = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushboolean(L, 0); /* the slot of the handles' free stack (reserve_handle) */
+  S->free_slot = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_newtable(L); /* the handles array, weak values */
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "v");
