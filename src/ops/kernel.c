@@ -286,70 +286,104 @@ static size_t kernel_payload_bytes(const lt_tensor *self) {
 
 /* ---------------------------------------------------------- gradients */
 
-/* {lengthscale, variance, period (periodic), x1, x2 (when given)}. The
- * gradient of <W, K> is one pass over the entries: at each pair, the
- * entry's derivatives with respect to l, v, p and the two points (the
- * derivative kernels below), weighted by W_ij. W = L·Rᵀ is formed a block
+/* {lengthscale, variance, period (periodic), x1, x2 (when given)}, for the
+ * kernel and for its derivative operators alike. The gradient of <W, K> is
+ * one pass over the entries: at each pair, the entry's derivatives with
+ * respect to l, v, p and the two points (below), weighted by W_ij. W = L·Rᵀ is formed a block
  * of rows at a time by dgemm; with x2 omitted only pairs i <= j are
  * evaluated, weighted by W_ij + W_ji. */
 
-/* The derivatives of one entry k(x, y): ∂k/∂l, ∂k/∂v, ∂k/∂p, and the
- * factor c with ∂k/∂x_q = c·f_q, f_q = x_q − y_q (radial kinds) or
- * sin(2π(x_q − y_q)/p) (periodic). */
+/* The derivatives of one entry g(x, y) of the operator — the kernel k, or
+ * with spec.derivative its ∂k/∂log θ (θ·∂k/∂θ) — with respect to l, v, p
+ * (dl, dv, dp) and to x (gx[0..d)); ∂g/∂y = −∂g/∂x (stationary).
+ * Radial kinds: ∂g/∂x_q = c·(x_q − y_q); r, a = r/l (matern12), √3 r/l,
+ * √5 r/l; q = r²/l² (rbf). Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q,
+ * D = Σ sin(2u_q)·u_q, ∂S/∂x_q = sin(2u_q)·π/p. */
 typedef struct entry_grad {
-  double dl, dv, dp, c;
+  double dl, dv, dp;
 } entry_grad;
 
-static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
-                                    size_t d) {
-  double l = s->lengthscale, v = s->variance;
-  entry_grad g = {0, 0, 0, 0};
-  if (s->kind == LT_KERNEL_PERIODIC) {
-    double S = 0, D = 0, w = PI / s->period;
-    for (size_t q = 0; q < d; q++) {
-      double u = w * (x[q] - y[q]), su = sin(u);
-      S += su * su;
-      D += sin(2.0 * u) * u;
-    }
-    double k = v * exp(-2.0 * S / (l * l));
-    g.dl = 4.0 * k * S / (l * l * l);
-    g.dv = k / v;
-    g.dp = 2.0 * k * D / (l * l * s->period);
-    g.c = -2.0 * k / (l * l) * w; /* ∂S/∂x_q = sin(2u_q)·π/p */
-    return g;
+static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
+                                       size_t d, double *gx) {
+  double l = s->lengthscale, v = s->variance, p = s->period, w = PI / p, l2 = l * l;
+  double S = 0, D = 0, E = 0;
+  for (size_t q = 0; q < d; q++) {
+    double u = w * (x[q] - y[q]), su = sin(u), s2 = sin(2.0 * u);
+    S += su * su;
+    D += s2 * u;
+    E += 2.0 * u * u * cos(2.0 * u) + u * s2;
   }
-  double r2 = 0;
+  double k = v * exp(-2.0 * S / l2);
+  entry_grad g;
+  double c;
+  switch (s->derivative) {
+    case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS/l² */
+      g.dl = 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0);
+      g.dv = 4.0 * k * S / (l2 * v);
+      g.dp = 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0);
+      c = 4.0 * k / l2 * (1.0 - 2.0 * S / l2) * w;
+      break;
+    case LT_KERNEL_D_PERIOD: /* g = 2kD/l²: its x-derivative is not of the form c·sin 2u */
+      g.dl = 4.0 * k * D / (l2 * l) * (2.0 * S / l2 - 1.0);
+      g.dv = 2.0 * k * D / (l2 * v);
+      g.dp = 2.0 * k / (l2 * p) * (2.0 * D * D / l2 - E);
+      for (size_t q = 0; q < d; q++) {
+        double u = w * (x[q] - y[q]);
+        gx[q] = 2.0 * k / l2 * w * (sin(2.0 * u) * (1.0 - 2.0 * D / l2) + 2.0 * u * cos(2.0 * u));
+      }
+      return g;
+    default: /* the value, or the variance derivative (k itself) */
+      g.dl = 4.0 * k * S / (l2 * l);
+      g.dv = k / v;
+      g.dp = 2.0 * k * D / (l2 * p);
+      c = -2.0 * k / l2 * w;
+  }
+  for (size_t q = 0; q < d; q++) gx[q] = c * sin(2.0 * w * (x[q] - y[q]));
+  return g;
+}
+
+static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
+                                    size_t d, double *gx) {
+  if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx);
+  double l = s->lengthscale, v = s->variance, r2 = 0;
   for (size_t q = 0; q < d; q++) r2 += (x[q] - y[q]) * (x[q] - y[q]);
   double r = sqrt(r2);
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  entry_grad g = {0, 0, 0};
+  double c, val;
   switch (s->kind) {
     case LT_KERNEL_RBF: {
-      double k = v * exp(-0.5 * r2 / (l * l));
-      g.dl = k * r2 / (l * l * l);
-      g.dv = k / v;
-      g.c = -k / (l * l);
+      double q = r2 / (l * l), k = v * exp(-0.5 * q);
+      val = dl ? k * q : k;
+      g.dl = dl ? k * q * (q - 2.0) / l : k * q / l;
+      c = dl ? k * (2.0 - q) / (l * l) : -k / (l * l);
       break;
     }
-    case LT_KERNEL_MATERN12: {
+    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
       double a = r / l, k = v * exp(-a);
-      g.dl = k * a / l;
-      g.dv = k / v;
-      g.c = r > 0 ? -k / (l * r) : 0.0; /* the cusp at r = 0: the subgradient 0 */
+      val = dl ? k * a : k;
+      g.dl = dl ? k * a * (a - 1.0) / l : k * a / l;
+      c = r > 0 ? (dl ? k * (1.0 - a) / (l * r) : -k / (l * r)) : 0.0;
       break;
     }
     case LT_KERNEL_MATERN32: {
       double a = sqrt(3.0) * r / l, e = exp(-a);
-      g.dl = v * a * a * e / l;
-      g.dv = (1.0 + a) * e;
-      g.c = -v * e * 3.0 / (l * l);
+      val = dl ? v * a * a * e : v * (1.0 + a) * e;
+      g.dl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
+      c = dl ? v * e * (2.0 - a) * 3.0 / (l * l) : -v * e * 3.0 / (l * l);
       break;
     }
     default: { /* matern52 */
       double a = sqrt(5.0) * r / l, e = exp(-a);
-      g.dl = v * a * a * (1.0 + a) * e / (3.0 * l);
-      g.dv = (1.0 + a + a * a / 3.0) * e;
-      g.c = -v * (1.0 + a) * e * 5.0 / (3.0 * l * l);
+      val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
+      g.dl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
+                : v * a * a * (1.0 + a) * e / (3.0 * l);
+      c = dl ? v * e * (2.0 + 2.0 * a - a * a) / 3.0 * 5.0 / (l * l)
+             : -v * (1.0 + a) * e * 5.0 / (3.0 * l * l);
     }
   }
+  g.dv = val / v; /* every entry is linear in v */
+  for (size_t q = 0; q < d; q++) gx[q] = c * (x[q] - y[q]);
   return g;
 }
 
@@ -357,23 +391,21 @@ static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, co
 typedef struct kernel_sums {
   double l, v, p;
   double *x1, *x2; /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
+  double gx[64];   /* one entry's ∂/∂x (d <= 64; see kernel_derivative) */
+  double *gxd;     /* gx, or a larger buffer */
 } kernel_sums;
 
-/* Adds w·∂k(x1_i, x2_j) to the sums. */
+/* Adds w·∂g(x1_i, x2_j) to the sums. */
 static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj, size_t d,
                      double w, double *gi, double *gj, kernel_sums *g) {
   if (w == 0.0) return;
-  entry_grad e = entry_derivatives(s, xi, yj, d);
+  entry_grad e = entry_derivatives(s, xi, yj, d, g->gxd);
   g->l += w * e.dl;
   g->v += w * e.dv;
   g->p += w * e.dp;
-  double c = w * e.c;
-  if (c == 0.0) return;
   for (size_t q = 0; q < d; q++) {
-    double f =
-        s->kind == LT_KERNEL_PERIODIC ? sin(2.0 * PI * (xi[q] - yj[q]) / s->period) : xi[q] - yj[q];
-    gi[q] += c * f;
-    gj[q] -= c * f;
+    gi[q] += w * g->gxd[q];
+    gj[q] -= w * g->gxd[q];
   }
 }
 
@@ -446,16 +478,18 @@ static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
 static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
                              lt_paramset *grads) {
   const kernel_payload *p = self->payload;
-  if (p->spec.derivative != LT_KERNEL_VALUE)
-    return lt_error(ctx, "bilinear_derivative: a kernel's derivative operator (spec.derivative) "
-                         "has no gradient of its own");
+  size_t d = points1(self)->shape[1];
   lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
   lt_tensor *g2 = g1 && !p->same ? lt_dense_zeros(ctx, 2, points2(self)->shape) : NULL;
-  if (g1 == NULL || (!p->same && g2 == NULL)) {
+  kernel_sums g = {0,   0,   0, g1 ? lt_dense_data(g1) : NULL, g2 ? lt_dense_data(g2) : NULL,
+                   {0}, NULL};
+  g.gxd = d <= 64 ? g.gx : lt_malloc(ctx, d * sizeof(double));
+  if (g1 == NULL || (!p->same && g2 == NULL) || g.gxd == NULL) {
     lt_release(ctx, g1);
+    lt_release(ctx, g2);
+    if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
     return LT_ERR;
   }
-  kernel_sums g = {0, 0, 0, lt_dense_data(g1), g2 ? lt_dense_data(g2) : NULL};
   int rc = LT_OK;
   if (ltg_kind_of(w) == LTG_DIAG) {
     const lt_tensor *A = points1(self), *B = points2(self);
@@ -482,6 +516,7 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
   }
   lt_release(ctx, g1);
   lt_release(ctx, g2);
+  if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
   return rc;
 }
 
