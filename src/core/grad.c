@@ -116,11 +116,12 @@ int lt_paramset_add_owned(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, cons
     lt_error(ctx, "gradient: parameter '%s' is a number, got a tensor for it", name);
   else if (!same_shape(p->tensor, v))
     lt_error(ctx, "gradient: parameter '%s' has two shapes", name);
-  else if (make_private(ctx, p) == LT_OK) {
-    lt_tensor *sum = lt_dense_binary(ctx, LT_EW_ADD, p->tensor, v);
-    if (sum != NULL) {
-      lt_release(ctx, p->tensor);
-      p->tensor = sum;
+  else if (make_private(ctx, p) == LT_OK) { /* summed in place */
+    lt_tensor *c = lt_dense_contiguous(ctx, v);
+    if (c != NULL) {
+      cblas_daxpy((int)lt_numel(c), 1.0, lt_dense_data(c), 1, lt_dense_data(p->tensor), 1);
+      lt_dense_written(p->tensor);
+      lt_release(ctx, c);
       rc = LT_OK;
     }
   }
