@@ -29,11 +29,21 @@ lt.with_settings({max_cholesky_size = 1, num_trace_samples = 4}, function()
                                                                   control_variate = 2})
   assert(sg[D].diag:numel() == 3)
 end)
-local op = lt.operator{shape = {3, 3}, matmul = function(X) return X * 2 end, params = {s = 2},
-  bilinear_derivative = function(L, R) return {s = L:dot(R)} end,
-  with_params = function(p)
-    return lt.operator{shape = {3, 3}, matmul = function(X) return X * p.s end, params = p}
-  end}
+-- The callbacks allocate nothing in Lua code (only through the library):
+-- a memory error raised by LuaJIT's VM inside a function it runs for a C
+-- caller corrupts its byte count (LuaJIT issue #906; see allocfail.c).
+local spec = {shape = {3, 3}, params = {s = 2}}
+local grad_out = {s = 0}
+function spec.matmul(X) return X * spec.params.s end
+function spec.bilinear_derivative(L, R)
+  grad_out.s = L:dot(R)
+  return grad_out
+end
+function spec.with_params(p)
+  spec.params.s = p.s
+  return lt.operator(spec)
+end
+local op = lt.operator(spec)
 local go = (op + D):bilinear_derivative(lt.ones(3), lt.ones(3))
 close(go[op].s, 3, "operator gradient")
 close(op:with_params{[op] = {s = 4}}:get(1, 1), 4, "operator with_params")
