@@ -513,4 +513,15 @@ function Model:describe()
   return string.format("%s\n%s\nmean = %.6g", self.kernel:describe(), noise, self.mean_value)
 end
 
+--- Sparse GP regression with inducing points (Titsias' bound): see gp/sgpr.lua.
+-- spec: x, y, kernel (a sum of rbf, matern12/32/52 or periodic kernels),
+-- inducing (m, a count: evenly spread rows of x; or m×d points), noise (σ²),
+-- mean ("constant" or "zero"), mean_value, fixed = {noise, mean, inducing},
+-- jitter (added to Kzz's diagonal, default 1e-6·k(x, x)).
+-- @function gp.sgpr
+gp.sgpr = require("lazytensor.gp.sgpr").constructor{
+  fail = fail, to_points = to_points, to_vector = to_vector, options = options,
+  check_noise = check_noise, fit = Model.fit,
+}
+
 return gp

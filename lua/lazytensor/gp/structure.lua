@@ -571,4 +571,6 @@ end
 
 structure.regular_spacing = regular_spacing
 structure.kernel_dense = kernel_dense
+structure.c_components = c_components -- shared with gp/sgpr.lua
+structure.kernel_sum = kernel_sum
 return structure

@@ -1,0 +1,378 @@
+--- Sparse GP regression (SGPR): Titsias' collapsed variational bound.
+--
+--   local model = gp.sgpr{x = x, y = y, kernel = k, inducing = 500}
+--   model:fit{max_iter = 30}
+--   local mean, var = model:predict(xstar)
+--
+-- With m inducing points Z (m ≪ n), the covariance Ky = K + σ²I of the
+-- exact GP is replaced by Q + σ²I, Q = Kxz·Kzz⁻¹·Kzx (a rank-m matrix plus a
+-- diagonal), and model:mll() is the evidence lower bound
+--   F = log N(y | m, Q + σ²I) − tr(Kxx − Q) / (2σ²)
+-- (Titsias 2009). Woodbury's identity and the determinant lemma reduce
+-- everything to m×m matrices: with P = Kzx·Kxz, c = Kzx·(y − m),
+-- Kzz = Lz·Lzᵀ, M = Lz⁻¹·P·Lz⁻ᵀ and B = I + M/σ² = LB·LBᵀ,
+--   (y − m)ᵀ(Q + σ²I)⁻¹(y − m) = (‖y − m‖² − ‖LB⁻¹Lz⁻¹c‖²/σ²) / σ²,
+--   log det(Q + σ²I) = 2 Σ log diag LB + n log σ²,  tr Q = tr M.
+-- Kxz (n×m) is never held whole: it is made a block of rows at a time from
+-- lt.kernel(X_block, Z) (one pass for P and c, one for the gradient), so
+-- memory is O(m² + block·m) at any n.
+--
+-- Gradient: the bound depends on Q only through G = ∂F/∂Q =
+-- ½(ααᵀ + σ⁻⁴·Kxz·Σ⁻¹·Kzx) (α = (Q + σ²I)⁻¹(y − m), Σ = Kzz + P/σ²; the
+-- identity terms of −½(Q + σ²I)⁻¹ and of the trace term cancel), so the
+-- cotangents of the two kernel operators are
+--   Kxz: 2·G·Kxz·Kzz⁻¹ = [α | Kxz]·[Kzz⁻¹Kzx·α | σ⁻⁴Kzz⁻¹·P·Σ⁻¹]ᵀ (low rank, m + 1),
+--   Kzz: −Kzz⁻¹·(Kzx·G·Kxz)·Kzz⁻¹ (m×m),
+-- handed to their bilinear_derivative; the inducing points' gradient is
+-- Kxz's x2 gradient plus Kzz's x1 gradient, the kernel hyperparameters'
+-- gradients add those of both operators and of the trace term's tr Kxx.
+local lt = require "lazytensor"
+local structure = require "lazytensor.gp.structure"
+
+local sgpr = {}
+
+local log, exp, pi = math.log, math.exp, math.pi
+
+-- Kxz is made sgpr.block_entries entries (32 MB) at a time (a field so
+-- that the specs can check the sums over several blocks on small data).
+sgpr.block_entries = 4194304
+
+local SGPR = {}
+SGPR.__index = SGPR
+
+local KEYS = {"x", "y", "kernel", "inducing", "noise", "mean", "mean_value", "fixed", "jitter"}
+
+-- Evenly spread rows of x (in the data's order) as the initial inducing points.
+local function spread_rows(X, m)
+  local n, d = X:size(1), X:size(2)
+  local Z = lt.zeros(m, d)
+  for j = 1, m do
+    local i = math.floor((j - 0.5) * n / m) + 1
+    Z[j] = X[i]
+  end
+  return Z
+end
+
+-- The inducing points from spec.inducing: a number m, or points (tensor or
+-- Lua array) with x's number of coordinates.
+local function inducing_points(h, inducing, X)
+  local n, d = X:size(1), X:size(2)
+  if inducing == nil then h.fail("sgpr needs inducing = m (a count) or inducing points") end
+  if type(inducing) == "number" then
+    if inducing ~= math.floor(inducing) or inducing < 1 or inducing > n then
+      h.fail("sgpr: inducing = %s must be a whole number from 1 to n = %d", tostring(inducing), n)
+    end
+    return spread_rows(X, inducing)
+  end
+  local Z = lt.tensor(h.to_points(inducing, "inducing"))
+  if Z:size(2) ~= d then
+    h.fail("sgpr: inducing points have %d coordinates, x has %d", Z:size(2), d)
+  end
+  return Z
+end
+
+--- The model's constructor, given init.lua's shared helpers (h.fail,
+-- h.to_points, h.to_vector, h.options, h.check_noise, h.fit).
+function sgpr.constructor(h)
+  SGPR.fit = h.fit
+  return function(spec)
+    if type(spec) ~= "table" then h.fail("sgpr expects a table") end
+    h.options("sgpr", spec, KEYS)
+    local kernel = spec.kernel
+    if getmetatable(kernel) ~= require("lazytensor.gp.kernels").Kernel then
+      h.fail("kernel must be a gp kernel")
+    end
+    local points = h.to_points(spec.x, "x")
+    local X = lt.tensor(points)
+    local n, d = X:size(1), X:size(2)
+    local comps, why = structure.c_components(kernel, d)
+    if not comps then
+      h.fail("sgpr needs a sum of rbf, matern12/32/52 or periodic kernels over all input "
+             .. "dimensions (computed by lt.kernel), got %s", why)
+    end
+    local y = h.to_vector(spec.y, n, "y")
+    local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
+    if spec.mean ~= nil and spec.mean ~= "constant" and spec.mean ~= "zero" then
+      h.fail("mean must be 'constant' or 'zero', got %s", tostring(spec.mean))
+    end
+    local ymean = y:mean()
+    local yvar = ((y - ymean):pow(2)):mean()
+    local noise = h.check_noise(spec.noise or math.max(0.01 * yvar, 1e-6), n)
+    if lt.is_tensor(noise) then h.fail("sgpr: noise must be one variance σ² (a number)") end
+    local self = setmetatable({
+      X = X, y = y, n = n, d = d, kernel = kernel, points = points,
+      Z = inducing_points(h, spec.inducing, X),
+      noise = noise,
+      mean_kind = spec.mean or "constant",
+      fixed = {noise = fixed.noise or nil, mean = fixed.mean or nil,
+               inducing = fixed.inducing or nil},
+      h = h,
+    }, SGPR)
+    self.m = self.Z:size(1)
+    self.mean_value = self.mean_kind == "zero" and 0 or (spec.mean_value or ymean)
+    if type(self.mean_value) ~= "number" then h.fail("mean_value must be a number") end
+    -- A fixed jitter on Kzz's diagonal (part of the model: the bound and its
+    -- gradient are those of Kzz + jitter·I), relative to the prior variance.
+    self.jitter = spec.jitter or 1e-6 * kernel:value(points[1], points[1])
+    if type(self.jitter) ~= "number" or not (self.jitter >= 0) then -- luacheck: ignore 581
+      h.fail("sgpr: jitter must be a non-negative number")
+    end
+    return self
+  end
+end
+
+------------------------------------------------------------ parameters --
+
+--- log hyperparameters (kernel's, log σ², the constant mean), then the
+-- inducing points' coordinates (row by row) unless fixed.inducing.
+function SGPR:get_vector()
+  local v = self.kernel:get_log_params()
+  if not self.fixed.noise then v[#v + 1] = log(self.noise) end
+  if self.mean_kind == "constant" and not self.fixed.mean then v[#v + 1] = self.mean_value end
+  if not self.fixed.inducing then
+    for _, row in ipairs(self.Z:totable()) do
+      for _, z in ipairs(row) do v[#v + 1] = z end
+    end
+  end
+  return v
+end
+
+--- Sets what get_vector returns.
+function SGPR:set_vector(v)
+  local off = self.kernel:set_log_params(v, 0)
+  if not self.fixed.noise then
+    off = off + 1
+    self.noise = exp(v[off])
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    off = off + 1
+    self.mean_value = v[off]
+  end
+  if not self.fixed.inducing then
+    local rows = {}
+    for i = 1, self.m do
+      rows[i] = {}
+      for k = 1, self.d do
+        off = off + 1
+        rows[i][k] = v[off]
+      end
+    end
+    self.Z = lt.tensor(rows)
+  end
+end
+
+--- The inducing points (an m×d tensor).
+function SGPR:inducing()
+  return self.Z
+end
+
+------------------------------------------------------------ the bound --
+
+local function components(self)
+  return (structure.c_components(self.kernel, self.d))
+end
+
+-- Calls f(Xb, rb, first) for blocks of rows of X and of the residual r.
+local function each_block(self, r, f)
+  local rows = math.max(1, math.floor(sgpr.block_entries / self.m))
+  for first = 1, self.n, rows do
+    local len = math.min(rows, self.n - first + 1)
+    f(self.X:narrow(1, first, len), r:narrow(1, first, len), first)
+  end
+end
+
+local function lower_solve(L, B)
+  return lt.triangular(L, "lower"):solve(B)
+end
+
+local function symmetrize(A)
+  return (A + A:t()) * 0.5
+end
+
+-- Everything the bound, its gradient and predictions need, from one pass
+-- over Kxz: P = Kzx·Kxz, c = Kzx·r, u = Kzx·1, the factors Lz and LB.
+local function factor(self)
+  local comps = components(self)
+  local m = self.m
+  local Kzz = structure.kernel_sum(self.Z, nil, comps):dense():add_diag(self.jitter)
+  local Lz = lt.psd(Kzz):cholesky():dense()
+  local r = self.y - self.mean_value
+  local P, c, u = lt.zeros(m, m), lt.zeros(m), lt.zeros(m)
+  each_block(self, r, function(Xb, rb)
+    local Ub = structure.kernel_sum(Xb, self.Z, comps):dense()
+    local UbT = Ub:t()
+    P = P + UbT * Ub
+    c = c + UbT * rb
+    u = u + Ub:sum(1)
+  end)
+  P = symmetrize(P)
+  local Lzinv = lower_solve(Lz, lt.eye(m))
+  local M = symmetrize(Lzinv * P * Lzinv:t())
+  local B = lt.eye(m) + M * (1 / self.noise)
+  local LB = lt.psd(B):cholesky():dense()
+  return {comps = comps, Lz = Lz, Lzinv = Lzinv, P = P, c = c, u = u, M = M, LB = LB, r = r}
+end
+
+-- tr Kxx = n·k(x, x) (every C kernel is stationary) and ∂/∂log θ of it.
+local function trace_Kxx(self)
+  local g = {}
+  local v = self.kernel:value(self.points[1], self.points[1], g, 0)
+  for p = 1, #g do g[p] = self.n * g[p] end
+  return self.n * v, g
+end
+
+-- The bound from the factors (and its parts, for the gradient).
+local function bound(self, f)
+  local s2, n = self.noise, self.n
+  local w = lower_solve(f.LB, f.Lzinv * f.c)
+  local rr = f.r:dot(f.r)
+  local quad = (rr - w:dot(w) / s2) / s2
+  local logdet = 2 * f.LB:diagonal():log():sum() + n * log(s2)
+  local trK = trace_Kxx(self)
+  local trM = f.M:diagonal():sum()
+  return -0.5 * (quad + logdet + n * log(2 * pi)) - (trK - trM) / (2 * s2),
+         {quad = quad, logdet = logdet, trK = trK, trM = trM, rr = rr}
+end
+
+--- The collapsed lower bound F ≤ log p(y) (a number).
+function SGPR:mll()
+  return (bound(self, factor(self)))
+end
+
+-- Adds the kernel parameters' gradients of one bilinear_derivative result
+-- (keyed by the lt.kernel parts of one operator) into grad, as ∂/∂log θ,
+-- scaled by `weight`; the inducing points' gradient `name` into zgrad.
+local function add_kernel_grads(self, grads, parts, weight, grad, zname, zgrad)
+  for p, par in ipairs(self.kernel:parameters()) do
+    for i, c in ipairs(components(self)) do
+      local g = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
+      if g then grad[p] = grad[p] + weight * g * par.kernel.values[par.name] end
+    end
+  end
+  for i = 1, #parts do
+    local g = grads[parts[i]] and grads[parts[i]][zname]
+    if g then zgrad[1] = zgrad[1] + g * weight end
+  end
+end
+
+--- The bound and its gradient with respect to get_vector()'s parameters.
+function SGPR:mll_and_grad()
+  local f = factor(self)
+  local value, parts = bound(self, f)
+  local s2, n, m = self.noise, self.n, self.m
+  local s4 = s2 * s2
+  -- Σ⁻¹ = (Kzz + P/σ²)⁻¹ = Lz⁻ᵀ·LB⁻ᵀ·LB⁻¹·Lz⁻¹ = SᵀS; Kzz⁻¹ = Lz⁻ᵀLz⁻¹.
+  local S = lower_solve(f.LB, f.Lzinv)
+  local Sinv = symmetrize(S:t() * S)
+  local Kinv = symmetrize(f.Lzinv:t() * f.Lzinv)
+  local sv = Sinv * f.c -- Σ⁻¹c: α = r/σ² − Kxz·Σ⁻¹c/σ⁴
+  local Ps = f.P * sv
+  local calpha = f.c * (1 / s2) - Ps * (1 / s4) -- Kzx·α
+  local alpha_sq = parts.rr / s4 - 2 * f.c:dot(sv) / (s4 * s2) + sv:dot(Ps) / (s4 * s4)
+  local PSinvP = symmetrize(f.P * Sinv * f.P)
+  local trKyinv = n / s2 - (Sinv:cmul(f.P)):sum() / s4
+  -- Kzx·G·Kxz = ½(Kzx·α·αᵀ·Kxz + σ⁻⁴·P·Σ⁻¹·P)
+  local UGU = (calpha:reshape(m, 1) * calpha:reshape(1, m) + PSinvP * (1 / s4)) * 0.5
+  local Wzz = -(Kinv * UGU * Kinv)
+  local a = Kinv * calpha
+  local R = lt.zeros(m, m + 1)
+  R:narrow(2, 1, m):copy(Kinv * f.P * Sinv * (1 / s4))
+  R:narrow(2, m + 1, 1):copy(a:reshape(m, 1))
+
+  local kcount = self.kernel:count()
+  local grad = {}
+  for p = 1, kcount do grad[p] = 0 end
+  local zgrad = {lt.zeros(m, self.d)}
+  -- Kxz, a block of rows at a time: cotangent [Kxz_b | α_b]·Rᵀ.
+  each_block(self, f.r, function(Xb, rb)
+    local K, kparts = structure.kernel_sum(Xb, self.Z, f.comps)
+    local len = Xb:size(1)
+    local L = lt.zeros(len, m + 1)
+    L:narrow(2, 1, m):copy(K:dense())
+    local alpha_b = rb * (1 / s2) - L:narrow(2, 1, m) * sv * (1 / s4)
+    L:narrow(2, m + 1, 1):copy(alpha_b:reshape(len, 1))
+    add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, 1, grad, "x2", zgrad)
+  end)
+  -- Kzz (jitter is a constant): <Wzz, ∂Kzz>.
+  local Kz, zparts = structure.kernel_sum(self.Z, nil, f.comps)
+  add_kernel_grads(self, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, 1, grad, "x1", zgrad)
+  -- The trace term's −tr Kxx / (2σ²).
+  local _, dtrK = trace_Kxx(self)
+  for p = 1, kcount do grad[p] = grad[p] - dtrK[p] / (2 * s2) end
+
+  local off = kcount
+  if not self.fixed.noise then
+    off = off + 1
+    local dF = 0.5 * (alpha_sq - trKyinv) + (parts.trK - parts.trM) / (2 * s4)
+    grad[off] = dF * s2 -- ∂/∂log σ²
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    off = off + 1
+    grad[off] = f.r:sum() / s2 - f.u:dot(sv) / s4 -- Σ α
+  end
+  if not self.fixed.inducing then
+    for _, row in ipairs(zgrad[1]:totable()) do
+      for _, g in ipairs(row) do
+        off = off + 1
+        grad[off] = g
+      end
+    end
+  end
+  return value, grad
+end
+
+------------------------------------------------------------ prediction --
+
+-- Test points as an n*×d tensor.
+local function test_tensor(self, xstar)
+  local star = lt.tensor(self.h.to_points(xstar, "xstar"))
+  if star:size(2) ~= self.d then
+    self.h.fail("xstar has %d coordinates, the training inputs %d", star:size(2), self.d)
+  end
+  return star
+end
+
+-- V1 = Lz⁻¹Kz*, V2 = LB⁻¹V1 (m×n*), and the mean at the test points:
+-- K*z·Σ⁻¹·c/σ² + m = V2ᵀ·LB⁻¹·Lz⁻¹·c/σ² + m.
+local function predictive_parts(self, star)
+  local f = factor(self)
+  local Kzs = structure.kernel_sum(self.Z, star, f.comps):dense()
+  local V1 = f.Lzinv * Kzs
+  local V2 = lower_solve(f.LB, V1)
+  local w = lower_solve(f.LB, f.Lzinv * f.c)
+  local mean = V2:t() * w * (1 / self.noise) + self.mean_value
+  return f, V1, V2, mean
+end
+
+--- Predictive mean and variance of f at xstar under the bound's optimal
+-- q(u): mean K*z·Σ⁻¹·Kzx·(y − m)/σ² + m, variance k** − K*z·Kzz⁻¹·Kz* +
+-- K*z·Σ⁻¹·Kz* (add σ² for a new observation).
+function SGPR:predict(xstar, opts)
+  opts = self.h.options("predict", opts, {"variance"})
+  local star = test_tensor(self, xstar)
+  local _, V1, V2, mean = predictive_parts(self, star)
+  if opts.variance == false then return mean end
+  local prior = structure.prior_variance(self.kernel, self.h.to_points(xstar, "xstar"))
+  return mean, prior - V1:cmul(V1):sum(1) + V2:cmul(V2):sum(1)
+end
+
+--- The posterior at xstar as an lt.mvn: covariance K** − V1ᵀV1 + V2ᵀV2,
+-- K** the lazy lt.kernel of the test points and the two low-rank terms of
+-- rank m (see predict).
+function SGPR:posterior(xstar)
+  local star = test_tensor(self, xstar)
+  local f, V1, V2, mean = predictive_parts(self, star)
+  local Kss = structure.kernel_sum(star, nil, f.comps)
+  return lt.mvn(mean, lt.psd(Kss - lt.lowrank(V1:t():contiguous())
+                             + lt.lowrank(V2:t():contiguous())))
+end
+
+--- A readable summary of the hyperparameters.
+function SGPR:describe()
+  return string.format("%s\nnoise = %.6g%s\nmean = %.6g\n%d inducing points%s",
+                       self.kernel:describe(), self.noise,
+                       self.fixed.noise and " (fixed)" or "", self.mean_value, self.m,
+                       self.fixed.inducing and " (fixed)" or " (learnt)")
+end
+
+return sgpr
