@@ -524,4 +524,14 @@ gp.sgpr = require("lazytensor.gp.sgpr").constructor{
   check_noise = check_noise, fit = Model.fit,
 }
 
+--- Multitask GP regression (intrinsic coregionalisation, B ⊗ K): see
+-- gp/multitask.lua. spec: x, y (n×t, NaN for a missing value), kernel,
+-- rank (of W in B = W·Wᵀ + diag(v), default 1), noise (σ²), mean
+-- ("constant": one per task, or "zero"), fixed = {noise, mean}.
+-- @function gp.multitask
+gp.multitask = require("lazytensor.gp.multitask").constructor{
+  fail = fail, to_points = to_points, options = options, check_noise = check_noise,
+  fit = Model.fit,
+}
+
 return gp

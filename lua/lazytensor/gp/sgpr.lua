@@ -204,6 +204,7 @@ local function factor(self)
     P = P + UbT * Ub
     c = c + UbT * rb
     u = u + Ub:sum(1)
+    Ub:free() -- 32 MB: not left to the collector, which does not see its size
   end)
   P = symmetrize(P)
   local Lzinv = lower_solve(Lz, lt.eye(m))
@@ -288,10 +289,13 @@ function SGPR:mll_and_grad()
     local K, kparts = structure.kernel_sum(Xb, self.Z, f.comps)
     local len = Xb:size(1)
     local L = lt.zeros(len, m + 1)
-    L:narrow(2, 1, m):copy(K:dense())
+    local Kb = K:dense()
+    L:narrow(2, 1, m):copy(Kb)
+    Kb:free()
     local alpha_b = rb * (1 / s2) - L:narrow(2, 1, m) * sv * (1 / s4)
     L:narrow(2, m + 1, 1):copy(alpha_b:reshape(len, 1))
     add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, 1, grad, "x2", zgrad)
+    L:free()
   end)
   -- Kzz (jitter is a constant): <Wzz, ∂Kzz>.
   local Kz, zparts = structure.kernel_sum(self.Z, nil, f.comps)

@@ -1,0 +1,458 @@
+--- Multitask GP regression: the intrinsic coregionalisation model (ICM).
+--
+--   local model = gp.multitask{x = x, y = Y, kernel = k, rank = 1}  -- Y n×t
+--   model:fit{max_iter = 50}
+--   local mean, var = model:predict(xstar)                          -- n*×t each
+--   local B = model:task_covariance()                               -- t×t
+--
+-- The t outputs at the n inputs are jointly normal with covariance B ⊗ K:
+-- K the kernel matrix over the inputs, B = W·Wᵀ + diag(v) (W t×r, v > 0) the
+-- tasks' covariance, plus σ²I. Observations are ordered task by task (the
+-- columns of Y stacked), as lt.kron(B, K) orders its entries.
+--
+-- All tasks observed at all inputs: Ky = B ⊗ K + σ²I is the Kronecker +
+-- σ²I eigen rule (kron_plus_identity): with B = QB·ΛB·QBᵀ and
+-- K = QK·ΛK·QKᵀ, Ky = (QB ⊗ QK)(ΛB ⊗ ΛK + σ²)(QB ⊗ QK)ᵀ, so with
+-- R̃ = QKᵀ·R·QB (R the n×t residuals) and D_ia = μ_i·λ_a + σ²,
+--   yᵀKy⁻¹y = Σ R̃²/D,  log det Ky = Σ log D,
+-- at the cost of the two eigendecompositions (O(n³ + t³), never (nt)³). The
+-- gradient comes from the same factors: with A = Ky⁻¹r as an n×t matrix,
+-- ∂MLL/∂Ky = ½(vec A·vec Aᵀ − Ky⁻¹) gives the cotangents
+--   B: ½(Aᵀ·K·A − QB·diag(Σ_i μ_i/D_ia)·QBᵀ),
+--   K: ½(A·B·Aᵀ − QK·diag(Σ_a λ_a/D_ia)·QKᵀ) (handed to K's bilinear_derivative
+--      as [A·B/2 | −QK·diag(z)/2]·[A | QK]ᵀ), and ∂/∂σ² = ½(Σ A² − Σ 1/D).
+--
+-- Missing values (NaN in Y): Ky = (B ⊗ K)[obs, obs] + σ²I, a lazy submatrix
+-- of the lazy Kronecker product; inv_quad_logdet{grad = true} on it gives
+-- the value and the gradients keyed by W's low-rank leaf, v's diagonal,
+-- K's leaves and σ²'s identity (exact below max_cholesky_size, the
+-- stochastic estimate above).
+local lt = require "lazytensor"
+local structure = require "lazytensor.gp.structure"
+
+local multitask = {}
+
+local log, exp, pi, sqrt = math.log, math.exp, math.pi, math.sqrt
+
+local MT = {}
+MT.__index = MT
+
+local KEYS = {"x", "y", "kernel", "rank", "noise", "mean", "fixed"}
+
+-- Y as a Lua array of n rows of t numbers (NaN: missing), from a tensor or table.
+local function target_rows(h, y, n)
+  if lt.is_tensor(y) then
+    if y:dim() ~= 2 then h.fail("multitask: y must be an n×t matrix (one column per task)") end
+    y = y:totable()
+  end
+  if type(y) ~= "table" or #y ~= n then
+    h.fail("multitask: y must be an n×t matrix with n = %d rows (one per input)", n)
+  end
+  local t = type(y[1]) == "table" and #y[1] or 0
+  if t < 1 then h.fail("multitask: y must be an n×t matrix with t ≥ 1 columns") end
+  for i, row in ipairs(y) do
+    if type(row) ~= "table" or #row ~= t then
+      h.fail("multitask: y[%d] must have %d values (one per task)", i, t)
+    end
+    for a, v in ipairs(row) do
+      if type(v) ~= "number" or v == math.huge or v == -math.huge then
+        h.fail("multitask: y[%d][%d] must be a finite number (NaN marks a missing value)", i, a)
+      end
+    end
+  end
+  return y, t
+end
+
+-- Column means and covariance of Y over the observed entries.
+local function task_moments(rows, t)
+  local mean, count = {}, {}
+  for a = 1, t do mean[a], count[a] = 0, 0 end
+  for _, row in ipairs(rows) do
+    for a, v in ipairs(row) do
+      if v == v then
+        mean[a], count[a] = mean[a] + v, count[a] + 1
+      end
+    end
+  end
+  for a = 1, t do mean[a] = count[a] > 0 and mean[a] / count[a] or 0 end
+  local C = {}
+  for a = 1, t do
+    C[a] = {}
+    for b = 1, t do
+      local s, c = 0, 0
+      for _, row in ipairs(rows) do
+        if row[a] == row[a] and row[b] == row[b] then
+          s, c = s + (row[a] - mean[a]) * (row[b] - mean[b]), c + 1
+        end
+      end
+      C[a][b] = c > 1 and s / (c - 1) or (a == b and 1 or 0)
+    end
+  end
+  return mean, C, count
+end
+
+-- W (t×r) and v from the tasks' sample covariance C: its leading r
+-- eigenvectors scaled by √(λ/2), v = half of C's diagonal (so B starts
+-- near C); W = 0 would be a saddle point of the likelihood.
+local function initial_B(C, t, r)
+  local w, Q = lt.psd(lt.tensor(C)):eigh() -- ascending
+  local W = lt.zeros(t, r)
+  for j = 1, r do
+    local k = t - j + 1
+    local scale = sqrt(math.max(w[k], 1e-6) / 2)
+    for a = 1, t do W:set(a, j, Q:get(a, k) * scale) end
+  end
+  local v = {}
+  for a = 1, t do v[a] = math.max(C[a][a] / 2, 1e-6) end
+  return W, v
+end
+
+--- The model's constructor, given init.lua's shared helpers (h.fail,
+-- h.to_points, h.options, h.check_noise, h.fit).
+function multitask.constructor(h)
+  MT.fit = h.fit
+  return function(spec)
+    if type(spec) ~= "table" then h.fail("multitask expects a table") end
+    h.options("multitask", spec, KEYS)
+    if getmetatable(spec.kernel) ~= require("lazytensor.gp.kernels").Kernel then
+      h.fail("kernel must be a gp kernel")
+    end
+    local points = h.to_points(spec.x, "x")
+    local n, d = #points, #points[1]
+    local top = spec.kernel:max_dim()
+    if top and top > d then h.fail("the kernel reads input dimension %d but x has %d", top, d) end
+    local rows, t = target_rows(h, spec.y, n)
+    local r = spec.rank or 1
+    if type(r) ~= "number" or r ~= math.floor(r) or r < 1 or r > t then
+      h.fail("multitask: rank = %s must be a whole number from 1 to t = %d", tostring(r), t)
+    end
+    local fixed = h.options("multitask fixed", spec.fixed, {"noise", "mean"})
+    local mean_kind = spec.mean or "constant"
+    if mean_kind ~= "constant" and mean_kind ~= "zero" then
+      h.fail("mean must be 'constant' or 'zero', got %s", tostring(mean_kind))
+    end
+    local means, C, count = task_moments(rows, t)
+    local observed, total_var = {}, 0
+    for a = 1, t do
+      if count[a] == 0 then h.fail("multitask: task %d has no observed value", a) end
+      total_var = total_var + C[a][a] / t
+    end
+    for a = 1, t do
+      for i = 1, n do
+        if rows[i][a] == rows[i][a] then observed[#observed + 1] = (a - 1) * n + i end
+      end
+    end
+    local noise = h.check_noise(spec.noise or math.max(0.01 * total_var, 1e-6), n)
+    if lt.is_tensor(noise) then h.fail("multitask: noise must be one variance σ² (a number)") end
+    local W, v = initial_B(C, t, r)
+    local self = setmetatable({
+      points = points, X = lt.tensor(points), n = n, d = d, t = t, rank = r,
+      rows = rows, observed = observed, complete = #observed == n * t,
+      kernel = spec.kernel, W = W, v = v, noise = noise,
+      mean_kind = mean_kind, means = {},
+      fixed = {noise = fixed.noise or nil, mean = fixed.mean or nil}, h = h,
+    }, MT)
+    for a = 1, t do self.means[a] = mean_kind == "zero" and 0 or means[a] end
+    return self
+  end
+end
+
+------------------------------------------------------------ parameters --
+
+--- The kernel's log-hyperparameters, W (t×r, row by row), log v (t), log σ²
+-- (unless fixed), the t constant means (unless fixed or zero).
+function MT:get_vector()
+  local out = self.kernel:get_log_params()
+  for _, row in ipairs(self.W:totable()) do
+    for _, w in ipairs(row) do out[#out + 1] = w end
+  end
+  for a = 1, self.t do out[#out + 1] = log(self.v[a]) end
+  if not self.fixed.noise then out[#out + 1] = log(self.noise) end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    for a = 1, self.t do out[#out + 1] = self.means[a] end
+  end
+  return out
+end
+
+--- Sets what get_vector returns.
+function MT:set_vector(vec)
+  local off = self.kernel:set_log_params(vec, 0)
+  local W = {}
+  for a = 1, self.t do
+    W[a] = {}
+    for j = 1, self.rank do
+      off = off + 1
+      W[a][j] = vec[off]
+    end
+  end
+  self.W = lt.tensor(W)
+  for a = 1, self.t do
+    off = off + 1
+    self.v[a] = exp(vec[off])
+  end
+  if not self.fixed.noise then
+    off = off + 1
+    self.noise = exp(vec[off])
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    for a = 1, self.t do
+      off = off + 1
+      self.means[a] = vec[off]
+    end
+  end
+end
+
+--- B = W·Wᵀ + diag(v), the t×t task covariance (a lazy low-rank + diagonal
+-- operator).
+function MT:task_covariance()
+  return lt.lowrank(self.W) + lt.diag(lt.tensor(self.v))
+end
+
+------------------------------------------------------- kernel over x --
+
+-- K over the inputs (x2 nil) or between star and the inputs, with grad(L, R)
+-- → ∂<L·Rᵀ, K>/∂log θ for the kernel's free parameters: through
+-- lt.kernel's bilinear_derivative when the kernel is a sum of C kinds over
+-- all dimensions, through the derivative matrices of a dense K otherwise.
+local function kernel_matrix(self, x1, x2)
+  local comps = structure.c_components(self.kernel, self.d)
+  if comps then
+    local K, parts = structure.kernel_sum(x1, x2, comps)
+    local function grad(L, R)
+      local grads = K:bilinear_derivative(L, R)
+      local g = {}
+      for p, par in ipairs(self.kernel:parameters()) do
+        g[p] = 0
+        for i, c in ipairs(comps) do
+          local gi = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
+          if gi then g[p] = g[p] + gi * par.kernel.values[par.name] end
+        end
+      end
+      return g
+    end
+    return K, grad, parts, comps
+  end
+  local P1 = x1 == self.X and self.points or x1:totable()
+  local P2 = x2 and x2:totable() or P1
+  local K, dK = structure.kernel_dense(self.kernel, P1, P2, x2 == nil)
+  if x2 == nil then K = lt.psd(K) end
+  local function grad(L, R)
+    local G = L * R:t()
+    local g = {}
+    for p = 1, #dK do g[p] = G:cmul(dK[p]):sum() end
+    return g
+  end
+  return K, grad
+end
+
+------------------------------------------------------------ likelihood --
+
+-- The residuals as an n×t tensor (NaN where missing, unused then).
+local function residuals(self)
+  local R = {}
+  for i, row in ipairs(self.rows) do
+    R[i] = {}
+    for a, y in ipairs(row) do R[i][a] = y - self.means[a] end
+  end
+  return lt.tensor(R)
+end
+
+-- Outer product of two 1-d tensors.
+local function outer(u, w)
+  return u:reshape(u:size(1), 1) * w:reshape(1, w:size(1))
+end
+
+-- All tasks at all inputs: value and gradient from the eigendecompositions.
+local function complete_mll(self, want_grad)
+  local n, t, s2 = self.n, self.t, self.noise
+  local K, kgrad = kernel_matrix(self, self.X, nil)
+  local Kd = K:dense()
+  local B = self:task_covariance():dense()
+  local mu, QK = lt.psd(Kd):eigh()
+  local lam, QB = lt.psd(B):eigh()
+  local R = residuals(self)
+  local Rt = QK:t() * R * QB
+  local D = outer(mu, lam) + s2
+  local At = Rt:cdiv(D)
+  local value = -0.5 * (Rt:cmul(At):sum() + D:log():sum() + n * t * log(2 * pi))
+  if not want_grad then return value end
+  local A = QK * At * QB:t()
+  local Dinv = D:pow(-1)
+  -- B's cotangent GB and the chain rule through W·Wᵀ + diag(v).
+  local wdiag = mu:reshape(1, n) * Dinv -- 1×t: Σ_i μ_i/D_ia
+  local GB = (A:t() * Kd * A - QB:cmul(wdiag) * QB:t()) * 0.5
+  GB = (GB + GB:t()) * 0.5
+  local gW = GB * self.W * 2
+  local gv = GB:diagonal():cmul(lt.tensor(self.v))
+  -- K's cotangent [A·B/2 | −QK·diag(z)/2]·[A | QK]ᵀ, z_i = Σ_a λ_a/D_ia.
+  local z = Dinv * lam -- n
+  local L = lt.zeros(n, t + n)
+  local Rk = lt.zeros(n, t + n)
+  L:narrow(2, 1, t):copy(A * B * 0.5)
+  L:narrow(2, t + 1, n):copy(QK:cmul(z:reshape(1, n) * -0.5))
+  Rk:narrow(2, 1, t):copy(A)
+  Rk:narrow(2, t + 1, n):copy(QK)
+  local grad = kgrad(L, Rk)
+  for _, row in ipairs(gW:totable()) do
+    for _, g in ipairs(row) do grad[#grad + 1] = g end
+  end
+  for a = 1, t do grad[#grad + 1] = gv[a] end
+  if not self.fixed.noise then grad[#grad + 1] = 0.5 * s2 * (A:cmul(A):sum() - Dinv:sum()) end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    local colsum = A:sum(1)
+    for a = 1, t do grad[#grad + 1] = colsum[a] end
+  end
+  return value, grad
+end
+
+-- Some values missing: the lazy (B ⊗ K)[obs, obs] + σ²I and
+-- inv_quad_logdet{grad = true} on it.
+local function masked_mll(self, want_grad)
+  local n, t = self.n, self.t
+  local K, _, parts, comps = kernel_matrix(self, self.X, nil)
+  local dense_dK
+  if not parts then -- a dense K: a leaf of its own, linked by the derivative matrices
+    local _, dK = structure.kernel_dense(self.kernel, self.points, self.points, true)
+    dense_dK = dK
+  end
+  local Wleaf, vleaf = lt.lowrank(self.W), lt.diag(lt.tensor(self.v))
+  local N = lt.identity(#self.observed, self.noise)
+  -- A dense K enters through a lazy view (lt.kron would copy it): its
+  -- gradient then comes keyed by K itself.
+  local Kfactor = K
+  if not parts then
+    local all = {}
+    for i = 1, n do all[i] = i end
+    Kfactor = lt.submatrix(K, all)
+  end
+  local Ky = lt.submatrix(lt.kron(Wleaf + vleaf, Kfactor), self.observed) + N
+  local R = residuals(self)
+  local r = {}
+  for j, idx in ipairs(self.observed) do
+    local a, i = math.floor((idx - 1) / n) + 1, (idx - 1) % n + 1
+    r[j] = R:get(i, a)
+  end
+  r = lt.tensor(r)
+  if not want_grad then
+    local q, ld = Ky:inv_quad_logdet(r)
+    return -0.5 * (q + ld + #self.observed * log(2 * pi))
+  end
+  local q, ld, grads = Ky:inv_quad_logdet(r, {grad = true})
+  local value = -0.5 * (q + ld + #self.observed * log(2 * pi))
+  local grad = {}
+  for p, par in ipairs(self.kernel:parameters()) do
+    grad[p] = 0
+    if parts then
+      for i, c in ipairs(comps) do
+        local g = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
+        if g then grad[p] = grad[p] - 0.5 * g * par.kernel.values[par.name] end
+      end
+    elseif grads[K] then
+      grad[p] = -0.5 * grads[K].values:cmul(dense_dK[p]):sum()
+    end
+  end
+  local gW = grads[Wleaf] and grads[Wleaf].U or lt.zeros(t, self.rank)
+  for _, row in ipairs(gW:totable()) do
+    for _, g in ipairs(row) do grad[#grad + 1] = -0.5 * g end
+  end
+  local gv = grads[vleaf] and grads[vleaf].diag or lt.zeros(t)
+  for a = 1, t do grad[#grad + 1] = -0.5 * gv[a] * self.v[a] end
+  if not self.fixed.noise then grad[#grad + 1] = -0.5 * grads[N].scale * self.noise end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    local alpha = grads[r].values * 0.5
+    local sums = {}
+    for a = 1, t do sums[a] = 0 end
+    for j, idx in ipairs(self.observed) do
+      local a = math.floor((idx - 1) / n) + 1
+      sums[a] = sums[a] + alpha[j]
+    end
+    for a = 1, t do grad[#grad + 1] = sums[a] end
+  end
+  return value, grad
+end
+
+--- The marginal log-likelihood of the observed values.
+function MT:mll()
+  if self.complete then return (complete_mll(self, false)) end
+  return (masked_mll(self, false))
+end
+
+--- The MLL and its gradient with respect to get_vector()'s parameters.
+function MT:mll_and_grad()
+  if self.complete then return complete_mll(self, true) end
+  return masked_mll(self, true)
+end
+
+------------------------------------------------------------ prediction --
+
+local function test_tensor(self, xstar)
+  local star = lt.tensor(self.h.to_points(xstar, "xstar"))
+  if star:size(2) ~= self.d then
+    self.h.fail("xstar has %d coordinates, the training inputs %d", star:size(2), self.d)
+  end
+  return star
+end
+
+-- Row vector of the task means, broadcast over test points.
+local function mean_row(self)
+  return lt.tensor(self.means):reshape(1, self.t)
+end
+
+--- Posterior mean and variance of every task's latent function at xstar:
+-- two n*×t tensors (column a: task a).
+function MT:predict(xstar, opts)
+  opts = self.h.options("predict", opts, {"variance"})
+  local star = test_tensor(self, xstar)
+  local n, t, ns = self.n, self.t, star:size(1)
+  local Kd = kernel_matrix(self, self.X, nil):dense()
+  local Ks = kernel_matrix(self, star, self.X):dense() -- n*×n
+  local B = self:task_covariance():dense()
+  local prior = structure.prior_variance(self.kernel, self.h.to_points(xstar, "xstar"))
+  local Bdiag = B:diagonal()
+  if self.complete then
+    local mu, QK = lt.psd(Kd):eigh()
+    local lam, QB = lt.psd(B):eigh()
+    local Dinv = (outer(mu, lam) + self.noise):pow(-1)
+    local A = QK * (QK:t() * residuals(self) * QB):cmul(Dinv) * QB:t()
+    local mean = Ks * A * B + mean_row(self)
+    if opts.variance == false then return mean end
+    -- explained(s, a) = Σ_c (QB·ΛB)²_ac Σ_i (Ks·QK)²_si / D_ic
+    local KQ = Ks * QK
+    local BQ = QB:cmul(lam:reshape(1, t))
+    local explained = KQ:cmul(KQ) * Dinv * BQ:cmul(BQ):t()
+    return mean, outer(prior, Bdiag) - explained
+  end
+  -- Missing values: the cross-covariance (B ⊗ K*x)[:, obs] and solves with Ky.
+  local Ky = lt.submatrix(lt.kron(lt.psd(B), lt.psd(Kd)), self.observed)
+             :add_diag(self.noise)
+  local all = {}
+  for i = 1, t * ns do all[i] = i end
+  local cross = lt.submatrix(lt.kron(B, Ks), all, self.observed):dense() -- t·n* × obs
+  local R = residuals(self)
+  local r = {}
+  for j, idx in ipairs(self.observed) do
+    r[j] = R:get((idx - 1) % n + 1, math.floor((idx - 1) / n) + 1)
+  end
+  local alpha = Ky:solve(lt.tensor(r))
+  local mean = (cross * alpha):reshape(t, ns):t() + mean_row(self)
+  if opts.variance == false then return mean end
+  local crossT = cross:t():contiguous()
+  local explained = crossT:cmul(Ky:solve(crossT)):sum(1):reshape(t, ns):t()
+  return mean, outer(prior, Bdiag) - explained
+end
+
+--- A readable summary.
+function MT:describe()
+  local B = self:task_covariance():dense():totable()
+  local rows = {}
+  for a, row in ipairs(B) do
+    local cells = {}
+    for b, v in ipairs(row) do cells[b] = string.format("%.4g", v) end
+    rows[a] = "  " .. table.concat(cells, " ")
+  end
+  return string.format("%s\nnoise = %.6g%s\ntask covariance B (rank %d + diagonal):\n%s",
+                       self.kernel:describe(), self.noise, self.fixed.noise and " (fixed)" or "",
+                       self.rank, table.concat(rows, "\n"))
+end
+
+return multitask
