@@ -63,7 +63,7 @@ function models.sgpr()
   local fs = truth2d(Xs)
   local function kernel() return gp.kernels.rbf{lengthscale = 1, variance = 1} end
 
-  local n_small = 3000
+  local n_small = 2000
   local X, y = data2d(n_small, 1)
   local exact = gp.exact{x = X, y = y, kernel = kernel(), noise = 0.05, structure = "kernel"}
   lt.with_settings({max_cholesky_size = n_small}, function()

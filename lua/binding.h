@@ -169,6 +169,7 @@ void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
 void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
 void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
 void ltb_open_grad(lua_State *L, int module);       /* bind_grad.c: gradients */
+void ltb_open_interp(lua_State *L, int module);     /* bind_interp.c: lt.interp */
 /* bind_ops.c: every operation of the table not wrapped by hand above, as
  * lt.<op> and A:<op> (call it last), and lt.call. */
 void ltb_open_ops(lua_State *L, int module);

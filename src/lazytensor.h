@@ -593,6 +593,14 @@ lt_tensor *lt_blockdiag_new(lt_context *ctx, lt_tensor *const *blocks, int n);
  * fftw_make_planner_thread_safe() once per process (link -lfftw3_threads),
  * so contexts in different threads may plan concurrently. */
 lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r /* NULL: symmetric */);
+/* SKI's sparse interpolation matrix ("interp", n×g): row i holds the 4^d
+ * cubic-convolution weights (Keys, a = -1/2) of point i of x (a dense n×d
+ * matrix, or a vector of n points; 1 <= d <= 3) on the regular grid with
+ * m[k] >= 4 points lo[k] + j·h[k] per dimension (g = the product of the m[k],
+ * the first dimension slowest, as lt_kron orders entries). Every point must
+ * lie in [lo + h, lo + (m - 2)·h] per dimension. CSR storage; no parameters. */
+lt_tensor *lt_interp_new(lt_context *ctx, lt_tensor *x, const double *lo, const double *h,
+                         const size_t *m);
 typedef enum {
   LT_KERNEL_RBF,
   LT_KERNEL_MATERN12,

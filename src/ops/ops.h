@@ -35,6 +35,7 @@ extern const lt_type lt_blockdiag_type;
 extern const lt_type lt_chol_type;
 
 int lt_register_generic_rules(lt_context *ctx);
+int lt_register_interp(lt_context *ctx); /* registers the "interp" type */
 int lt_register_dense_rules(lt_context *ctx);
 int lt_register_dense_linalg_rules(lt_context *ctx);
 int lt_register_sum_rules(lt_context *ctx);

@@ -93,7 +93,7 @@ local function options(what, opts, keys)
 end
 
 local EXACT_KEYS = {"x", "y", "kernel", "noise", "mean", "mean_value", "fixed", "structure",
-                    "trace_rank"}
+                    "trace_rank", "grid"}
 
 -- σ² a positive finite number, or n positive finite per-point variances.
 local function check_noise(noise, n)
@@ -116,7 +116,8 @@ end
 -- spec: x (inputs), y (targets), kernel, noise (a variance, learnt, default
 -- 1% of var(y); or a 1-d tensor or Lua array of n per-point variances,
 -- fixed), mean ("constant" (default) or "zero"), mean_value, structure
--- ("auto", "toeplitz", "kron", "kernel", "dense"), fixed = {noise = true,
+-- ("auto", "toeplitz", "kron", "kernel", "ski", "dense"; grid = SKI's points
+-- per dimension), fixed = {noise = true,
 -- mean = true}, trace_rank (rank of the pivoted-Cholesky control variate in
 -- stochastic gradients, default 64, 0 for none; see inv_quad_logdet's
 -- control_variate). Any other key is an error.
@@ -140,6 +141,7 @@ function gp.exact(spec)
     kernel = spec.kernel,
     mean_kind = spec.mean or "constant",
     structure_choice = spec.structure or "auto",
+    grid = spec.grid, -- SKI's points per dimension (structure = "ski")
     fixed = {noise = fixed.noise and true or nil, mean = fixed.mean and true or nil},
     trace_rank = spec.trace_rank,
   }, Model)
@@ -201,7 +203,8 @@ end
 function Model:covariance()
   local now = state(self, false)
   if not fresh(self.cov_state, now) then
-    self.cov = structure.build(self.kernel, self.points, {structure = self.structure_choice})
+    self.cov = structure.build(self.kernel, self.points,
+                               {structure = self.structure_choice, grid = self.grid})
     self.cov_state = now
   end
   return self.cov

@@ -185,33 +185,35 @@ local function lower_solve(L, B)
   return lt.triangular(L, "lower"):solve(B)
 end
 
+local function upper_solve(L, B) -- Lᵀ⁻¹·B for a lower L
+  return lt.triangular(L:t():contiguous(), "upper"):solve(B)
+end
+
 local function symmetrize(A)
   return (A + A:t()) * 0.5
 end
 
 -- Everything the bound, its gradient and predictions need, from one pass
--- over Kxz: P = Kzx·Kxz, c = Kzx·r, u = Kzx·1, the factors Lz and LB.
+-- over Kxz: P = Kzx·Kxz, c = Kzx·r, M = Lz⁻¹·P·Lz⁻ᵀ and the factors Lz, LB.
 local function factor(self)
   local comps = components(self)
   local m = self.m
   local Kzz = structure.kernel_sum(self.Z, nil, comps):dense():add_diag(self.jitter)
   local Lz = lt.psd(Kzz):cholesky():dense()
   local r = self.y - self.mean_value
-  local P, c, u = lt.zeros(m, m), lt.zeros(m), lt.zeros(m)
+  local P, c = lt.zeros(m, m), lt.zeros(m)
   each_block(self, r, function(Xb, rb)
     local Ub = structure.kernel_sum(Xb, self.Z, comps):dense()
     local UbT = Ub:t()
     P = P + UbT * Ub
     c = c + UbT * rb
-    u = u + Ub:sum(1)
     Ub:free() -- 32 MB: not left to the collector, which does not see its size
   end)
   P = symmetrize(P)
-  local Lzinv = lower_solve(Lz, lt.eye(m))
-  local M = symmetrize(Lzinv * P * Lzinv:t())
+  local M = symmetrize(lower_solve(Lz, lower_solve(Lz, P):t()))
   local B = lt.eye(m) + M * (1 / self.noise)
   local LB = lt.psd(B):cholesky():dense()
-  return {comps = comps, Lz = Lz, Lzinv = Lzinv, P = P, c = c, u = u, M = M, LB = LB, r = r}
+  return {comps = comps, Lz = Lz, c = c, M = M, LB = LB, r = r}
 end
 
 -- tr Kxx = n·k(x, x) (every C kernel is stationary) and ∂/∂log θ of it.
@@ -225,7 +227,7 @@ end
 -- The bound from the factors (and its parts, for the gradient).
 local function bound(self, f)
   local s2, n = self.noise, self.n
-  local w = lower_solve(f.LB, f.Lzinv * f.c)
+  local w = lower_solve(f.LB, lower_solve(f.Lz, f.c))
   local rr = f.r:dot(f.r)
   local quad = (rr - w:dot(w) / s2) / s2
   local logdet = 2 * f.LB:diagonal():log():sum() + n * log(s2)
@@ -260,30 +262,33 @@ end
 function SGPR:mll_and_grad()
   local f = factor(self)
   local value, parts = bound(self, f)
-  local s2, n, m = self.noise, self.n, self.m
+  local s2, m = self.noise, self.m
   local s4 = s2 * s2
-  -- Σ⁻¹ = (Kzz + P/σ²)⁻¹ = Lz⁻ᵀ·LB⁻ᵀ·LB⁻¹·Lz⁻¹ = SᵀS; Kzz⁻¹ = Lz⁻ᵀLz⁻¹.
-  local S = lower_solve(f.LB, f.Lzinv)
-  local Sinv = symmetrize(S:t() * S)
-  local Kinv = symmetrize(f.Lzinv:t() * f.Lzinv)
-  local sv = Sinv * f.c -- Σ⁻¹c: α = r/σ² − Kxz·Σ⁻¹c/σ⁴
-  local Ps = f.P * sv
-  local calpha = f.c * (1 / s2) - Ps * (1 / s4) -- Kzx·α
-  local alpha_sq = parts.rr / s4 - 2 * f.c:dot(sv) / (s4 * s2) + sv:dot(Ps) / (s4 * s4)
-  local PSinvP = symmetrize(f.P * Sinv * f.P)
-  local trKyinv = n / s2 - (Sinv:cmul(f.P)):sum() / s4
-  -- Kzx·G·Kxz = ½(Kzx·α·αᵀ·Kxz + σ⁻⁴·P·Σ⁻¹·P)
-  local UGU = (calpha:reshape(m, 1) * calpha:reshape(1, m) + PSinvP * (1 / s4)) * 0.5
-  local Wzz = -(Kinv * UGU * Kinv)
-  local a = Kinv * calpha
+  -- Everything in whitened form (V = Lz⁻¹Kzx, M = V·Vᵀ, B = I + M/σ²), with
+  -- Lz's solves instead of Kzz⁻¹ or Σ⁻¹ and never P itself: Kzz is often
+  -- ill-conditioned, and its inverse multiplied into P loses the inducing
+  -- points' gradients entirely. B ≥ I is well conditioned, and
+  -- M·B⁻¹ = σ²(I − B⁻¹), σ⁻⁴·M·B⁻¹·M = M/σ² − (I − B⁻¹).
+  local LBinv = lower_solve(f.LB, lt.eye(m))
+  local Binv = symmetrize(LBinv:t() * LBinv)
+  local IminusBinv = lt.eye(m) - Binv
+  local vt = Binv * lower_solve(f.Lz, f.c) * (1 / s2) -- V·α
+  local a = upper_solve(f.Lz, vt) -- Kzz⁻¹·Kzx·α: α = (r − Kxz·a)/σ²
+  -- Kzz's cotangent −Kzz⁻¹·(Kzx·G·Kxz)·Kzz⁻¹ = −½ Lz⁻ᵀ·(ṽṽᵀ + M/σ² − (I − B⁻¹))·Lz⁻¹
+  local inner = vt:reshape(m, 1) * vt:reshape(1, m) + f.M * (1 / s2) - IminusBinv
+  local Wzz = symmetrize(upper_solve(f.Lz, upper_solve(f.Lz, inner):t()) * -0.5)
+  -- Kxz's cotangent [Kxz | α]·[Kzz⁻¹·Kzx·Σ⁻¹·Kzx·Kxz/σ⁴ | a]ᵀ, the first
+  -- block Lz⁻ᵀ·(I − B⁻¹)·Lz⁻¹/σ².
   local R = lt.zeros(m, m + 1)
-  R:narrow(2, 1, m):copy(Kinv * f.P * Sinv * (1 / s4))
+  R:narrow(2, 1, m):copy(symmetrize(upper_solve(f.Lz, upper_solve(f.Lz, IminusBinv):t()))
+                         * (1 / s2))
   R:narrow(2, m + 1, 1):copy(a:reshape(m, 1))
 
   local kcount = self.kernel:count()
   local grad = {}
   for p = 1, kcount do grad[p] = 0 end
   local zgrad = {lt.zeros(m, self.d)}
+  local alpha_sq, alpha_sum = 0, 0
   -- Kxz, a block of rows at a time: cotangent [Kxz_b | α_b]·Rᵀ.
   each_block(self, f.r, function(Xb, rb)
     local K, kparts = structure.kernel_sum(Xb, self.Z, f.comps)
@@ -292,7 +297,8 @@ function SGPR:mll_and_grad()
     local Kb = K:dense()
     L:narrow(2, 1, m):copy(Kb)
     Kb:free()
-    local alpha_b = rb * (1 / s2) - L:narrow(2, 1, m) * sv * (1 / s4)
+    local alpha_b = (rb - L:narrow(2, 1, m) * a) * (1 / s2)
+    alpha_sq, alpha_sum = alpha_sq + alpha_b:dot(alpha_b), alpha_sum + alpha_b:sum()
     L:narrow(2, m + 1, 1):copy(alpha_b:reshape(len, 1))
     add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, 1, grad, "x2", zgrad)
     L:free()
@@ -307,12 +313,14 @@ function SGPR:mll_and_grad()
   local off = kcount
   if not self.fixed.noise then
     off = off + 1
+    -- tr (Q + σ²I)⁻¹ = n/σ² − tr(Σ⁻¹P)/σ⁴ = (n − tr(I − B⁻¹))/σ²
+    local trKyinv = (self.n - IminusBinv:diagonal():sum()) / s2
     local dF = 0.5 * (alpha_sq - trKyinv) + (parts.trK - parts.trM) / (2 * s4)
     grad[off] = dF * s2 -- ∂/∂log σ²
   end
   if self.mean_kind == "constant" and not self.fixed.mean then
     off = off + 1
-    grad[off] = f.r:sum() / s2 - f.u:dot(sv) / s4 -- Σ α
+    grad[off] = alpha_sum
   end
   if not self.fixed.inducing then
     for _, row in ipairs(zgrad[1]:totable()) do
@@ -341,9 +349,9 @@ end
 local function predictive_parts(self, star)
   local f = factor(self)
   local Kzs = structure.kernel_sum(self.Z, star, f.comps):dense()
-  local V1 = f.Lzinv * Kzs
+  local V1 = lower_solve(f.Lz, Kzs)
   local V2 = lower_solve(f.LB, V1)
-  local w = lower_solve(f.LB, f.Lzinv * f.c)
+  local w = lower_solve(f.LB, lower_solve(f.Lz, f.c))
   local mean = V2:t() * w * (1 / self.noise) + self.mean_value
   return f, V1, V2, mean
 end

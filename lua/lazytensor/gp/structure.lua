@@ -521,6 +521,7 @@ function structure.build(kernel, points, opts)
   opts = opts or {}
   local want = opts.structure or "auto"
   local want_grads = opts.gradients ~= false
+  if want == "ski" then return require("lazytensor.gp.ski").build(kernel, points, opts) end
   if want == "auto" or want == "toeplitz" then
     local x0, h = regular_spacing(points)
     if x0 and kernel:is_stationary() then
@@ -550,7 +551,7 @@ function structure.build(kernel, points, opts)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
-          .. "toeplitz, kron, kernel or dense)", 0)
+          .. "toeplitz, kron, kernel, ski or dense)", 0)
   end
   local cov = build_dense(kernel, points, want_grads)
   if why then
@@ -571,6 +572,6 @@ end
 
 structure.regular_spacing = regular_spacing
 structure.kernel_dense = kernel_dense
-structure.c_components = c_components -- shared with gp/sgpr.lua
+structure.c_components = c_components -- shared with gp/sgpr.lua and gp/multitask.lua
 structure.kernel_sum = kernel_sum
 return structure

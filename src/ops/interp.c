@@ -1,0 +1,306 @@
+/*
+ * ops/interp.c — "interp": the sparse n×g matrix W of cubic interpolation
+ * weights onto a regular grid, the W of SKI / KISS-GP (Wilson & Nickisch
+ * 2015), K ≈ W·K_grid·Wᵀ.
+ *
+ * Row i holds the 4^d weights of point x_i: per dimension the cubic
+ * convolution kernel of Keys (a = −1/2) at the point's distances to the four
+ * nearest grid points (two on each side), and their products across
+ * dimensions. Grid points are numbered with the first dimension slowest, as
+ * lt_kron orders the entries of a Kronecker product of per-dimension
+ * factors. Stored as CSR (row pointers, column indices, weights): products
+ * with W and Wᵀ cost O(nnz·k), rows and entries O(4^d).
+ *
+ * W depends only on the inputs and the grid, which are data, not parameters:
+ * its parameter set is empty and its bilinear derivative adds nothing (the
+ * gradient of W·K·Wᵀ reaches K's parameters through the product's chain
+ * rule).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../core/grad.h"
+#include "../core/internal.h"
+#include "ops.h"
+
+#define INTERP_MAX_DIM 3
+
+typedef struct interp_payload {
+  size_t n, g, nnz;
+  size_t *rowptr; /* n + 1 offsets into cols and vals */
+  size_t *cols;   /* 0-based grid indices */
+  double *vals;   /* weights */
+} interp_payload;
+
+/* Keys' cubic convolution kernel with a = −1/2 (exact for quadratics). */
+static double keys_weight(double t) {
+  t = fabs(t);
+  if (t <= 1.0) return (1.5 * t - 2.5) * t * t + 1.0;
+  if (t < 2.0) return ((-0.5 * t + 2.5) * t - 4.0) * t + 2.0;
+  return 0.0;
+}
+
+static interp_payload *payload_of(const lt_tensor *self) { return self->payload; }
+
+static lt_tensor *interp_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  const interp_payload *p = payload_of(self);
+  size_t k = X->shape[1];
+  lt_tensor *Y = lt_dense_zeros(ctx, 2, (size_t[]){p->n, k});
+  if (Y == NULL) return NULL;
+  const double *x = lt_dense_data(X);
+  double *y = lt_dense_data(Y);
+  for (size_t i = 0; i < p->n; i++) {
+    double *yi = y + i * k;
+    for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++) {
+      const double *xc = x + p->cols[q] * k;
+      double v = p->vals[q];
+      for (size_t c = 0; c < k; c++) yi[c] += v * xc[c];
+    }
+  }
+  return Y;
+}
+
+static lt_tensor *interp_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  const interp_payload *p = payload_of(self);
+  size_t k = X->shape[1];
+  lt_tensor *Y = lt_dense_zeros(ctx, 2, (size_t[]){p->g, k});
+  if (Y == NULL) return NULL;
+  const double *x = lt_dense_data(X);
+  double *y = lt_dense_data(Y);
+  for (size_t i = 0; i < p->n; i++) {
+    const double *xi = x + i * k;
+    for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++) {
+      double *yc = y + p->cols[q] * k;
+      double v = p->vals[q];
+      for (size_t c = 0; c < k; c++) yc[c] += v * xi[c];
+    }
+  }
+  return Y;
+}
+
+static int interp_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  (void)ctx;
+  const interp_payload *p = payload_of(self);
+  double s = 0.0;
+  for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++)
+    if (p->cols[q] == j) s += p->vals[q];
+  *out = s;
+  return LT_OK;
+}
+
+static int interp_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
+  (void)ctx;
+  const interp_payload *p = payload_of(self);
+  memset(out, 0, p->g * sizeof *out);
+  for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++) out[p->cols[q]] += p->vals[q];
+  return LT_OK;
+}
+
+static void free_payload(lt_context *ctx, interp_payload *p) {
+  if (p == NULL) return;
+  if (p->rowptr) lt_free(ctx, p->rowptr, (p->n + 1) * sizeof *p->rowptr);
+  if (p->cols) lt_free(ctx, p->cols, p->nnz * sizeof *p->cols);
+  if (p->vals) lt_free(ctx, p->vals, p->nnz * sizeof *p->vals);
+  lt_free(ctx, p, sizeof *p);
+}
+
+static void interp_destroy(lt_context *ctx, lt_tensor *self) { free_payload(ctx, self->payload); }
+
+static size_t interp_payload_bytes(const lt_tensor *self) {
+  const interp_payload *p = payload_of(self);
+  return sizeof *p + (p->n + 1) * sizeof *p->rowptr + p->nnz * (sizeof *p->cols + sizeof *p->vals);
+}
+
+/* No parameters: the weights are functions of the data. */
+static int interp_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  (void)ctx, (void)self, (void)out;
+  return LT_OK;
+}
+
+static int interp_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads) {
+  (void)ctx, (void)self, (void)w, (void)grads;
+  return LT_OK;
+}
+
+static lt_tensor *interp_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                 const lt_paramset *values) {
+  (void)ctx, (void)children, (void)values;
+  return lt_retain(self);
+}
+
+static const lt_type interp_type = {
+    .name = "interp",
+    .matmul = interp_matmul,
+    .t_matmul = interp_t_matmul,
+    .entry = interp_entry,
+    .row = interp_row,
+    .destroy = interp_destroy,
+    .payload_bytes = interp_payload_bytes,
+    .params = interp_params,
+    .bilinear_derivative = interp_derivative,
+    .rebuild = interp_rebuild,
+};
+
+/* ------------------------------------------------------ W·K·Wᵀ diagonal */
+
+/* The interp operator under a transpose node, or NULL. */
+static const lt_tensor *transposed_interp(const lt_tensor *t) {
+  if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1) return NULL;
+  return t->children[0]->type == &interp_type ? t->children[0] : NULL;
+}
+
+/* The diagonal of (W1·K)·W2ᵀ, SKI's covariance, from the rows of W1 and W2:
+ * d_i = Σ_ab W1_ia·W2_ib·K_ab, (4^d)² entries of K per row, where the
+ * generic rule would multiply by every unit vector (n products). */
+static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  const lt_tensor *prod = args->a;
+  if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return LT_NOT_IMPLEMENTED;
+  const lt_tensor *left = prod->children[0], *w2 = transposed_interp(prod->children[1]);
+  if (w2 == NULL || left->type_id != LT_TYPE_PRODUCT || left->nchildren != 2 ||
+      left->children[0]->type != &interp_type)
+    return LT_NOT_IMPLEMENTED;
+  const interp_payload *p1 = payload_of(left->children[0]), *p2 = payload_of(w2);
+  lt_tensor *K = left->children[1];
+  int (*entry)(lt_context *, lt_tensor *, size_t, size_t, double *) = K->type->entry;
+  if (entry == NULL) return LT_NOT_IMPLEMENTED;
+  lt_tensor *out = lt_dense_vector(ctx, p1->n);
+  if (out == NULL) return LT_ERR;
+  double *d = lt_dense_data(out);
+  for (size_t i = 0; i < p1->n; i++) {
+    double s = 0.0;
+    for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
+      for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
+        double kab;
+        if (entry(ctx, K, p1->cols[q], p2->cols[r], &kab) != LT_OK) {
+          lt_release(ctx, out);
+          return LT_ERR;
+        }
+        s += p1->vals[q] * p2->vals[r] * kab;
+      }
+    d[i] = s;
+  }
+  res->t[0] = out;
+  return LT_OK;
+}
+
+int lt_register_interp(lt_context *ctx) {
+  if (lt_register_type(ctx, &interp_type) < 0) return LT_ERR;
+  return lt_register_rule(ctx, LT_OP_DIAGONAL, LT_TYPE_PRODUCT, LT_TYPE_ANY,
+                          "W·K·Wᵀ diagonal (SKI: interp rows and K's entries)", rule_ski_diagonal,
+                          NULL, NULL, 0);
+}
+
+/* ------------------------------------------------------------ constructor */
+
+/* The four grid indices and weights of coordinate u (in grid steps from
+ * lo) on an axis of m points; u must be in [1, m − 2]. */
+static void axis_weights(double u, size_t m, size_t idx[4], double w[4]) {
+  double f = floor(u);
+  if (f > (double)(m - 3)) f = (double)(m - 3); /* u = m − 2 exactly */
+  size_t i0 = (size_t)f;
+  double s = u - f;
+  idx[0] = i0 - 1, idx[1] = i0, idx[2] = i0 + 1, idx[3] = i0 + 2;
+  w[0] = keys_weight(s + 1.0), w[1] = keys_weight(s);
+  w[2] = keys_weight(1.0 - s), w[3] = keys_weight(2.0 - s);
+}
+
+/* Checks the grid and returns g = Π m[k], or 0 after an error. */
+static size_t check_grid(lt_context *ctx, int d, const double *lo, const double *h,
+                         const size_t *m) {
+  size_t g = 1;
+  for (int k = 0; k < d; k++) {
+    if (!isfinite(lo[k]) || !isfinite(h[k]) || !(h[k] > 0.0)) {
+      lt_error(ctx, "interp: grid %d needs a finite start and a positive finite step", k + 1);
+      return 0;
+    }
+    if (m[k] < 4) {
+      lt_error(ctx, "interp: grid %d has %zu points, cubic interpolation needs at least 4", k + 1,
+               m[k]);
+      return 0;
+    }
+    if (!lt_mul_size(ctx, "interp", g, m[k], &g)) return 0;
+  }
+  return g;
+}
+
+/* Fills the CSR arrays from the points x (n×d, contiguous). */
+static int fill_weights(lt_context *ctx, interp_payload *p, const double *x, int d,
+                        const double *lo, const double *h, const size_t *m) {
+  size_t per_row = (size_t)1 << (2 * d), stride[INTERP_MAX_DIM];
+  stride[d - 1] = 1;
+  for (int k = d - 2; k >= 0; k--) stride[k] = stride[k + 1] * m[k + 1];
+  for (size_t i = 0; i < p->n; i++) {
+    size_t idx[INTERP_MAX_DIM][4];
+    double w[INTERP_MAX_DIM][4];
+    for (int k = 0; k < d; k++) {
+      double xv = x[i * (size_t)d + (size_t)k];
+      double u = (xv - lo[k]) / h[k];
+      /* a rounding error's worth of slack at the interior's ends */
+      double slack = 1e-9 * (double)m[k];
+      if (!isfinite(u) || u < 1.0 - slack || u > (double)(m[k] - 2) + slack)
+        return lt_error(ctx,
+                        "interp: point %zu, coordinate %d = %g is outside the grid's interior "
+                        "[%g, %g] (cubic interpolation needs a grid point beyond it on each side)",
+                        i + 1, k + 1, xv, lo[k] + h[k], lo[k] + (double)(m[k] - 2) * h[k]);
+      if (u < 1.0) u = 1.0;
+      if (u > (double)(m[k] - 2)) u = (double)(m[k] - 2);
+      axis_weights(u, m[k], idx[k], w[k]);
+    }
+    p->rowptr[i] = i * per_row;
+    for (size_t c = 0; c < per_row; c++) {
+      size_t col = 0;
+      double v = 1.0;
+      for (int k = 0; k < d; k++) {
+        size_t which = (c >> (2 * (d - 1 - k))) & 3;
+        col += idx[k][which] * stride[k];
+        v *= w[k][which];
+      }
+      p->cols[i * per_row + c] = col;
+      p->vals[i * per_row + c] = v;
+    }
+  }
+  p->rowptr[p->n] = p->n * per_row;
+  return LT_OK;
+}
+
+lt_tensor *lt_interp_new(lt_context *ctx, lt_tensor *x, const double *lo, const double *h,
+                         const size_t *m) {
+  if (x == NULL || x->type_id != LT_TYPE_DENSE || (x->ndim != 1 && x->ndim != 2)) {
+    lt_error(ctx, "interp: x must be a dense n×d matrix or a vector of n points");
+    return NULL;
+  }
+  size_t n = x->shape[0];
+  int d = x->ndim == 1 ? 1 : (int)x->shape[1];
+  if (d < 1 || d > INTERP_MAX_DIM) {
+    lt_error(ctx, "interp: x has %d dimensions; SKI interpolates in 1 to %d", d, INTERP_MAX_DIM);
+    return NULL;
+  }
+  if (n == 0) {
+    lt_error(ctx, "interp: x has no points");
+    return NULL;
+  }
+  size_t g = check_grid(ctx, d, lo, h, m);
+  if (g == 0) return NULL;
+  int type_id = lt_type_id(ctx, "interp");
+  if (type_id < 0) return NULL;
+  size_t per_row = (size_t)1 << (2 * d), nnz;
+  if (!lt_mul_size(ctx, "interp", n, per_row, &nnz)) return NULL;
+  lt_tensor *xc = lt_dense_contiguous(ctx, x);
+  if (xc == NULL) return NULL;
+  interp_payload *p = lt_calloc(ctx, 1, sizeof *p);
+  lt_tensor *t = NULL;
+  if (p == NULL) goto done;
+  p->n = n, p->g = g, p->nnz = nnz;
+  p->rowptr = lt_malloc(ctx, (n + 1) * sizeof *p->rowptr);
+  p->cols = p->rowptr ? lt_malloc(ctx, nnz * sizeof *p->cols) : NULL;
+  p->vals = p->cols ? lt_malloc(ctx, nnz * sizeof *p->vals) : NULL;
+  if (p->vals == NULL) goto done;
+  if (fill_weights(ctx, p, lt_dense_data(xc), d, lo, h, m) != LT_OK) goto done;
+  t = lt_lazy_new(ctx, type_id, n, g, NULL, 0, p);
+done:
+  if (t == NULL) free_payload(ctx, p);
+  lt_release(ctx, xc);
+  return t;
+}
