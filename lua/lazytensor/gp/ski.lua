@@ -150,11 +150,12 @@ function ski.build(kernel, points, opts)
   local Kgrid = d == 1 and factors[1] or lt.kron(unpack(factors))
   local grids = interp_grids(axes)
   local W = lt.interp(lt.tensor(points), grids)
+  local size = d > 1 and string.format("%d^%d", m, d) or tostring(m)
   local cov = {
     kind = "ski",
     explain = string.format("ski: %d inputs interpolated (cubic, 4^%d weights a row) from a "
                             .. "regular grid of %s points; K ≈ W·K_grid·Wᵀ with K_grid %s, "
-                            .. "kept lazy", n, d, d > 1 and string.format("%d^%d", m, d) or tostring(m),
+                            .. "kept lazy", n, d, size,
                             d == 1 and "Toeplitz" or "a Kronecker product of Toeplitz factors"),
     K = lt.psd(W * Kgrid * W:t()),
     W = W,
