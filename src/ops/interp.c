@@ -144,10 +144,35 @@ static const lt_type interp_type = {
 
 /* ------------------------------------------------------ W·K·Wᵀ diagonal */
 
-/* The interp operator under a transpose node, or NULL. */
-static const lt_tensor *transposed_interp(const lt_tensor *t) {
-  if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1) return NULL;
-  return t->children[0]->type == &interp_type ? t->children[0] : NULL;
+/* The parts of (W1·K)·W2ᵀ (W1, W2 interp, K any operator), or 0. */
+static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_tensor **w2) {
+  if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return 0;
+  const lt_tensor *left = prod->children[0], *t = prod->children[1];
+  if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1 || t->children[0]->type != &interp_type)
+    return 0;
+  if (left->type_id != LT_TYPE_PRODUCT || left->nchildren != 2 ||
+      left->children[0]->type != &interp_type)
+    return 0;
+  *w1 = left->children[0], *K = left->children[1], *w2 = t->children[0];
+  return 1;
+}
+
+/* The dense (W1·K)·W2ᵀ as W1·(K·W2ᵀ): K only ever multiplies the g×n
+ * dense W2ᵀ, where the generic rule would form K itself (g×g: 800 MB for a
+ * 100×100 grid's Kronecker product). */
+static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *w1, *K, *w2;
+  if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  lt_tensor *eye = lt_dense_eye(ctx, w2->shape[0]);
+  lt_tensor *w2t = eye ? lt_apply_t(ctx, w2, eye) : NULL; /* g×n */
+  lt_release(ctx, eye);
+  lt_tensor *kw = w2t ? lt_apply(ctx, K, w2t) : NULL;
+  lt_release(ctx, w2t);
+  lt_tensor *out = kw ? lt_apply(ctx, w1, kw) : NULL;
+  lt_release(ctx, kw);
+  res->t[0] = out;
+  return out ? LT_OK : LT_ERR;
 }
 
 /* The diagonal of (W1·K)·W2ᵀ, SKI's covariance, from the rows of W1 and W2:
@@ -155,14 +180,9 @@ static const lt_tensor *transposed_interp(const lt_tensor *t) {
  * generic rule would multiply by every unit vector (n products). */
 static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  const lt_tensor *prod = args->a;
-  if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return LT_NOT_IMPLEMENTED;
-  const lt_tensor *left = prod->children[0], *w2 = transposed_interp(prod->children[1]);
-  if (w2 == NULL || left->type_id != LT_TYPE_PRODUCT || left->nchildren != 2 ||
-      left->children[0]->type != &interp_type)
-    return LT_NOT_IMPLEMENTED;
-  const interp_payload *p1 = payload_of(left->children[0]), *p2 = payload_of(w2);
-  lt_tensor *K = left->children[1];
+  lt_tensor *w1, *K, *w2;
+  if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
   int (*entry)(lt_context *, lt_tensor *, size_t, size_t, double *) = K->type->entry;
   if (entry == NULL) return LT_NOT_IMPLEMENTED;
   lt_tensor *out = lt_dense_vector(ctx, p1->n);
@@ -187,6 +207,10 @@ static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *re
 
 int lt_register_interp(lt_context *ctx) {
   if (lt_register_type(ctx, &interp_type) < 0) return LT_ERR;
+  if (lt_register_rule(ctx, LT_OP_DENSE, LT_TYPE_PRODUCT, LT_TYPE_ANY,
+                       "W·K·Wᵀ dense (SKI: W·(K·Wᵀ), never K's dense form)", rule_ski_dense, NULL,
+                       NULL, 0) != LT_OK)
+    return LT_ERR;
   return lt_register_rule(ctx, LT_OP_DIAGONAL, LT_TYPE_PRODUCT, LT_TYPE_ANY,
                           "W·K·Wᵀ diagonal (SKI: interp rows and K's entries)", rule_ski_diagonal,
                           NULL, NULL, 0);
