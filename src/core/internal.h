@@ -90,6 +90,11 @@ struct lt_context {
   lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
   unsigned long fft_tick;
   void (*fft_plans_free)(lt_context *ctx);
+  /* Kernel matrices stored by ops/kernel.c within settings.kernel_cache_bytes:
+   * the most recently used operator's payload (a list through the payloads),
+   * and the bytes they hold together. */
+  void *kernel_caches;
+  size_t kernel_cache_used;
 };
 
 /* Context plumbing ------------------------------------------------------ */
