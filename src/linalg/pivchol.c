@@ -30,8 +30,9 @@ static double residual_trace(size_t n, const double *d, const unsigned char *cho
   return s;
 }
 
-int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
-                        int max_rank, double tol, double *L, int *rank, double *err_out) {
+/* The factorisation; tail (may be NULL) receives the residual diagonal. */
+static int factor(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                  int max_rank, double tol, double *L, int *rank, double *err_out, double *tail) {
   *rank = 0;
   if (max_rank < 0) return lt_error(ctx, "pivoted_cholesky: negative rank");
   size_t ld = max_rank > 0 ? (size_t)max_rank : 1;
@@ -67,11 +68,22 @@ int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn
     err = residual_trace(n, d, chosen);
   }
   if (err_out) *err_out = err;
+  if (tail) memcpy(tail, d, n * sizeof(double));
 done:
   lt_linalg_free(ctx, d, n);
   lt_linalg_free(ctx, r, n);
   if (chosen) lt_free(ctx, chosen, n ? n : 1);
   return rc;
+}
+
+int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                        int max_rank, double tol, double *L, int *rank, double *err_out) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, tol, L, rank, err_out, NULL);
+}
+
+int lt_pivoted_cholesky_tail(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
+                             void *row_ud, int max_rank, double *L, int *rank, double *tail) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, 0.0, L, rank, NULL, tail);
 }
 
 void lt_precond_free(lt_context *ctx, lt_precond *P) {
