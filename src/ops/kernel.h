@@ -78,4 +78,13 @@ double lt_kernel_upper_entry(const double *U, size_t n, size_t i, size_t j);
 int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const double *X, size_t k,
                             double *Y, int nthreads);
 
+/* ----------------------------------------------------- kernel_tilemul.c */
+
+/* Yt[c·ldy + i] += Σ_j T[i·ldt + j]·Xt[c·ldx + j] (i < r, j < w, c < k). */
+void lt_tile_dots(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *Xt,
+                  size_t ldx, double *Yt, size_t ldy);
+/* Yt[c·ldy + j] += Σ_i T[i·ldt + j]·X[i·ldx + c] (i < r, j < w, c < k). */
+void lt_tile_axpys(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *X,
+                   size_t ldx, double *Yt, size_t ldy);
+
 #endif

@@ -21,6 +21,10 @@
  * whole rows instead — evaluated, or the stored tiles left of the diagonal
  * read transposed — and writes only its own rows of the result.
  *
+ * With at most COLUMN_MAX columns the tiles meet X through the loops of
+ * kernel_tilemul.c, on X and the result transposed (k × n); with more,
+ * through BLAS (its packing then pays).
+ *
  * The stored form of K(x, x) is its blocks' tiles on and right of the
  * diagonal: block b (rows i0 .. i0 + r) keeps columns i0 .. n as an
  * r × (n − i0) row-major slab, the slabs one after another — half of K.
@@ -38,6 +42,8 @@
 #define TILE (BLOCK_ROWS * TILE_COLS)
 /* Panel buffers may hold this many doubles (128 MB) in all. */
 #define PANEL_BUDGET ((size_t)16 << 20)
+/* Up to this many columns, kernel_tilemul.c's loops; beyond, BLAS. */
+#define COLUMN_MAX 32
 /* Fewer entries than this are made on one thread. */
 #define PARALLEL_MIN_ENTRIES ((size_t)1 << 16)
 
@@ -78,7 +84,10 @@ typedef struct product_job {
   const lt_keval *e;
   const double *U;
   const double *X;
-  double *Y;      /* result (whole-row mode) */
+  double *Y;   /* result */
+  int columns; /* transposed layouts: Xt and the accumulations are k × n */
+  const double *Xt;
+  double *Yt;     /* whole-row mode's accumulation, transposed */
   double *panels; /* npanels × n×k (halved mode) */
   int npanels;
   size_t na, nb, k, nblocks;
@@ -86,24 +95,33 @@ typedef struct product_job {
   size_t tile_stride;
 } product_job;
 
-/* acc (r×k rows) += T (r×w, leading dimension ld) · Xr (w×k). */
-static void tile_times(size_t r, size_t w, size_t k, const double *T, size_t ld, const double *Xr,
-                       double *acc) {
-  if (k == 1)
-    cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)r, (int)w, 1.0, T, (int)ld, Xr, 1, 1.0, acc, 1);
-  else
+/* Rows i0 .. i0 + r of the result += T (r×w, leading dimension ld) times
+ * X's rows c0 .. c0 + w; acc is the accumulation (n×k, or k×n transposed
+ * with leading dimension ldacc). */
+static void tile_times(const product_job *j, size_t r, size_t w, const double *T, size_t ld,
+                       size_t c0, double *acc, size_t ldacc, size_t i0) {
+  size_t k = j->k;
+  if (j->columns) {
+    lt_tile_dots(r, w, k, T, ld, j->Xt + c0, j->nb, acc + i0, ldacc);
+  } else if (k == 1) {
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)r, (int)w, 1.0, T, (int)ld, j->X + c0, 1, 1.0,
+                acc + i0, 1);
+  } else {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)r, (int)k, (int)w, 1.0, T, (int)ld,
-                Xr, (int)k, 1.0, acc, (int)k);
+                j->X + c0 * k, (int)k, 1.0, acc + i0 * k, (int)k);
+  }
 }
 
-/* acc (w×k rows) += Tᵀ (T r×w, leading dimension ld) · Xr (r×k). */
-static void tile_t_times(size_t r, size_t w, size_t k, const double *T, size_t ld, const double *Xr,
-                         double *acc) {
-  if (k == 1)
-    cblas_dgemv(CblasRowMajor, CblasTrans, (int)r, (int)w, 1.0, T, (int)ld, Xr, 1, 1.0, acc, 1);
-  else
+/* Rows c0 .. c0 + w of the result += Tᵀ (T r×w) times X's rows i0 .. i0 + r. */
+static void tile_t_times(const product_job *j, size_t r, size_t w, const double *T, size_t ld,
+                         size_t i0, double *acc, size_t ldacc, size_t c0) {
+  size_t k = j->k;
+  if (j->columns) {
+    lt_tile_axpys(r, w, k, T, ld, j->X + i0 * k, k, acc + c0, ldacc);
+  } else {
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)k, (int)r, 1.0, T, (int)ld,
-                Xr, (int)k, 1.0, acc, (int)k);
+                j->X + i0 * k, (int)k, 1.0, acc + c0 * k, (int)k);
+  }
 }
 
 /* The tile of rows i0 .. i0 + r, columns c0 .. c0 + w: evaluated into the
@@ -121,27 +139,29 @@ static const double *get_tile(const product_job *j, int worker, size_t b, size_t
   return T;
 }
 
-/* Block b's whole rows of K times X, into its own rows of Y. */
+/* Block b's whole rows of K times X, into its own rows of the result. */
 static void full_block(void *ud, size_t b, int worker) {
   const product_job *j = ud;
   size_t i0 = b * BLOCK_ROWS, r = min_size(BLOCK_ROWS, j->na - i0), k = j->k, ld;
-  double *acc = j->Y + i0 * k;
-  memset(acc, 0, r * k * sizeof(double));
+  double *acc = j->columns ? j->Yt : j->Y;
+  if (j->columns)
+    for (size_t c = 0; c < k; c++) memset(acc + c * j->na + i0, 0, r * sizeof(double));
+  else memset(acc + i0 * k, 0, r * k * sizeof(double));
   size_t first = 0;
   if (j->U) {
     /* left of the diagonal: the stored tiles of the blocks above, read
      * transposed */
     for (size_t a = 0; a < b; a++) {
-      size_t a0 = a * BLOCK_ROWS, lda = j->nb - a0;
+      size_t a0 = a * BLOCK_ROWS;
       const double *T = j->U + slab_offset(a, j->nb) + (i0 - a0);
-      tile_t_times(BLOCK_ROWS, r, k, T, lda, j->X + a0 * k, acc);
+      tile_t_times(j, BLOCK_ROWS, r, T, j->nb - a0, a0, acc, j->na, i0);
     }
     first = i0;
   }
   for (size_t c0 = first; c0 < j->nb; c0 += TILE_COLS) {
     size_t w = min_size(TILE_COLS, j->nb - c0);
     const double *T = get_tile(j, worker, b, r, c0, w, &ld);
-    tile_times(r, w, k, T, ld, j->X + c0 * k, acc);
+    tile_times(j, r, w, T, ld, c0, acc, j->na, i0);
   }
 }
 
@@ -157,35 +177,46 @@ static size_t panel_of(size_t b, int npanels) {
  * below, in the panel's buffer. */
 static void half_panel(void *ud, size_t p, int worker) {
   const product_job *j = ud;
-  size_t n = j->na, k = j->k, ld;
-  double *buf = j->panels + p * n * k;
-  memset(buf, 0, n * k * sizeof(double));
+  size_t n = j->na, ld;
+  double *buf = j->panels + p * n * j->k;
+  memset(buf, 0, n * j->k * sizeof(double));
   for (size_t b = 0; b < j->nblocks; b++) {
     if (panel_of(b, j->npanels) != p) continue;
     size_t i0 = b * BLOCK_ROWS, r = min_size(BLOCK_ROWS, n - i0);
     for (size_t c0 = i0; c0 < n; c0 += TILE_COLS) {
       size_t w = min_size(TILE_COLS, n - c0);
       const double *T = get_tile(j, worker, b, r, c0, w, &ld);
-      tile_times(r, w, k, T, ld, j->X + c0 * k, buf + i0 * k);
+      tile_times(j, r, w, T, ld, c0, buf, n, i0);
       /* columns past the block's own rows: their transpose feeds those rows */
       size_t skip = c0 < i0 + r ? i0 + r - c0 : 0;
-      if (skip < w)
-        tile_t_times(r, w - skip, k, T + skip, ld, j->X + i0 * k, buf + (c0 + skip) * k);
+      if (skip < w) tile_t_times(j, r, w - skip, T + skip, ld, i0, buf, n, c0 + skip);
     }
   }
 }
 
-/* Y's numbers [u·TILE, (u+1)·TILE) = Σ_p panel p's, in panel order. */
+/* Rows [u·BLOCK_ROWS, ...) of Y = Σ_p panel p's, in panel order. */
 static void sum_panels(void *ud, size_t u, int worker) {
   (void)worker;
   const product_job *j = ud;
-  size_t len = j->na * j->k, lo = u * TILE, hi = min_size(len, lo + TILE);
+  size_t n = j->na, k = j->k, lo = u * BLOCK_ROWS, hi = min_size(n, lo + BLOCK_ROWS);
   double *Y = j->Y;
-  memcpy(Y + lo, j->panels + lo, (hi - lo) * sizeof(double));
-  for (int p = 1; p < j->npanels; p++) {
-    const double *src = j->panels + (size_t)p * len;
-    for (size_t i = lo; i < hi; i++) Y[i] += src[i];
-  }
+  for (size_t i = lo; i < hi; i++)
+    for (size_t c = 0; c < k; c++) {
+      /* a panel holds rows as Y does, or transposed */
+      size_t at = j->columns ? c * n + i : i * k + c;
+      double s = j->panels[at];
+      for (int p = 1; p < j->npanels; p++) s += j->panels[(size_t)p * n * k + at];
+      Y[i * k + c] = s;
+    }
+}
+
+/* Y's rows of block u from the transposed accumulation. */
+static void untranspose(void *ud, size_t u, int worker) {
+  (void)worker;
+  const product_job *j = ud;
+  size_t n = j->na, k = j->k, lo = u * BLOCK_ROWS, hi = min_size(n, lo + BLOCK_ROWS);
+  for (size_t i = lo; i < hi; i++)
+    for (size_t c = 0; c < k; c++) j->Y[i * k + c] = j->Yt[c * n + i];
 }
 
 /* Panels for the halved product of an n×n K with k columns: 8, 4 or 2 as
@@ -197,33 +228,49 @@ static int panel_count(size_t n, size_t k) {
 }
 
 static int run_product(lt_context *ctx, product_job *j, int symmetric, int nthreads) {
-  size_t na = j->na, k = j->k;
+  size_t na = j->na, nb = j->nb, k = j->k;
   if (na == 0 || k == 0) return LT_OK;
-  if (j->nb == 0) {
+  if (nb == 0) {
     memset(j->Y, 0, na * k * sizeof(double));
     return LT_OK;
   }
-  if (j->nb > INT_MAX || k > INT_MAX)
-    return lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", j->nb, k);
+  if (nb > INT_MAX || k > INT_MAX)
+    return lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", nb, k);
   j->nblocks = block_count(na);
   j->npanels = symmetric ? panel_count(na, k) : 0;
-  if (na < PARALLEL_MIN_ENTRIES / j->nb) nthreads = 1;
+  j->columns = k <= COLUMN_MAX;
+  if (na < PARALLEL_MIN_ENTRIES / nb) nthreads = 1;
   j->tile_stride = j->U ? 0 : TILE + lt_kernel_tile_work(j->e, BLOCK_ROWS, TILE_COLS);
   size_t tiles_count = j->tile_stride * (size_t)nthreads;
   size_t panels_count = (size_t)j->npanels * na * k; /* ≤ PANEL_BUDGET */
+  size_t xt_count = j->columns ? nb * k : 0, yt_count = j->columns && !j->npanels ? na * k : 0;
+  double *xt = NULL;
   j->tiles = tiles_count ? lt_linalg_alloc(ctx, "kernel", tiles_count) : NULL;
   j->panels = panels_count ? lt_linalg_alloc(ctx, "kernel", panels_count) : NULL;
+  xt = xt_count ? lt_linalg_alloc(ctx, "kernel", xt_count) : NULL;
+  j->Yt = yt_count ? lt_linalg_alloc(ctx, "kernel", yt_count) : NULL;
   int rc = LT_OK;
-  if ((tiles_count && j->tiles == NULL) || (panels_count && j->panels == NULL)) {
+  if ((tiles_count && !j->tiles) || (panels_count && !j->panels) || (xt_count && !xt) ||
+      (yt_count && !j->Yt)) {
     rc = LT_ERR;
-  } else if (j->npanels > 0) {
-    lt_parallel_run(nthreads, (size_t)j->npanels, half_panel, j);
-    lt_parallel_run(nthreads, (na * k + TILE - 1) / TILE, sum_panels, j);
   } else {
-    lt_parallel_run(nthreads, j->nblocks, full_block, j);
+    if (xt)
+      for (size_t i = 0; i < nb; i++)
+        for (size_t c = 0; c < k; c++) xt[c * nb + i] = j->X[i * k + c];
+    j->Xt = xt;
+    size_t row_units = (na + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    if (j->npanels > 0) {
+      lt_parallel_run(nthreads, (size_t)j->npanels, half_panel, j);
+      lt_parallel_run(nthreads, row_units, sum_panels, j);
+    } else {
+      lt_parallel_run(nthreads, j->nblocks, full_block, j);
+      if (j->Yt) lt_parallel_run(nthreads, row_units, untranspose, j);
+    }
   }
   lt_linalg_free(ctx, j->tiles, tiles_count);
   lt_linalg_free(ctx, j->panels, panels_count);
+  lt_linalg_free(ctx, xt, xt_count);
+  lt_linalg_free(ctx, j->Yt, yt_count);
   return rc;
 }
 
