@@ -6,6 +6,10 @@
 #                   and the busted suite; ends with "N passed, M failed"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
+#   make bench-peers  W5 and W8 side by side with linear_operator + torch
+#                   (bench/peers/: needs Debian's python3-torch and a
+#                   linear_operator tree, see bench/peers/setup.sh; the
+#                   lazytensor rows run without them)
 #   make install    headers, libraries, lazytensor.pc, the Lua module and
 #                   Lua files under $(DESTDIR)$(PREFIX) (see "Installation")
 #   make doc        the API reference (doc/api/) with ldoc
@@ -44,7 +48,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 BIND_OBJ := $(BIND_SRC:%.c=$(BUILD)/%.o)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
-.PHONY: all deps test test-c test-lua demo bench clean lint format install doc FORCE
+.PHONY: all deps test test-c test-lua demo bench bench-peers clean lint format install doc FORCE
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
@@ -105,6 +109,10 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@sh bench/run.sh
+
+bench-peers: deps
+	@$(MAKE) --no-print-directory all
+	@sh bench/peers/run.sh
 
 # --- Lint (ecosystem) -------------------------------------------------------
 # luacheck on all Lua (.luacheckrc), clang-format (.clang-format) on all C;

@@ -226,7 +226,7 @@ describe("kernel", function()
     end
 
     local x1, x2 = points(300, 2, 3), points(170, 2, 5)
-    local X1, X2 = lt.tensor(x1), lt.tensor(x2)
+    local P1, P2 = lt.tensor(x1), lt.tensor(x2)
     local B1, B2 = lt.randn(300, 3), lt.randn(170, 3)
     for _, s in ipairs(specs) do
       for _, derivative in ipairs{false, "lengthscale"} do
@@ -235,7 +235,7 @@ describe("kernel", function()
         it(string.format("%s%s: the same products stored and evaluated (to 1e-14)", s.kind,
                          derivative and " ∂/∂log l" or ""), function()
           for _, cross in ipairs{false, true} do
-            local function make() return cross and lt.kernel(X1, X2, spec) or lt.kernel(X1, spec) end
+            local function make() return cross and lt.kernel(P1, P2, spec) or lt.kernel(P1, spec) end
             local B = cross and B2 or B1
             lt.settings.kernel_cache_bytes = 0
             local m0 = lt.memory()
@@ -277,7 +277,7 @@ describe("kernel", function()
       lt.settings.kernel_cache_bytes = math.floor(1.5 * one)
       collectgarbage()
       local m0 = lt.memory()
-      local Ka, Kb = lt.kernel(X1, specs[1]), lt.kernel(X1, specs[2])
+      local Ka, Kb = lt.kernel(P1, specs[1]), lt.kernel(P1, specs[2])
       local ya = use(Ka, B1, 12)
       local held_a = lt.memory() - m0
       assert.is_true(held_a >= 0.9 * one, "first operator stored " .. held_a)
@@ -292,7 +292,7 @@ describe("kernel", function()
     end)
 
     it("keeps the properties when a sum with a kernel is made dense", function()
-      local K = lt.kernel(X1, specs[1]) + lt.identity(300, 0.1)
+      local K = lt.kernel(P1, specs[1]) + lt.identity(300, 0.1)
       local D = K:dense()
       assert.is_true(D:is_psd())
       assert.is_true(max_rel(D * B1, K * B1) <= 1e-13)

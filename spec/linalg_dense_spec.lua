@@ -171,7 +171,8 @@ describe("dense linear algebra", function()
       ref.near(ref.solve(A, {1, 2, 3}), x:totable(), 1e-12)
     end)
 
-    it("gives log det by LDLᵀ: exact for an indefinite matrix of positive determinant, NaN for a negative one", function()
+    it("gives log det by LDLᵀ: exact for an indefinite matrix of positive determinant, NaN for a "
+       .. "negative one", function()
       local d = ref.det(I)
       local v, info = lt.tensor(I):logdet()
       assert.equal("ldl", info.method)
