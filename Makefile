@@ -3,7 +3,8 @@
 #   make            lazytensor.so (Lua module, in the repository root) and
 #                   liblazytensor.a / liblazytensor.so (the C core)
 #   make test       installs missing Debian packages, builds, runs C tests
-#                   and the busted suite; ends with "N passed, M failed"
+#                   and the busted suite; lists the skipped tests and ends
+#                   with "N passed, M failed, K skipped"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
 #   make bench-peers  W5 and W8 side by side with linear_operator + torch
@@ -94,7 +95,8 @@ $(BUILD)/tests/%: tests/c/%.c liblazytensor.a
 deps:
 	@sh tools/deps.sh $(PKGS)
 
-# TEST_PROGRAMS: more programs that print "N passed, M failed" (blocks below).
+# TEST_PROGRAMS: more programs that print "N passed, M failed" (blocks below;
+# tools/testcount.sh also reads "N passed, M failed, K skipped").
 test: deps
 	@$(MAKE) --no-print-directory all $(C_TESTS) $(TEST_PROGRAMS)
 	@LUA=$(LUA) sh tools/run-tests.sh $(LUA) $(C_TESTS) $(TEST_PROGRAMS)

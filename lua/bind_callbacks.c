@@ -20,6 +20,7 @@ static void cb_push_tensor(lua_State *L, ltb_state *S, lt_tensor *t) {
   luaL_getmetatable(L, TENSOR_NAME);
   ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
+  ltb_anchor(L, S, lua_gettop(L));
 }
 
 static lt_tensor *cb_to_tensor(lua_State *L, int idx) {
@@ -84,16 +85,17 @@ typedef struct rule_call {
   int not_implemented;
 } rule_call;
 
-/* What a rule receives after its operands. */
-static int push_extra_args(lua_State *L, const lt_args *args) {
-  switch (args->op) {
-    case LT_OP_SCALE: lua_pushnumber(L, args->scalar); return 1;
-    case LT_OP_GET:
+/* What a rule receives after its operands: the row's extra argument, as
+ * Lua sees it (indices 1-based). */
+static int push_extra_args(lua_State *L, const lt_op_info *op, const lt_args *args) {
+  switch (op->extra) {
+    case LT_EXTRA_SCALAR: lua_pushnumber(L, args->scalar); return 1;
+    case LT_EXTRA_FLAG: lua_pushboolean(L, args->flag); return 1;
+    case LT_EXTRA_ROW: lua_pushinteger(L, (lua_Integer)args->i + 1); return 1;
+    case LT_EXTRA_ENTRY:
       lua_pushinteger(L, (lua_Integer)args->i + 1);
       lua_pushinteger(L, (lua_Integer)args->j + 1);
       return 2;
-    case LT_OP_ROW: lua_pushinteger(L, (lua_Integer)args->i + 1); return 1;
-    case LT_OP_CHOLESKY: lua_pushboolean(L, args->flag); return 1;
     default: return 0;
   }
 }
@@ -114,33 +116,22 @@ static double result_number(lua_State *L, int idx, const char *op) {
   return lua_tonumber(L, idx);
 }
 
-/* Reads the rule's results (at stack indices base, base+1, ...) into res. */
-static void store_results(lua_State *L, int base, rule_call *c, const char *op) {
-  lt_result *res = c->res;
-  switch (c->args->op) {
-    case LT_OP_TRACE:
-    case LT_OP_GET:
-    case LT_OP_LOGDET:
-    case LT_OP_INV_QUAD:
-    case LT_OP_EQUAL: res->x[0] = result_number(L, base, op); return;
-    case LT_OP_INV_QUAD_LOGDET:
-      res->x[0] = result_number(L, base, op);
-      res->x[1] = result_number(L, base + 1, op);
-      return;
-    case LT_OP_EIGH:
-      res->t[0] = result_tensor(L, base, op);
-      res->t[1] = result_tensor(L, base + 1, op);
-      return;
-    case LT_OP_SVD:
-      res->t[0] = result_tensor(L, base, op);
-      res->t[1] = result_tensor(L, base + 1, op);
-      res->t[2] = result_tensor(L, base + 2, op);
-      return;
-    default:
-      /* Custom operations may answer with a number as well. */
-      if (c->args->op >= LT_OP_BUILTIN_COUNT && lua_type(L, base) == LUA_TNUMBER)
-        res->x[0] = lua_tonumber(L, base);
-      else res->t[0] = result_tensor(L, base, op);
+/* Reads the rule's results (at stack indices base, base+1, ...) into res,
+ * as the operation's row says: tensors to t[], numbers to x[]. Kinds and
+ * shapes are checked by the core (lt_call) once the rule has returned. */
+static void store_results(lua_State *L, int base, const lt_op_info *op, lt_result *res) {
+  int nt = 0, nx = 0;
+  for (int k = 0; k < op->nresults; k++) {
+    int idx = base + k;
+    switch (op->result[k]) {
+      case LT_RESULT_NUMBER:
+      case LT_RESULT_BOOLEAN: res->x[nx++] = result_number(L, idx, op->name); break;
+      case LT_RESULT_TENSOR_OR_NUMBER:
+        if (lua_type(L, idx) == LUA_TNUMBER) res->x[nx++] = lua_tonumber(L, idx);
+        else res->t[nt++] = result_tensor(L, idx, op->name);
+        break;
+      default: res->t[nt++] = result_tensor(L, idx, op->name);
+    }
   }
 }
 
@@ -205,20 +196,10 @@ static void store_info(lua_State *L, int idx, lt_result *res) {
   lua_pop(L, 1);
 }
 
-/* How many results come before a rule's optional info table. */
-static int main_results(int op) {
-  switch (op) {
-    case LT_OP_EIGH:
-    case LT_OP_INV_QUAD_LOGDET: return 2;
-    case LT_OP_SVD: return 3;
-    default: return 1;
-  }
-}
-
 static int protected_rule(lua_State *L) {
   rule_call *c = lua_touserdata(L, 1);
   ltb_state *S = c->rule->S;
-  const char *op = lt_op_name(S->ctx, c->args->op);
+  const lt_op_info *op = lt_op_info_of(S->ctx, c->args->op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->rule->fn);
   int base = lua_gettop(L);
   cb_push_tensor(L, S, c->args->a);
@@ -227,16 +208,16 @@ static int protected_rule(lua_State *L) {
     cb_push_tensor(L, S, c->args->b);
     nargs++;
   }
-  nargs += push_extra_args(L, c->args);
-  lua_call(L, nargs, 4);
+  nargs += push_extra_args(L, op, c->args);
+  lua_call(L, nargs, LT_MAX_RESULTS + 1); /* the results, then an info table */
   lua_rawgeti(L, LUA_REGISTRYINDEX, S->not_implemented);
   if (lua_rawequal(L, -1, base)) {
     c->not_implemented = 1;
     return 0;
   }
   lua_pop(L, 1);
-  store_results(L, base, c, op);
-  store_info(L, base + main_results(c->args->op), c->res);
+  store_results(L, base, op, c->res);
+  store_info(L, base + op->nresults, c->res);
   return 0;
 }
 
@@ -262,17 +243,23 @@ static void free_lua_rule(lt_context *ctx, void *ud) {
   if (!S->closing) luaL_unref(S->L, LUA_REGISTRYINDEX, fn);
 }
 
-/* A name argument (operation or type): a string, else a lazytensor: error
+/* A name argument (operation or type): a non-empty string without zero
+ * bytes (C would see "add\0x" as "add"), else a lazytensor: error
  * (luaL_checkstring's "bad argument" message would not name the library). */
-static const char *check_name(lua_State *L, int idx, const char *fn, const char *what) {
+const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what) {
   if (lua_type(L, idx) != LUA_TSTRING)
     ltb_error(L, fn, "%s must be a name (a string), got %s", what, luaL_typename(L, idx));
-  return lua_tostring(L, idx);
+  size_t len;
+  const char *name = lua_tolstring(L, idx, &len);
+  if (len == 0) ltb_error(L, fn, "%s must be a name, got an empty string", what);
+  if (strlen(name) != len)
+    ltb_error(L, fn, "%s must be a name, got a string with a zero byte", what);
+  return name;
 }
 
 static int check_type_name(lua_State *L, int idx) {
   lt_context *ctx = ltb_ctx(L);
-  const char *name = check_name(L, idx, "implements", "a type");
+  const char *name = ltb_check_name(L, idx, "implements", "a type");
   int id = lt_type_id(ctx, name);
   if (id == LT_ERR) ltb_error(L, "implements", "unknown type '%s'", name);
   return id;
@@ -285,14 +272,13 @@ static int l_implements(lua_State *L) {
   if (top < 3 || top > 4)
     return ltb_error(L, "implements", "expected (op, type_a [, type_b], fn), got %d arguments",
                      top);
-  if (lua_type(L, 1) != LUA_TSTRING)
-    return ltb_error(L, "implements", "the operation must be a name, got %s", luaL_typename(L, 1));
+  const char *op_name = ltb_check_name(L, 1, "implements", "the operation");
   if (!lua_isfunction(L, top))
     return ltb_error(L, "implements", "the last argument must be a function, got %s",
                      luaL_typename(L, top));
   int ta = check_type_name(L, 2);
   int tb = top == 4 ? check_type_name(L, 3) : LT_TYPE_ANY;
-  int op = lt_op_id(S->ctx, lua_tostring(L, 1), 1);
+  int op = lt_op_id(S->ctx, op_name, 1);
   if (op == LT_ERR) return ltb_raise(L);
   /* luaL_ref may raise a memory error: take the reference before the C
    * allocation, so that nothing can leak. */
@@ -306,7 +292,7 @@ static int l_implements(lua_State *L) {
   rule->S = S;
   rule->fn = fn;
   char name[128];
-  snprintf(name, sizeof name, "Lua rule for %s", lua_tostring(L, 1));
+  snprintf(name, sizeof name, "Lua rule for %s", op_name);
   if (lt_register_rule(S->ctx, op, ta, tb, name, lua_rule_fn, rule, free_lua_rule, 0) != LT_OK) {
     lt_free(S->ctx, rule, sizeof *rule); /* C memory first: nothing below leaks it */
     luaL_unref(L, LUA_REGISTRYINDEX, fn);
@@ -315,33 +301,11 @@ static int l_implements(lua_State *L) {
   return 0;
 }
 
-/* lt.call(op, a [, b]): runs any operation, built-in or registered from Lua. */
-static int l_call(lua_State *L) {
-  ltb_state *S = ltb_get_state(L);
-  lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, check_name(L, 1, "call", "the operation"), 0);
-  if (op == LT_ERR) return ltb_raise(L);
-  lt_args args = {.op = op};
-  args.a = ltb_operand(L, 2, lua_tostring(L, 1));
-  if (!lua_isnil(L, 3)) args.b = ltb_operand(L, 3, lua_tostring(L, 1));
-  ltb_box *out = ltb_new_box(L);
-  lt_result res;
-  if (lt_call(S->ctx, &args, &res) != LT_OK) return ltb_raise(L);
-  lt_release(S->ctx, res.t[1]);
-  lt_release(S->ctx, res.t[2]);
-  if (res.t[0] == NULL) {
-    lua_pushnumber(L, res.x[0]);
-    return 1;
-  }
-  out->t = res.t[0];
-  return 1;
-}
-
 /* lt.explain(op, a [, b]) */
 static int l_explain(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 3);
-  int op = lt_op_id(S->ctx, check_name(L, 1, "explain", "the operation"), 0);
+  int op = lt_op_id(S->ctx, ltb_check_name(L, 1, "explain", "the operation"), 0);
   if (op == LT_ERR) return ltb_raise(L);
   lt_tensor *a = ltb_operand(L, 2, "explain");
   lt_tensor *b = lua_isnil(L, 3) ? NULL : ltb_operand(L, 3, "explain");
@@ -350,60 +314,156 @@ static int l_explain(lua_State *L) {
 
 /* ---------------------------------------------------- Lua operators */
 
+/* An lt.operator's functions live in its anchor, a table {matmul,
+ * t_matmul}. Lua reaches an anchor only through the user values of the
+ * boxes whose tensors contain the operator (ltb_anchor; on 5.4 an ephemeron
+ * table keyed by the box stands for the user value): a matmul closure
+ * that holds the operator, or an expression built on it, is garbage
+ * together with them, as no registry reference (a GC root) holds the
+ * functions. The core reaches the anchor through a weak-valued table keyed
+ * by the operator's id: the entry lives while any box that can lead to the
+ * operator does. */
+static const char anchors_key = 0;
+
+#if LUA_VERSION_NUM >= 504
+/* box → its set of anchors, with weak keys (an ephemeron table): the set
+ * lives as long as the box, and a set reaching its own box does not keep
+ * it alive. Also across the box's finalizer: an entry whose key is being
+ * finalized is removed only by the collection after. */
+static const char box_anchors_key = 0;
+
+static void ltb_setuservalue(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &box_anchors_key);
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, -3);
+  lua_rawset(L, -3);
+  lua_pop(L, 2);
+}
+#endif
+
+/* A new registry table with the given weak mode, under key. */
+static void make_weak_table(lua_State *L, const void *key, const char *mode) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, key);
+  int exists = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (exists) return;
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, mode);
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 typedef struct lua_operator {
   ltb_state *S;
-  int matmul, t_matmul;
-  size_t rows, cols;
+  size_t id; /* its anchor's key in the anchors table */
 } lua_operator;
 
 typedef struct operator_call {
   lua_operator *op;
-  int fn;
+  int which; /* 1: matmul, 2: t_matmul (the anchor's slots) */
   lt_tensor *X, *out;
 } operator_call;
 
 static int protected_matmul(lua_State *L) {
   operator_call *c = lua_touserdata(L, 1);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  lua_pushinteger(L, (lua_Integer)c->op->id);
+  lua_rawget(L, -2);
+  if (!lua_istable(L, -1))
+    ltb_throw(L, "lazytensor: operator: its Lua functions were collected (a C host kept the "
+                 "operator without the Lua value it came from)");
+  lua_rawgeti(L, -1, c->which);
   cb_push_tensor(L, c->op->S, c->X);
   lua_call(L, 1, 1);
   lt_tensor *t = cb_to_tensor(L, -1);
   if (t == NULL)
-    ltb_throw(L, "lazytensor: operator: matmul must return a dense tensor, got %s",
-              luaL_typename(L, -1));
+    ltb_throw(L, "lazytensor: operator: %s must return a dense tensor, got %s",
+              c->which == 1 ? "matmul" : "t_matmul", luaL_typename(L, -1));
+  if (!lt_is_dense(t))
+    ltb_throw(L, "lazytensor: operator: %s must return a dense tensor, got a lazy \"%s\"",
+              c->which == 1 ? "matmul" : "t_matmul", lt_typename(c->op->S->ctx, t));
   c->out = lt_retain(t);
   return 0;
 }
 
-static lt_tensor *call_operator(lua_operator *op, int fn, lt_tensor *X) {
-  operator_call call = {op, fn, X, NULL};
+static lt_tensor *call_operator(lua_operator *op, int which, lt_tensor *X) {
+  operator_call call = {op, which, X, NULL};
   if (run_protected(op->S, protected_matmul, &call, "operator") != LT_OK) return NULL;
   return call.out;
 }
 
 static lt_tensor *lua_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   (void)ctx;
-  lua_operator *op = ud;
-  return call_operator(op, op->matmul, X);
+  return call_operator(ud, 1, X);
 }
 
 static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   (void)ctx;
-  lua_operator *op = ud;
-  return call_operator(op, op->t_matmul, X);
+  return call_operator(ud, 2, X);
 }
 
-/* Runs inside the C core (when the operator dies): luaL_unref does not
- * allocate here, as the module made the registry's free list at open. */
+/* Runs inside the C core, when the operator dies: touches no Lua value (its
+ * anchor goes with the boxes that held it). */
 static void free_lua_operator(lt_context *ctx, void *ud) {
   lua_operator *op = ud;
-  ltb_state *S = op->S;
-  int matmul = op->matmul, t_matmul = op->t_matmul;
+  op->S->lua_operators--;
   lt_free(ctx, op, sizeof *op);
-  if (!S->closing) {
-    luaL_unref(S->L, LUA_REGISTRYINDEX, matmul);
-    luaL_unref(S->L, LUA_REGISTRYINDEX, t_matmul);
+}
+
+/* Adds the anchors of the lt.operators in t's tree to the set (a table
+ * whose keys are anchors) on top of the stack. An iterative walk over the
+ * operator graph, each node once (shared children are common: A·A). */
+static void collect_anchors(lua_State *L, lt_tensor *t) {
+  int found = lua_gettop(L);
+  lua_newtable(L); /* nodes seen */
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  int seen = found + 1, anchors = found + 2, base = lua_gettop(L);
+  lua_pushlightuserdata(L, t);
+  while (lua_gettop(L) > base) {
+    lt_tensor *u = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (lt_is_dense(u)) continue;
+    lua_rawgetp(L, seen, u);
+    int was_seen = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (was_seen) continue;
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, seen, u);
+    const lt_operator_def *def = lt_operator_def_of(u);
+    if (def != NULL && def->matmul == lua_matmul) {
+      lua_pushinteger(L, (lua_Integer)((const lua_operator *)def->ud)->id);
+      lua_rawget(L, anchors);
+      if (lua_istable(L, -1)) {
+        lua_pushboolean(L, 1);
+        lua_rawset(L, found);
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    int n = lt_nchildren(u);
+    luaL_checkstack(L, n, "lazytensor: an expression too deep to walk");
+    for (int i = 0; i < n; i++) lua_pushlightuserdata(L, lt_child(u, i));
   }
+  lua_settop(L, found);
+}
+
+void ltb_anchor(lua_State *L, ltb_state *S, int idx) {
+  if (S->lua_operators == 0) return;
+  lt_tensor *t = ltb_slot_tensor(lua_touserdata(L, idx));
+  if (t == NULL || lt_is_dense(t)) return;
+  idx = lua_absindex(L, idx);
+  lua_newtable(L);
+  collect_anchors(L, t);
+  lua_pushnil(L);
+  if (lua_next(L, -2) == 0) { /* none: nothing to keep */
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pop(L, 2);
+  ltb_setuservalue(L, idx);
 }
 
 static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
@@ -411,17 +471,6 @@ static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
   lt_tristate v = lua_isnil(L, -1) ? LT_UNKNOWN : lua_toboolean(L, -1) ? LT_YES : LT_NO;
   lua_pop(L, 1);
   return v;
-}
-
-static int field_function(lua_State *L, int idx, const char *name, int required) {
-  lua_getfield(L, idx, name);
-  if (lua_isnil(L, -1) && !required) {
-    lua_pop(L, 1);
-    return LUA_NOREF;
-  }
-  if (!lua_isfunction(L, -1))
-    ltb_error(L, "operator", "%s must be a function, got %s", name, luaL_typename(L, -1));
-  return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
 /* lt.operator{shape = {m, n}, matmul = f [, t_matmul = g] [, psd =]
@@ -452,24 +501,40 @@ static int l_operator(lua_State *L) {
   if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
     return ltb_error(L, "operator", "t_matmul must be a function, got %s", luaL_typename(L, -1));
   lua_pop(L, 1);
-  /* Everything that may raise (the box, the references) happens before the
-   * C allocation below, so that nothing can leak. */
+  /* Everything that may raise (the box, the anchor and its entry) happens
+   * before the C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
-  int matmul = field_function(L, 1, "matmul", 1);
-  int t_matmul = field_function(L, 1, "t_matmul", 0);
+  int box_idx = lua_gettop(L);
+  /* Made with the first operator: programs without operators carry no weak
+   * tables (every collection cycle visits them). */
+  make_weak_table(L, &anchors_key, "v"); /* operator id → anchor */
+#if LUA_VERSION_NUM >= 504
+  make_weak_table(L, &box_anchors_key, "k"); /* box → its anchors */
+#endif
+  lua_createtable(L, 2, 0); /* the anchor: {matmul, t_matmul} */
+  lua_getfield(L, 1, "matmul");
+  lua_rawseti(L, -2, 1);
+  lua_getfield(L, 1, "t_matmul");
+  int has_t_matmul = !lua_isnil(L, -1);
+  lua_rawseti(L, -2, 2);
+  int anchor = lua_gettop(L);
+  lua_createtable(L, 0, 1); /* the box's set of anchors: just its own */
+  lua_pushvalue(L, anchor);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  ltb_setuservalue(L, box_idx);
+  size_t id = ++S->operator_ids;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
+  lua_pushinteger(L, (lua_Integer)id);
+  lua_pushvalue(L, anchor);
+  lua_rawset(L, -3); /* weak: the box's user value holds the anchor */
   lua_operator *op = lt_malloc(S->ctx, sizeof *op);
-  if (op == NULL) {
-    luaL_unref(L, LUA_REGISTRYINDEX, matmul);
-    luaL_unref(L, LUA_REGISTRYINDEX, t_matmul);
-    return ltb_raise(L);
-  }
+  if (op == NULL) return ltb_raise(L);
   op->S = S;
-  op->matmul = matmul;
-  op->t_matmul = t_matmul;
-  op->rows = def.rows;
-  op->cols = def.cols;
+  op->id = id;
+  S->lua_operators++;
   def.matmul = lua_matmul;
-  def.t_matmul = op->t_matmul == LUA_NOREF ? NULL : lua_t_matmul;
+  def.t_matmul = has_t_matmul ? lua_t_matmul : NULL;
   def.ud = op;
   def.free_ud = free_lua_operator;
   box->t = lt_operator_new(S->ctx, &def);
@@ -477,14 +542,12 @@ static int l_operator(lua_State *L) {
     free_lua_operator(S->ctx, op);
     return ltb_raise(L);
   }
+  lua_settop(L, box_idx);
   return 1;
 }
 
-static const luaL_Reg functions[] = {{"implements", l_implements},
-                                     {"explain", l_explain},
-                                     {"call", l_call},
-                                     {"operator", l_operator},
-                                     {NULL, NULL}};
+static const luaL_Reg functions[] = {
+    {"implements", l_implements}, {"explain", l_explain}, {"operator", l_operator}, {NULL, NULL}};
 
 static int not_implemented_tostring(lua_State *L) {
   lua_pushliteral(L, "lazytensor.NotImplemented");
@@ -494,6 +557,7 @@ static int not_implemented_tostring(lua_State *L) {
 void ltb_open_callbacks(lua_State *L, int module) {
   ltb_state *S = lua_touserdata(L, LTB_OPEN_STATE);
   ltb_set_functions(L, module, functions);
+
   /* lt.NotImplemented: a unique value rules return to hand the call on;
    * the same value when the module is opened again in this Lua state. */
   if (S->not_implemented != LUA_NOREF) {

@@ -24,6 +24,7 @@ int ltb_lua_push(lua_State *L, lt_tensor *t) {
   luaL_getmetatable(L, TENSOR_NAME);
   ltb_box *b = ltb_push_box(L, S);
   b->t = lt_retain(t);
+  ltb_anchor(L, S, lua_gettop(L));
   return 1;
 }
 

@@ -1,43 +1,12 @@
 /*
- * bind_linalg.c — linear algebra on any operator (A:f() and lt.f(A) alike),
- * and the constructors of the basic structured types.
+ * bind_linalg.c — add_jitter, and the constructors of the basic structured
+ * types (the linear algebra itself is the operation table's: bind_ops.c).
  */
 #include <string.h>
 
 #include "binding.h"
 
-typedef lt_tensor *(*unary_fn)(lt_context *, lt_tensor *);
-
-static int unary(lua_State *L, const char *op, unary_fn f) {
-  lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_check_tensor(L, 1, op);
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, f(ctx, a));
-}
-
-static int l_dense(lua_State *L) { return unary(L, "dense", lt_to_dense); }
-static int l_diagonal(lua_State *L) { return unary(L, "diagonal", lt_diagonal); }
-static int l_t(lua_State *L) { return unary(L, "t", lt_transpose); }
-static int l_inverse(lua_State *L) { return unary(L, "inverse", lt_inverse); }
-
-static int l_trace(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  double v;
-  if (lt_trace(ctx, ltb_check_tensor(L, 1, "trace"), &v) != LT_OK) return ltb_raise(L);
-  lua_pushnumber(L, v);
-  return 1;
-}
-
-static int l_add_diag(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 2);
-  lt_tensor *a = ltb_check_tensor(L, 1, "add_diag");
-  if (lua_isnil(L, 2)) return ltb_error(L, "add_diag", "missing the diagonal (a number or 1-d)");
-  lt_tensor *d = ltb_operand(L, 2, "add_diag");
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_add_diag(ctx, a, d));
-}
-
+/* A:add_jitter([eps]): A + eps·I, eps 1e-6 by default (add_diag). */
 static int l_add_jitter(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
   lt_tensor *a = ltb_check_tensor(L, 1, "add_jitter");
@@ -47,128 +16,6 @@ static int l_add_jitter(lua_State *L) {
   lt_tensor *d = ltb_operand(L, 2, "add_jitter");
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_add_diag(ctx, a, d));
-}
-
-/* Runs one call with per-call settings (opts at index opts_idx), restoring
- * them before any error is raised. */
-#define WITH_OPTS(L, ctx, opts_idx, op, call)           \
-  do {                                                  \
-    lt_settings saved_;                                 \
-    ltb_apply_settings((L), (opts_idx), &saved_, (op)); \
-    call;                                               \
-    *lt_settings_of(ctx) = saved_;                      \
-  } while (0)
-
-static int l_solve(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 3);
-  lt_tensor *a = ltb_check_tensor(L, 1, "solve");
-  if (lua_isnil(L, 2)) return ltb_error(L, "solve", "missing the right-hand side");
-  lt_tensor *b = ltb_operand(L, 2, "solve");
-  lt_info info = {0};
-  ltb_box *box = ltb_new_box(L);
-  lt_tensor *x;
-  WITH_OPTS(L, ctx, 3, "solve", x = lt_solve(ctx, a, b, &info));
-  ltb_fill(L, box, x);
-  ltb_push_info(L, &info);
-  return 2;
-}
-
-static int l_inv_quad(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 3);
-  lt_tensor *a = ltb_check_tensor(L, 1, "inv_quad");
-  if (lua_isnil(L, 2)) return ltb_error(L, "inv_quad", "missing the vector");
-  lt_tensor *b = ltb_operand(L, 2, "inv_quad");
-  lt_info info = {0};
-  double v;
-  int rc;
-  WITH_OPTS(L, ctx, 3, "inv_quad", rc = lt_inv_quad(ctx, a, b, &v, &info));
-  if (rc != LT_OK) return ltb_raise(L);
-  lua_pushnumber(L, v);
-  ltb_push_info(L, &info);
-  return 2;
-}
-
-static int l_logdet(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 2);
-  lt_tensor *a = ltb_check_tensor(L, 1, "logdet");
-  lt_info info = {0};
-  double v;
-  int rc;
-  WITH_OPTS(L, ctx, 2, "logdet", rc = lt_logdet(ctx, a, &v, &info));
-  if (rc != LT_OK) return ltb_raise(L);
-  lua_pushnumber(L, v);
-  ltb_push_info(L, &info);
-  return 2;
-}
-
-static int l_inv_quad_logdet(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 3);
-  lt_tensor *a = ltb_check_tensor(L, 1, "inv_quad_logdet");
-  if (lua_isnil(L, 2)) return ltb_error(L, "inv_quad_logdet", "missing the vector");
-  lt_tensor *b = ltb_operand(L, 2, "inv_quad_logdet");
-  lt_info info = {0};
-  double q, l;
-  int rc;
-  WITH_OPTS(L, ctx, 3, "inv_quad_logdet", rc = lt_inv_quad_logdet(ctx, a, b, &q, &l, &info));
-  if (rc != LT_OK) return ltb_raise(L);
-  lua_pushnumber(L, q);
-  lua_pushnumber(L, l);
-  ltb_push_info(L, &info);
-  return 3;
-}
-
-static int l_cholesky(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_check_tensor(L, 1, "cholesky");
-  int upper = lua_toboolean(L, 2);
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_cholesky(ctx, a, upper));
-}
-
-typedef lt_tensor *(*root_fn)(lt_context *, lt_tensor *, lt_info *);
-
-static int root_like(lua_State *L, const char *op, root_fn f) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 2);
-  lt_tensor *a = ltb_check_tensor(L, 1, op);
-  lt_info info = {0};
-  ltb_box *box = ltb_new_box(L);
-  lt_tensor *r;
-  WITH_OPTS(L, ctx, 2, op, r = f(ctx, a, &info));
-  ltb_fill(L, box, r);
-  ltb_push_info(L, &info);
-  return 2;
-}
-
-static int l_root(lua_State *L) { return root_like(L, "root", lt_root); }
-static int l_root_inv(lua_State *L) { return root_like(L, "root_inv", lt_root_inv); }
-
-static int l_eigh(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lua_settop(L, 2);
-  lt_tensor *a = ltb_check_tensor(L, 1, "eigh");
-  lt_info info = {0};
-  ltb_box *w = ltb_new_box(L);
-  ltb_box *q = ltb_new_box(L);
-  int rc;
-  WITH_OPTS(L, ctx, 2, "eigh", rc = lt_eigh(ctx, a, &w->t, &q->t, &info));
-  if (rc != LT_OK) return ltb_raise(L);
-  ltb_push_info(L, &info);
-  return 3;
-}
-
-static int l_svd(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_check_tensor(L, 1, "svd");
-  ltb_box *u = ltb_new_box(L);
-  ltb_box *s = ltb_new_box(L);
-  ltb_box *v = ltb_new_box(L);
-  if (lt_svd(ctx, a, &u->t, &s->t, &v->t) != LT_OK) return ltb_raise(L);
-  return 3;
 }
 
 /* ------------------------------------------------------- constructors */
@@ -214,24 +61,9 @@ static int l_psd(lua_State *L) {
   return ltb_fill(L, box, lt_psd(ctx, a));
 }
 
-static const luaL_Reg functions[] = {{"dense", l_dense},
-                                     {"diagonal", l_diagonal},
-                                     {"t", l_t},
-                                     {"transpose", l_t},
-                                     {"inverse", l_inverse},
-                                     {"trace", l_trace},
-                                     {"add_diag", l_add_diag},
-                                     {"add_jitter", l_add_jitter},
-                                     {"solve", l_solve},
-                                     {"inv_quad", l_inv_quad},
-                                     {"logdet", l_logdet},
-                                     {"inv_quad_logdet", l_inv_quad_logdet},
-                                     {"cholesky", l_cholesky},
-                                     {"root", l_root},
-                                     {"root_inv", l_root_inv},
-                                     {"eigh", l_eigh},
-                                     {"svd", l_svd},
-                                     {NULL, NULL}};
+/* The operations themselves (dense, solve, cholesky, ...) come from the
+ * operation table (bind_ops.c). */
+static const luaL_Reg functions[] = {{"add_jitter", l_add_jitter}, {NULL, NULL}};
 
 /* 1-based indices from a Lua array or a 1-d tensor, as 0-based size_t in a
  * userdata left on the stack (the garbage collector owns it). */

@@ -28,13 +28,15 @@ typedef struct ltb_state {
   lt_context *ctx;
   struct ltb_box *boxes; /* every box not yet collected (see ltb_box) */
   lua_State *L;
-  int pending_error;   /* error_slot while a Lua callback's error waits, else LUA_NOREF */
-  int error_slot;      /* registry ref made at open: storing into it never allocates */
-  int closing;         /* the Lua state is being closed */
-  int not_implemented; /* registry ref of lt.NotImplemented */
-  int progress;        /* registry ref of settings.progress, or LUA_NOREF */
-  size_t gc_mark;      /* lt_memory() at the last collector nudge (ltb_fill) */
-  const void *meta;    /* the tensor metatable (lua_topointer), to recognise boxes */
+  int pending_error;    /* error_slot while a Lua callback's error waits, else LUA_NOREF */
+  int error_slot;       /* registry ref made at open: storing into it never allocates */
+  int closing;          /* the Lua state is being closed */
+  int not_implemented;  /* registry ref of lt.NotImplemented */
+  int progress;         /* registry slot of settings.progress (false when unset) */
+  size_t gc_mark;       /* lt_memory() at the last collector nudge (ltb_fill) */
+  size_t lua_operators; /* lt.operator tensors alive (see ltb_anchor) */
+  size_t operator_ids;  /* the last lt.operator's id */
+  const void *meta;     /* the tensor metatable (lua_topointer), to recognise boxes */
 } ltb_state;
 
 /* A tensor userdata holds a pointer to its box, a small block of C memory
@@ -95,6 +97,13 @@ ltb_box *ltb_push_box(lua_State *L, ltb_state *S);
 /* Stores t in the box (taking ownership) and returns 1; with t NULL raises
  * the context's error. */
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
+/* The box (tensor userdata) at idx holds, as its user value, the anchors of
+ * the lt.operators in its tensor's tree (their Lua functions): a closure
+ * that reaches the box is garbage together with it, as no registry
+ * reference (a GC root) holds the functions. Every box that can lead to an
+ * operator's product anchors it (ltb_fill, ltb_call_op, callbacks' and
+ * hosts' pushes call this); a no-op while no lt.operator is alive. */
+void ltb_anchor(lua_State *L, ltb_state *S, int idx);
 /* Number, table or tensor at idx → tensor; a converted value replaces the
  * stack slot, so the garbage collector owns it. */
 lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
@@ -102,6 +111,8 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
 lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);
 
 /* Arguments. */
+/* A name (an operation's, a type's): a non-empty string without zero bytes. */
+const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what);
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what);
 size_t ltb_check_index(lua_State *L, int idx, size_t size, const char *op); /* 1-based → 0-based */
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what);
@@ -117,9 +128,19 @@ void ltb_set_functions(lua_State *L, int table, const luaL_Reg *funcs);
 /* The info table of an iterative or exact method. */
 void ltb_push_info(lua_State *L, const lt_info *info);
 
-/* Settings table overrides for one call: apply opts at idx (if a table),
- * returning the previous settings in *saved. */
-void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op);
+/* Settings for one call or a with_settings block. ltb_apply_settings
+ * applies the table at idx (nil: none), whose every key must be a setting's
+ * name ("progress", or one of lt_setting_names()) and every value of that
+ * setting's type (a number; progress: a function or false), else raises
+ * "lazytensor: <op>: ..." with nothing changed. It pushes one value (the
+ * previous progress function, its slot in saved->progress) that
+ * ltb_restore_settings, which never raises, puts back with the rest. */
+typedef struct ltb_saved {
+  lt_settings settings;
+  int progress; /* stack slot */
+} ltb_saved;
+void ltb_apply_settings(lua_State *L, int idx, ltb_saved *saved, const char *op);
+void ltb_restore_settings(lua_State *L, const ltb_saved *saved);
 
 /* Pieces of the module, one per file. */
 /* Pieces of the module, one per file: each adds its functions to the
@@ -129,5 +150,12 @@ void ltb_open_linalg(lua_State *L, int module);     /* bind_linalg.c */
 void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
 void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
 void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
+/* bind_ops.c: every operation of the table not wrapped by hand above, as
+ * lt.<op> and A:<op> (call it last), and lt.call. */
+void ltb_open_ops(lua_State *L, int module);
+/* Runs operation op with its operands from stack index first on (then its
+ * extra argument and per-call settings, as its row says) and returns its
+ * results as a Lua function does. */
+int ltb_call_op(lua_State *L, int op, int first);
 
 #endif

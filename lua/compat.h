@@ -33,6 +33,18 @@
 #define lua_newuserdatauv(L, size, nuv) lua_newuserdata((L), (size))
 #endif
 
+/* ltb_setuservalue(L, idx): pops a table and makes it the user value of
+ * the userdata at idx: what it holds lives as long as the userdata, and no
+ * longer. 5.2 and 5.3 give every userdata one user value, 5.1 and LuaJIT an
+ * environment table. 5.4 gives user values only to userdata made with them,
+ * at 16 bytes each: the binding ties values to userdata there through an
+ * ephemeron table instead (bind_callbacks.c). */
+#if LUA_VERSION_NUM == 502 || LUA_VERSION_NUM == 503
+#define ltb_setuservalue(L, idx) lua_setuservalue((L), (idx))
+#elif LUA_VERSION_NUM < 502
+#define ltb_setuservalue(L, idx) ((void)lua_setfenv((L), (idx)))
+#endif
+
 /* ------------------------------------------------------------ 5.1, LuaJIT */
 
 #if LUA_VERSION_NUM < 502

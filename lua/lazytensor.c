@@ -166,10 +166,26 @@ static void gc_nudge(lua_State *L, ltb_state *S) {
   S->gc_mark = lt_memory(S->ctx);
 }
 
+static ltb_box **slot_of(lua_State *L, const ltb_state *S, int idx);
+
+/* The stack index of box's userdata (it was pushed by this call, and is
+ * nearly always on top); 0 when it is not on the stack. */
+static int box_index(lua_State *L, const ltb_state *S, const ltb_box *box) {
+  for (int i = lua_gettop(L); i >= 1; i--) {
+    ltb_box **slot = slot_of(L, S, i);
+    if (slot && *slot == box) return i;
+  }
+  return 0;
+}
+
 /* ltb_fill with the state at hand. */
 static int fill(lua_State *L, ltb_state *S, ltb_box *box, lt_tensor *t) {
   if (t == NULL) return ltb_raise(L);
   box->t = t;
+  if (S->lua_operators > 0 && !lt_is_dense(t)) {
+    int idx = box_index(L, S, box);
+    if (idx) ltb_anchor(L, S, idx);
+  }
   if (S->pending_error != LUA_NOREF) ltb_raise(L);
   gc_nudge(L, S);
   return 1;
@@ -297,23 +313,95 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   ltb_check_pending(L);
 }
 
-void ltb_apply_settings(lua_State *L, int idx, lt_settings *saved, const char *op) {
+/* settings.progress lives in a registry slot made at open (false when
+ * unset), so that setting and restoring it never allocates. */
+static void push_progress(lua_State *L, const ltb_state *S) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
+}
+
+static void progress_trampoline(void *ud, const char *method, int iteration, double value);
+
+/* Sets settings.progress to the value at idx: a function, or nil/false for
+ * none. */
+static void set_progress(lua_State *L, ltb_state *S, int idx) {
+  lt_settings *set = lt_settings_of(S->ctx);
+  int on = lua_isfunction(L, idx);
+  lua_pushvalue(L, idx);
+  if (!on) {
+    lua_pop(L, 1);
+    lua_pushboolean(L, 0);
+  }
+  lua_rawseti(L, LUA_REGISTRYINDEX, S->progress);
+  set->progress = on ? progress_trampoline : NULL;
+  set->progress_ud = on ? S : NULL;
+}
+
+/* One entry of a settings table (key at -2, value at -1): a setting's name
+ * and a value of its type. Returns 0, or 1 with why it is not in msg. */
+static int apply_setting(lua_State *L, ltb_state *S, char *msg, size_t size) {
+  if (lua_type(L, -2) != LUA_TSTRING) {
+    snprintf(msg, size, "settings: a setting's name must be a string, got %s",
+             luaL_typename(L, -2));
+    return 1;
+  }
+  size_t len;
+  const char *name = lua_tolstring(L, -2, &len);
+  if (len != strlen(name)) {
+    snprintf(msg, size, "settings: unknown setting '%s' (the name has a zero byte)", name);
+    return 1;
+  }
+  if (strcmp(name, "progress") == 0) {
+    if (!lua_isfunction(L, -1) && !lua_isnil(L, -1) &&
+        !(lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
+      snprintf(msg, size, "settings: progress must be a function (or nil, false), got %s",
+               lua_type(L, -1) == LUA_TBOOLEAN ? "true" : luaL_typename(L, -1));
+      return 1;
+    }
+    set_progress(L, S, lua_gettop(L));
+    return 0;
+  }
+  double v;
+  if (lt_setting_get(S->ctx, name, &v) != LT_OK) {
+    snprintf(msg, size, "settings: unknown setting '%s'", name);
+    return 1;
+  }
+  if (lua_type(L, -1) != LUA_TNUMBER) {
+    snprintf(msg, size, "settings: %s must be a number, got %s", name, luaL_typename(L, -1));
+    return 1;
+  }
+  if (lt_setting_set(S->ctx, name, lua_tonumber(L, -1)) != LT_OK) {
+    snprintf(msg, size, "%s", lt_last_error(S->ctx)); /* "settings: ..." */
+    return 1;
+  }
+  return 0;
+}
+
+void ltb_apply_settings(lua_State *L, int idx, ltb_saved *saved, const char *op) {
   ltb_state *S = ltb_get_state(L);
-  *saved = *lt_settings_of(S->ctx);
+  idx = lua_absindex(L, idx);
+  saved->settings = *lt_settings_of(S->ctx);
+  push_progress(L, S);
+  saved->progress = lua_gettop(L);
   if (lua_isnoneornil(L, idx)) return;
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, op, "argument #%d: expected a table of settings, got %s", idx,
               luaL_typename(L, idx));
+  char msg[200];
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
-    if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER) {
-      if (lt_setting_set(S->ctx, lua_tostring(L, -2), lua_tonumber(L, -1)) != LT_OK) {
-        *lt_settings_of(S->ctx) = *saved;
-        ltb_error(L, op, "%s", lt_last_error(S->ctx));
-      }
+    if (apply_setting(L, S, msg, sizeof msg)) {
+      ltb_restore_settings(L, saved); /* the entries before it were applied */
+      ltb_error(L, op, "%s", msg);
     }
     lua_pop(L, 1);
   }
+}
+
+void ltb_restore_settings(lua_State *L, const ltb_saved *saved) {
+  ltb_state *S = ltb_get_state(L);
+  lua_pushvalue(L, saved->progress);
+  lua_rawseti(L, LUA_REGISTRYINDEX, S->progress);
+  *lt_settings_of(S->ctx) = saved->settings;
 }
 
 /* ------------------------------------------------------------ arithmetic */
@@ -604,40 +692,28 @@ static int settings_index(lua_State *L) {
   if (lua_type(L, 2) != LUA_TSTRING)
     return ltb_error(L, "settings", "a setting's name must be a string, got %s",
                      luaL_typename(L, 2));
-  const char *name = lua_tostring(L, 2);
-  if (strcmp(name, "progress") == 0) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, S->progress);
+  size_t len;
+  const char *name = lua_tolstring(L, 2, &len);
+  if (strcmp(name, "progress") == 0 && len == strlen(name)) {
+    push_progress(L, S);
+    if (!lua_toboolean(L, -1)) lua_pushnil(L);
     return 1;
   }
   double v;
+  if (len != strlen(name))
+    return ltb_error(L, "settings", "unknown setting (a name with a zero byte)");
   if (lt_setting_get(S->ctx, name, &v) != LT_OK) return ltb_raise(L);
   if (v == floor(v) && fabs(v) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)v);
   else lua_pushnumber(L, v);
   return 1;
 }
 
-static void progress_trampoline(void *ud, const char *method, int iteration, double value);
-
+/* lt.settings.NAME = value: checked as the entries of a settings table. */
 static int settings_newindex(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
-  if (lua_type(L, 2) != LUA_TSTRING)
-    return ltb_error(L, "settings", "a setting's name must be a string, got %s",
-                     luaL_typename(L, 2));
-  const char *name = lua_tostring(L, 2);
-  if (strcmp(name, "progress") == 0) {
-    if (!lua_isnil(L, 3) && !lua_isfunction(L, 3))
-      return ltb_error(L, "settings", "progress must be a function or nil");
-    luaL_unref(L, LUA_REGISTRYINDEX, S->progress);
-    lua_pushvalue(L, 3);
-    S->progress = lua_isnil(L, 3) ? LUA_NOREF : luaL_ref(L, LUA_REGISTRYINDEX);
-    if (lua_isnil(L, 3)) lua_pop(L, 1);
-    lt_settings_of(S->ctx)->progress = S->progress == LUA_NOREF ? NULL : progress_trampoline;
-    lt_settings_of(S->ctx)->progress_ud = S;
-    return 0;
-  }
-  if (lua_type(L, 3) != LUA_TNUMBER)
-    return ltb_error(L, "settings", "%s must be a number, got %s", name, luaL_typename(L, 3));
-  if (lt_setting_set(S->ctx, name, lua_tonumber(L, 3)) != LT_OK) return ltb_raise(L);
+  lua_settop(L, 3);
+  char msg[200];
+  if (apply_setting(L, S, msg, sizeof msg)) return ltb_throw(L, "lazytensor: %s", msg);
   return 0;
 }
 
@@ -654,7 +730,7 @@ typedef struct progress_report {
  * under lua_pcall: the C core is below us on the C stack. */
 static int protected_progress(lua_State *L) {
   progress_report *r = lua_touserdata(L, 1);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, r->S->progress);
+  push_progress(L, r->S);
   lua_createtable(L, 0, 3);
   lua_pushstring(L, r->method);
   lua_setfield(L, -2, "method");
@@ -669,7 +745,7 @@ static int protected_progress(lua_State *L) {
 static void progress_trampoline(void *ud, const char *method, int iteration, double value) {
   ltb_state *S = ud;
   lua_State *L = S->L;
-  if (S->progress == LUA_NOREF || S->pending_error != LUA_NOREF) return;
+  if (S->pending_error != LUA_NOREF) return;
   if (!lua_checkstack(L, 4)) return;
   progress_report r = {S, method, iteration, value};
   if (ltb_cpcall(L, protected_progress, &r) != LUA_OK) ltb_keep_error(L, S);
@@ -679,20 +755,21 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
 /* lt.with_settings(tbl, fn, ...): runs fn with the settings in tbl and
  * restores the previous ones afterwards, also when fn raises. */
 static int l_with_settings(lua_State *L) {
-  ltb_state *S = ltb_get_state(L);
   if (!lua_istable(L, 1))
     return ltb_error(L, "with_settings", "expected a table of settings, got %s",
                      luaL_typename(L, 1));
   if (!lua_isfunction(L, 2))
     return ltb_error(L, "with_settings", "expected a function to run, got %s", luaL_typename(L, 2));
-  lt_settings saved;
-  ltb_apply_settings(L, 1, &saved, "with_settings");
   int nargs = lua_gettop(L) - 2;
+  ltb_saved saved;
+  ltb_apply_settings(L, 1, &saved, "with_settings"); /* pushes the old progress */
+  lua_insert(L, 3);                                  /* ... below fn's arguments */
   lua_pushvalue(L, 2);
-  lua_insert(L, 3);
-  int base = 2;
+  lua_insert(L, 4);
+  saved.progress = 3;
+  int base = 3;
   int rc = lua_pcall(L, nargs, LUA_MULTRET, 0);
-  *lt_settings_of(S->ctx) = saved;
+  ltb_restore_settings(L, &saved);
   if (rc != LUA_OK) return lua_error(L);
   return lua_gettop(L) - base;
 }
@@ -815,6 +892,8 @@ static void create_state(lua_State *L) {
   if (S->ctx == NULL) ltb_throw(L, "lazytensor: not enough memory to create a context");
   lua_pushboolean(L, 0);
   S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushboolean(L, 0);
+  S->progress = luaL_ref(L, LUA_REGISTRYINDEX);
   /* luaL_unref runs where it must not raise (inside the C core, when an
    * lt.operator dies). It can only allocate when it creates the registry's
    * free-list entry (Lua 5.1-5.3 keep it at t[0]): create it now, once. */
@@ -879,6 +958,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
   ltb_open_structured(L, module);
+  ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);
   lua_setfield(L, module, "_VERSION");

@@ -12,7 +12,10 @@ conformance.check("dense general 3x3", function() return lt.tensor(general) end,
 conformance.check("dense SPD 3x3", function() return lt.tensor(spd) end,
   function() return spd end, {psd = true})
 conformance.check("dense 3x4", function() return lt.tensor(rect) end,
-  function() return rect end, {skip = {rows = "self-test: a skip shows as pending"}})
+  function() return rect end)
+local singular = {{1, 2, 0}, {2, 4, 0}, {0, 0, 3}}
+conformance.check("dense singular 3x3", function() return lt.tensor(singular) end,
+  function() return singular end, {symmetric = true, singular = "row 2 = 2 · row 1"})
 
 local d = {2, 0.5, 3, 1.5}
 local function diag_reference()

@@ -32,7 +32,7 @@ describe("errors", function()
     raises("cholesky: expected a square matrix, got 3x2",
       function() return lt.tensor{{1, 2}, {3, 4}, {5, 6}}:cholesky() end)
     raises("do not broadcast", function() return lt.tensor{1, 2} + lt.tensor{1, 2, 3} end)
-    raises("t: transpose needs a 2-d tensor, got 1-d", function() return lt.tensor{1, 2}:t() end)
+    raises("transpose: expected a matrix, got 1-d", function() return lt.tensor{1, 2}:t() end)
   end)
 
   it("wrong types", function()

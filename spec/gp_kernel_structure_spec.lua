@@ -159,8 +159,9 @@ describe("gp kernel structure: exact path against the dense reference", function
   end
 end)
 
--- minutes under valgrind and in the other Luas' runs: LT_SKIP_SLOW=1 skips these
-local slow_it = os.getenv("LT_SKIP_SLOW") == "1" and pending or it
+-- minutes under valgrind and in the other Luas' runs: with LT_SKIP_SLOW=1 they are not
+-- defined (spec/support/slow.lua)
+local slow_it = require("support.slow")(it)
 
 describe("gp kernel structure: iterative path at n = 3000", function()
   slow_it("MLL within 1% and the stochastic gradient within 10% of the exact ones", function()
@@ -192,7 +193,7 @@ describe("gp kernel structure: iterative path at n = 3000", function()
 end)
 
 -- The two specs below evaluate 10⁸–10⁹ kernel entries each (about a minute
--- of CPU together); LT_SKIP_SLOW=1 skips them.
+-- of CPU together); with LT_SKIP_SLOW=1 they are not defined.
 
 describe("gp kernel structure: scale", function()
   slow_it("holds far less than n² doubles during a fit step at n = 20000", function()

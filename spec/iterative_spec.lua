@@ -4,19 +4,16 @@
 -- method, iterations, residual and convergence in `info`.
 local lt = require "lazytensor"
 -- the heaviest cases (seconds here, many minutes under valgrind) are left to
--- full runs: LT_SKIP_SLOW=1 skips them
-local slow_it = os.getenv("LT_SKIP_SLOW") == "1" and pending or it
+-- full runs: with LT_SKIP_SLOW=1 they are not defined (spec/support/slow.lua)
+local slow_it = require("support.slow")(it)
 
 local function rel_residual(A, x, b)
   return ((A * x) - b):norm() / b:norm()
 end
 
--- The exact log-determinant through the dense path, when the core has it.
+-- The exact log-determinant through the dense path.
 local function exact_logdet(A)
-  local ok, v = pcall(function()
-    return lt.with_settings({max_cholesky_size = 1e9}, function() return A:logdet() end)
-  end)
-  return ok and v or nil
+  return lt.with_settings({max_cholesky_size = 1e9}, function() return A:logdet() end)
 end
 
 describe("iterative methods", function()
@@ -51,10 +48,6 @@ describe("iterative methods", function()
     assert.equal("slq", info.method)
     assert.is_true(info.converged)
     local exact = exact_logdet(A)
-    if exact == nil then
-      pending("exact dense logdet not available in this build")
-      return
-    end
     assert.is_true(math.abs(ld - exact) < 0.01 * math.abs(exact))
   end)
 

@@ -208,7 +208,8 @@ describe("operator", function()
         return nothing * lt.ones(2)
       end)
       local lazy = lt.operator{shape = {2, 2}, matmul = function() return lt.diag{1, 2} end}
-      raises("lazytensor: matmul: ", function() return lazy * lt.ones(2) end)
+      raises('lazytensor: operator: matmul must return a dense tensor, got a lazy "diag"',
+        function() return lazy * lt.ones(2) end)
       local bad_t = lt.operator{shape = {2, 3},
         matmul = function(X) return lt.zeros(2, X:size(2)) end,
         t_matmul = function() return lt.zeros(2, 1) end}

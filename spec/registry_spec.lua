@@ -173,7 +173,7 @@ describe("registry", function()
       1, true)
     assert.matches("lazytensor: implements: the last argument must be a function",
       tostring(message(function() lt.implements("add", "diag", "diag") end)), 1, true)
-    assert.matches("lazytensor: add: expected two operands",
+    assert.matches("lazytensor: add: missing the second operand",
       tostring(message(function() return lt.call("add", d) end)), 1, true)
   end)
 end)

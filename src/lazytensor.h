@@ -345,24 +345,63 @@ enum {
 };
 
 /*
- * Operands and results of each operation (lt_args → lt_result):
- *   add, sub, mul, matmul  a, b               → t[0]
- *   scale                  a, scalar          → t[0]
- *   neg, transpose, dense, diagonal, inverse, root, root_inv
- *                          a                  → t[0]
- *   row                    a, i               → t[0] (1-d dense)
- *   get                    a, i, j            → x[0]
- *   trace, logdet          a                  → x[0]
- *   add_diag               a, b (1-d or 0-d)  → t[0]
- *   solve                  a, b               → t[0]
- *   inv_quad               a, b               → x[0]
- *   inv_quad_logdet        a, b               → x[0] (inv_quad), x[1] (logdet)
- *   cholesky               a, flag (upper)    → t[0]
- *   eigh                   a                  → t[0] (w), t[1] (Q)
- *   svd                    a                  → t[0] (U), t[1] (S), t[2] (V)
- *   equal                  a, b               → x[0] (1 or 0)
- * Methods that may be iterative also fill info.
+ * The operation table (OPS[] in src/core/ops.c), in the spirit of Lua's
+ * luaP_opmodes: one row per operation says what it takes and gives. The
+ * core checks every call and every rule's results by it (lt_call and the
+ * functions below), and bindings read it to pass arguments and results
+ * (the Lua binding's lt.<op>, A:<op>, lt.call and lt.implements).
+ *
+ *   operation        operands  extra      results (t: tensor, D: dense)  info
+ *   add sub mul      a, b                 t  (element-wise shapes)
+ *   matmul           a, b                 t  (m×k · k×n → m×n)
+ *   scale            a         scalar     t
+ *   neg inverse      a                    t
+ *   transpose        a                    t  (n×m)
+ *   dense            a                    D
+ *   diagonal         a                    D  (1-d, min(m, n))
+ *   trace            a                    number
+ *   get              a         (i, j)     number
+ *   row              a         i          D  (1-d)
+ *   add_diag         a, b (0-d or 1-d)    t
+ *   solve            a, b (rhs)           D  (like b)                     yes
+ *   inv_quad         a, b (rhs)           number                          yes
+ *   logdet           a                    number                          yes
+ *   inv_quad_logdet  a, b (rhs)           number, number                  yes
+ *   cholesky         a         flag       t  (flag: upper)
+ *   root root_inv    a                    t  (n×k)                        yes
+ *   eigh             a                    D w (k), t Q (n×k)              yes
+ *   svd              a                    t U (m×k), D S (k), t V (n×k)
+ *   equal            a, b                 boolean
+ * Tensor results go to res.t[0], t[1], t[2] and numbers to res.x[0], x[1],
+ * in the order given (at most three tensors and two numbers).
  */
+typedef enum {
+  LT_EXTRA_NONE = 0,
+  LT_EXTRA_SCALAR, /* args.scalar: a number (scale's factor) */
+  LT_EXTRA_FLAG,   /* args.flag: 0 or 1 (cholesky's upper) */
+  LT_EXTRA_ROW,    /* args.i: a row, 0-based */
+  LT_EXTRA_ENTRY   /* args.i, args.j: an entry, 0-based */
+} lt_op_extra;
+
+typedef enum {
+  LT_RESULT_TENSOR = 0,      /* a tensor, dense or lazy */
+  LT_RESULT_DENSE,           /* a dense tensor: callers read its entries */
+  LT_RESULT_NUMBER,          /* a number */
+  LT_RESULT_BOOLEAN,         /* a number, 1 or 0 */
+  LT_RESULT_TENSOR_OR_NUMBER /* operations added at run time: either */
+} lt_result_kind;
+
+#define LT_MAX_RESULTS 3
+
+typedef struct lt_op_info {
+  const char *name;
+  int operands;       /* 1: a; 2: a and b; 0: a, and b when given (run-time ops) */
+  const char *b_name; /* what b is, for messages ("the right-hand side") */
+  lt_op_extra extra;  /* what args carries besides the operands */
+  int nresults;       /* entries of result[] */
+  lt_result_kind result[LT_MAX_RESULTS];
+  int reports_info; /* fills res.info (bindings take per-call settings) */
+} lt_op_info;
 
 /* What an iterative (or exact) method reports. */
 typedef struct lt_info {
@@ -391,10 +430,15 @@ typedef struct lt_result {
 typedef int (*lt_rule_fn)(lt_context *ctx, const lt_args *args, lt_result *res, void *ud);
 
 /* Op ids by name ("add", "solve", ...). With create != 0 an unknown name
- * becomes a new operation (run it with lt_dispatch); otherwise it is an
- * error (LT_ERR). */
+ * becomes a new operation (run it with lt_call or lt_dispatch); otherwise it
+ * is an error (LT_ERR). A name must be non-empty. */
 int lt_op_id(lt_context *ctx, const char *name, int create);
-const char *lt_op_name(const lt_context *ctx, int op);
+const char *lt_op_name(const lt_context *ctx, int op); /* "?" for an unknown id */
+/* The table row of an operation; NULL for an unknown id. Operations added
+ * at run time take a and optionally b, no extra, and give one tensor or one
+ * number. The row lives as long as the context. */
+const lt_op_info *lt_op_info_of(const lt_context *ctx, int op);
+int lt_op_count(const lt_context *ctx); /* ids are 0 .. count - 1 */
 
 /* Registers fn for (op, type_a, type_b); type ids may be LT_TYPE_ANY.
  * type_b is ignored (pass LT_TYPE_ANY) for unary ops. A later registration for
@@ -420,10 +464,12 @@ int lt_register_rules(lt_context *ctx, const lt_rule_spec *specs, size_t n);
  * operations below (they call it after checking). On LT_OK res holds the
  * results, as new references the caller releases. */
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res);
-/* Runs args->op with the same checks (operand count, shapes) and result
- * validation as the named function (lt_add, lt_solve, ...); operations added
- * at run time go straight to lt_dispatch. For bindings that call operations
- * by name. */
+/* Runs args->op as the operation table says: checks the operands (count,
+ * shapes, indices; a lazy right-hand side is made dense), dispatches, and
+ * checks the rule's results (count, dense where required, shapes). The
+ * functions below (lt_add, lt_solve, ...) are this call. For operations
+ * added at run time it checks a and the result's presence. On LT_OK res
+ * holds the results, as new references; on LT_ERR it holds none. */
 int lt_call(lt_context *ctx, const lt_args *args, lt_result *res);
 /* Human-readable resolution path (allocated through ctx; lt_free with
  * strlen + 1), or NULL on error. */
@@ -538,6 +584,9 @@ typedef struct lt_operator_def {
 } lt_operator_def;
 lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def);
 const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an operator */
+/* The definition an operator was made with (its matmul and ud tell a binding
+ * whether it is one of its own); NULL when t is not an operator. */
+const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

@@ -4,31 +4,22 @@
 #
 # Sanitizer builds go to build/<kind>-<lua>/ so they never clobber the normal
 # lazytensor.so; the busted suite loads the module from there.
-# Prints "N passed, M failed" and exits non-zero when anything failed.
+# Prints "N passed, M failed, K skipped" (tools/testcount.sh) and exits
+# non-zero when anything failed.
 set -u
 kind=$1
 lua=${2:-lua5.4}
 jobs=$(nproc 2>/dev/null || echo 2)
 busted_bin=$(command -v busted)
 export OPENBLAS_NUM_THREADS=1 # deterministic, and no pool threads for the tools to chase
-passed=0
-failed=0
-
-# count OUTPUT RC: adds a program's "N passed, M failed" line to the totals.
-count() {
-  p=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p' | tail -1)
-  f=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p' | tail -1)
-  passed=$((passed + ${p:-0}))
-  failed=$((failed + ${f:-0}))
-  if [ "$2" -ne 0 ] && [ "${f:-0}" = 0 ]; then failed=$((failed + 1)); fi
-}
+. "$(dirname "$0")/testcount.sh"
 
 # run_prog CMD...: runs a test program, shows its output, counts its line.
 run_prog() {
   out=$("$@" 2>&1)
   rc=$?
   echo "$out"
-  count "$out" $rc
+  tc_program "$out" $rc
 }
 
 # run_busted PREFIX...: the busted suite (TAP), run through the given command
@@ -37,17 +28,8 @@ run_busted() {
   [ -d spec ] || { echo "no spec directory"; return; }
   tap=$(mktemp)
   LUA_CPATH="$cpath;;" LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' \
-    "$@" "$lua" "$busted_bin" -o TAP spec > "$tap" 2>&1
-  rc=$?
-  grep -v '^ok ' "$tap"
-  p=$(grep -c '^ok ' "$tap")
-  f=$(grep -c '^not ok ' "$tap")
-  passed=$((passed + p))
-  failed=$((failed + f))
-  if [ $rc -ne 0 ] && [ "$f" = 0 ]; then
-    echo "busted exited with status $rc"
-    failed=$((failed + 1))
-  fi
+    "$@" "$lua" "$busted_bin" -o tools/busted-tap.lua spec > "$tap" 2>&1
+  tc_tap "$tap" $?
   rm -f "$tap"
 }
 
@@ -151,5 +133,4 @@ fuzz-c)
   exit 2
   ;;
 esac
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+tc_total

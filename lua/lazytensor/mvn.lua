@@ -11,6 +11,7 @@
 --   d:log_prob(x)    -- a number for x of k; a 1-d tensor of n for an n x k x
 --   d:rsample([n])   -- a sample of shape {k}, or n samples as an n x k tensor
 --   d:entropy(), d:mean(), d:variance(), d:covariance()
+--   d:stddev(), d:confidence_region()  -- √variance; mean ∓ 2·stddev
 --   mvn.kl(p, q)     -- KL(p || q), a number
 --
 -- The binding exposes these as `lt.mvn` (= mvn.mvn, an alias of mvn.new) and
@@ -67,10 +68,39 @@ function MVN:logdet()
   return self._logdet
 end
 
--- A root R of the covariance (cov = R R^T), computed once.
+-- A root of cov + eps·I: eps = 0 first; when the covariance is PSD only up to
+-- rounding (a posterior covariance Kss − Ksx·Ky⁻¹·Kxs from CG solves, say)
+-- and the root reports it not positive (semi)definite, eps grows as
+-- Cholesky's jitter does: cholesky_jitter times the mean variance, ten times
+-- larger each of cholesky_max_tries tries. The last error is raised if none
+-- succeeds.
+local function root_with_jitter(cov)
+  local ok, R, info = pcall(cov.root, cov)
+  if ok then return R, info, 0 end
+  local err = R
+  if type(err) ~= "string" or not err:find("positive", 1, true) then error(err, 0) end
+  local settings = lib().settings
+  local eps = settings.cholesky_jitter * math.abs(cov:diagonal():mean())
+  for _ = 1, settings.cholesky_max_tries do
+    local jittered = cov:add_jitter(eps)
+    ok, R, info = pcall(jittered.root, jittered)
+    if ok then return R, info, eps end
+    eps = eps * 10
+  end
+  error(err, 0)
+end
+
+--- A root R of the covariance (cov ≈ R R^T), computed once, with the
+-- root's info table (method, and for Lanczos iterations, residual and
+-- converged; jitter: what was added to the diagonal, 0 normally).
 function MVN:root()
-  if not self._root then self._root = self._cov:root() end
-  return self._root
+  if not self._root then
+    local R, info, jitter = root_with_jitter(self._cov)
+    info = info or {method = "exact", converged = true}
+    info.jitter = jitter
+    self._root, self._root_info = R, info
+  end
+  return self._root, self._root_info
 end
 
 -- n copies of the mean as the rows of an n x k matrix: ones(n, 1) * mean^T.
@@ -104,9 +134,17 @@ end
 
 --- A reparameterised sample mean + R z with z standard normal: shape {k},
 -- or {n, k} for n samples (one per row).
+-- A root whose info says it did not converge (a Lanczos root of too low a
+-- rank for this covariance) would give samples of the wrong covariance:
+-- an error, with what to change, rather than wrong samples.
 function MVN:rsample(n)
   local lt = lib()
-  local root = self:root()
+  local root, info = self:root()
+  if info.converged == false then
+    error(string.format("lazytensor: mvn:rsample: the covariance's %s root did not converge "
+      .. "(rank %d, residual %.3g); raise lt.settings.max_root_decomposition_size",
+      tostring(info.method), root:size(2), info.residual or 0 / 0), 0)
+  end
   local r = root:size(2)
   if n == nil then
     return self._mean + root * lt.randn(r)
@@ -129,7 +167,25 @@ end
 
 function MVN:mean() return self._mean end
 function MVN:covariance() return self._cov end
-function MVN:variance() return self._cov:diagonal() end
+--- The variances, cov's diagonal (computed once: for a lazy posterior
+-- covariance it costs solves).
+function MVN:variance()
+  if not self._variance then self._variance = self._cov:diagonal() end
+  return self._variance
+end
+
+--- The standard deviations √variance (a variance below zero by rounding is
+-- taken as 0).
+function MVN:stddev()
+  local v = self:variance()
+  return ((v:abs() + v) / 2):sqrt() -- (|v| + v)/2 = max(v, 0)
+end
+
+--- The region mean ∓ 2·stddev, about 95% per coordinate: lo, hi.
+function MVN:confidence_region()
+  local sd = self:stddev()
+  return self._mean - sd * 2, self._mean + sd * 2
+end
 
 --- KL(p || q) = (tr(Sq^-1 Sp) + (mq - mp)^T Sq^-1 (mq - mp) - k
 --               + log det Sq - log det Sp) / 2.

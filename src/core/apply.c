@@ -13,13 +13,27 @@
 static int check_product(lt_context *ctx, const lt_tensor *A, lt_tensor *out, size_t rows,
                          size_t k) {
   if (out == NULL) return LT_ERR;
-  if (out->type_id != LT_TYPE_DENSE || out->ndim != 2 || out->shape[0] != rows ||
-      out->shape[1] != k) {
+  if (out->type_id != LT_TYPE_DENSE)
+    return lt_error(ctx,
+                    "matmul: the %s operator's product returned a lazy \"%s\" where a dense "
+                    "%zux%zu tensor is required",
+                    A->type ? A->type->name : "?", lt_typename(ctx, out), rows, k);
+  if (out->ndim != 2 || out->shape[0] != rows || out->shape[1] != k) {
     char buf[64];
     return lt_error(ctx, "matmul: the %s operator's product returned %s, expected %zux%zu",
                     A->type ? A->type->name : "?", lt_shape_string(out, buf, sizeof buf), rows, k);
   }
   return LT_OK;
+}
+
+/* A product is the caller's to write into (a sum accumulates its terms in
+ * the first one's product): one the type's matmul shares with anyone else
+ * (its input X, a tensor a Lua operator keeps, a view) is copied first. */
+static lt_tensor *own_product(lt_context *ctx, lt_tensor *out) {
+  if (out->refcount == 1 && out->storage->refcount == 1) return out;
+  lt_tensor *copy = lt_dense_clone(ctx, out);
+  lt_release(ctx, out);
+  return copy;
 }
 
 lt_tensor *lt_apply(lt_context *ctx, lt_tensor *A, lt_tensor *X) {
@@ -37,7 +51,7 @@ lt_tensor *lt_apply(lt_context *ctx, lt_tensor *A, lt_tensor *X) {
     lt_release(ctx, out);
     return NULL;
   }
-  return out;
+  return own_product(ctx, out);
 }
 
 /* Aᵀ X without a t_matmul: take A's columns a block at a time (A·E) and
@@ -86,7 +100,7 @@ lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X) {
     lt_release(ctx, out);
     return NULL;
   }
-  return out;
+  return own_product(ctx, out);
 }
 
 /* Runs f on A's dense columns, PROBE_BLOCK at a time. */

@@ -79,8 +79,9 @@ struct lt_context {
   /* types */
   const lt_type **types;
   int ntypes, types_cap;
-  /* operations beyond the built-in ones */
-  char **op_names;
+  /* operations added at run time: their rows (lt_op_info_of), each its own
+   * allocation, so that a row's address stays valid */
+  lt_op_info **custom_ops;
   int nops, ops_cap;
   /* rules */
   lt_rule_slot *slots;
@@ -96,6 +97,35 @@ struct lt_context {
   void *kernel_caches;
   size_t kernel_cache_used;
 };
+
+/* The operation table (ops.c) ------------------------------------------- */
+/* A check's answer when it decides the call itself (res filled): equal of
+ * two shapes that differ is 0 without a rule. */
+#define LT_ANSWERED 2
+/* A size in an expected shape that is not checked (a root's rank). */
+#define LT_ANY_SIZE ((size_t)-1)
+/* The shape a tensor result must have; ndim < 0 when it is not checked. */
+typedef struct lt_expect {
+  int ndim;
+  size_t shape[LT_MAX_DIM];
+} lt_expect;
+
+/* One operation: its public description and its rules. */
+typedef struct lt_op_row {
+  lt_op_info info;
+  /* Checks the operands before any rule runs (shapes, indices); returns
+   * LT_OK, LT_ERR with the error set, or LT_ANSWERED. NULL: nothing to check. */
+  int (*check)(lt_context *ctx, const lt_args *args, lt_result *res);
+  /* The shapes the tensor results must have, one per tensor result, from
+   * the operands (and the earlier results: eigh's Q has as many columns as
+   * w has entries; they are present and of the right kind). NULL: none. */
+  void (*shapes)(const lt_args *args, const lt_result *res, lt_expect *out);
+  /* b is read by its entries (right-hand sides): a lazy b is made dense
+   * before the rules run. */
+  int dense_b;
+} lt_op_row;
+
+extern const lt_op_row *const lt_op_table; /* LT_OP_BUILTIN_COUNT rows */
 
 /* Context plumbing ------------------------------------------------------ */
 void lt_settings_default(lt_settings *s);

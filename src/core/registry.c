@@ -11,36 +11,9 @@
 
 #include "internal.h"
 
-/* Names of the built-in operations, in LT_OP_* order. */
-/* clang-format off */
-static const char *const BUILTIN_OP_NAMES[LT_OP_BUILTIN_COUNT] = {
-    "add",      "sub",      "mul",       "matmul",   "scale",
-    "neg",      "transpose", "dense",    "diagonal", "trace",
-    "get",      "row",      "add_diag",  "solve",    "inv_quad",
-    "logdet",   "inv_quad_logdet", "cholesky", "root", "root_inv",
-    "eigh",     "svd",      "inverse",   "equal"};
-/* clang-format on */
-
 /* Operations that take one operand: resolution uses type a only. */
 static int op_is_unary(int op) {
-  switch (op) {
-    case LT_OP_NEG:
-    case LT_OP_TRANSPOSE:
-    case LT_OP_DENSE:
-    case LT_OP_DIAGONAL:
-    case LT_OP_TRACE:
-    case LT_OP_GET:
-    case LT_OP_ROW:
-    case LT_OP_LOGDET:
-    case LT_OP_CHOLESKY:
-    case LT_OP_ROOT:
-    case LT_OP_ROOT_INV:
-    case LT_OP_EIGH:
-    case LT_OP_SVD:
-    case LT_OP_INVERSE:
-    case LT_OP_SCALE: return 1;
-    default: return 0;
-  }
+  return op >= 0 && op < LT_OP_BUILTIN_COUNT && lt_op_table[op].info.operands == 1;
 }
 
 /* ---------------------------------------------------------------- types */
@@ -107,32 +80,63 @@ const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id) {
 
 /* ----------------------------------------------------------- operations */
 
+/* What an operation added at run time takes and gives: a and maybe b, and
+ * one tensor or one number. */
+static lt_op_info *new_custom_op(lt_context *ctx, const char *name) {
+  lt_op_info *op = lt_malloc(ctx, sizeof *op);
+  if (op == NULL) return NULL;
+  char *copy = lt_strdup(ctx, name);
+  if (copy == NULL) {
+    lt_free(ctx, op, sizeof *op);
+    return NULL;
+  }
+  *op = (lt_op_info){.name = copy,
+                     .operands = 0,
+                     .extra = LT_EXTRA_NONE,
+                     .nresults = 1,
+                     .result = {LT_RESULT_TENSOR_OR_NUMBER}};
+  return op;
+}
+
+static void free_custom_op(lt_context *ctx, lt_op_info *op) {
+  lt_free(ctx, (char *)op->name, strlen(op->name) + 1);
+  lt_free(ctx, op, sizeof *op);
+}
+
 int lt_op_id(lt_context *ctx, const char *name, int create) {
   for (int i = 0; i < LT_OP_BUILTIN_COUNT; i++)
-    if (strcmp(BUILTIN_OP_NAMES[i], name) == 0) return i;
+    if (strcmp(lt_op_table[i].info.name, name) == 0) return i;
   for (int i = 0; i < ctx->nops; i++)
-    if (strcmp(ctx->op_names[i], name) == 0) return LT_OP_BUILTIN_COUNT + i;
+    if (strcmp(ctx->custom_ops[i]->name, name) == 0) return LT_OP_BUILTIN_COUNT + i;
   if (!create) return lt_error(ctx, "unknown operation '%s'", name);
+  if (name[0] == '\0') return lt_error(ctx, "op_id: an operation needs a non-empty name");
   if (ctx->nops == ctx->ops_cap) {
     int cap = ctx->ops_cap ? 2 * ctx->ops_cap : 8;
-    char **n =
-        lt_realloc(ctx, ctx->op_names, sizeof *n * (size_t)ctx->ops_cap, sizeof *n * (size_t)cap);
-    if (n == NULL) return LT_ERR;
-    ctx->op_names = n;
+    lt_op_info **ops = lt_realloc(ctx, ctx->custom_ops, sizeof *ops * (size_t)ctx->ops_cap,
+                                  sizeof *ops * (size_t)cap);
+    if (ops == NULL) return LT_ERR;
+    ctx->custom_ops = ops;
     ctx->ops_cap = cap;
   }
-  char *copy = lt_strdup(ctx, name);
-  if (copy == NULL) return LT_ERR;
-  ctx->op_names[ctx->nops] = copy;
+  lt_op_info *op = new_custom_op(ctx, name);
+  if (op == NULL) return LT_ERR;
+  ctx->custom_ops[ctx->nops] = op;
   return LT_OP_BUILTIN_COUNT + ctx->nops++;
 }
 
-const char *lt_op_name(const lt_context *ctx, int op) {
-  if (op >= 0 && op < LT_OP_BUILTIN_COUNT) return BUILTIN_OP_NAMES[op];
+const lt_op_info *lt_op_info_of(const lt_context *ctx, int op) {
+  if (op >= 0 && op < LT_OP_BUILTIN_COUNT) return &lt_op_table[op].info;
   if (op >= LT_OP_BUILTIN_COUNT && op - LT_OP_BUILTIN_COUNT < ctx->nops)
-    return ctx->op_names[op - LT_OP_BUILTIN_COUNT];
-  return "?";
+    return ctx->custom_ops[op - LT_OP_BUILTIN_COUNT];
+  return NULL;
 }
+
+const char *lt_op_name(const lt_context *ctx, int op) {
+  const lt_op_info *info = lt_op_info_of(ctx, op);
+  return info ? info->name : "?";
+}
+
+int lt_op_count(const lt_context *ctx) { return LT_OP_BUILTIN_COUNT + ctx->nops; }
 
 /* ---------------------------------------------------------------- rules */
 
@@ -184,8 +188,8 @@ void lt_registry_free(lt_context *ctx) {
     }
   }
   lt_free(ctx, ctx->slots, ctx->nslots * sizeof *ctx->slots);
-  for (int i = 0; i < ctx->nops; i++) lt_free(ctx, ctx->op_names[i], strlen(ctx->op_names[i]) + 1);
-  lt_free(ctx, ctx->op_names, sizeof *ctx->op_names * (size_t)ctx->ops_cap);
+  for (int i = 0; i < ctx->nops; i++) free_custom_op(ctx, ctx->custom_ops[i]);
+  lt_free(ctx, ctx->custom_ops, sizeof *ctx->custom_ops * (size_t)ctx->ops_cap);
   lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
 }
 

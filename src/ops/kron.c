@@ -509,6 +509,30 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
 
 /* log det(⊗Fᵢ) = Σ (N/nᵢ) log det Fᵢ. A factor with a negative determinant
  * (NaN) is left to the generic rule, which knows the overall sign. */
+/* A square kron with a non-square factor has rank at most prod min(m_i, n_i),
+ * less than its size: singular by its shape, whatever the rounding of a
+ * dense LU would say. solve, inv_quad and inv_quad_logdet raise; logdet is
+ * -inf. */
+static int rule_singular_by_shape(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *k = args->a;
+  if (all_square(k) || k->shape[0] == 0) return LT_NOT_IMPLEMENTED;
+  size_t rank = 1;
+  for (int i = 0; i < nfactors(k); i++) {
+    const size_t *s = factor(k, i)->shape;
+    rank *= s[0] < s[1] ? s[0] : s[1];
+  }
+  if (args->op != LT_OP_LOGDET)
+    return lt_error(ctx,
+                    "%s: the matrix is singular (a kron of non-square factors: rank <= %zu < "
+                    "size %zu)",
+                    lt_op_name(ctx, args->op), rank, k->shape[0]);
+  res->x[0] = -INFINITY;
+  res->info.method = "kron";
+  res->info.converged = 1;
+  return LT_OK;
+}
+
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *k = args->a;
@@ -919,6 +943,13 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_TRACE, K, ANY, rule_trace, NULL, 0, "kron trace (product of traces)"},
       {LT_OP_SOLVE, K, ANY, rule_solve, NULL, 0, "kron solve (factor by factor)"},
       {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (sum n/n_i logdet F_i)"},
+      {LT_OP_SOLVE, K, ANY, rule_singular_by_shape, NULL, 0, "kron solve (singular by shape)"},
+      {LT_OP_INV_QUAD, K, ANY, rule_singular_by_shape, NULL, 0,
+       "kron inv_quad (singular by shape)"},
+      {LT_OP_INV_QUAD_LOGDET, K, ANY, rule_singular_by_shape, NULL, 0,
+       "kron inv_quad_logdet (singular by shape)"},
+      {LT_OP_LOGDET, K, ANY, rule_singular_by_shape, NULL, 0,
+       "kron logdet (-inf: singular by shape)"},
       {LT_OP_CHOLESKY, K, ANY, rule_cholesky, NULL, 0, "kron cholesky (kron of choleskys)"},
       {LT_OP_ROOT, K, ANY, rule_root, NULL, 0, "kron root (kron of roots)"},
       {LT_OP_ROOT_INV, K, ANY, rule_root, (void *)1, 0, "kron root_inv (kron of root_invs)"},

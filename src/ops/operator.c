@@ -79,3 +79,8 @@ const char *lt_operator_name(const lt_tensor *t) {
   if (t->type_id != LT_TYPE_OPERATOR) return NULL;
   return ((const operator_payload *)t->payload)->name;
 }
+
+const lt_operator_def *lt_operator_def_of(const lt_tensor *t) {
+  if (t->type_id != LT_TYPE_OPERATOR) return NULL;
+  return &((const operator_payload *)t->payload)->def;
+}

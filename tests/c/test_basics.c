@@ -118,6 +118,105 @@ static void test_validation(void) {
   lt_context_free(ctx);
 }
 
+/* The operation table: every built-in operation has a row whose name maps
+ * back to its id, whose results fit lt_result (at most three tensors, two
+ * numbers), and whose operands and extra argument make sense; an
+ * operation added at run time gets a row of its own. */
+static void test_operation_table(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  CHECK(lt_op_count(ctx) == LT_OP_BUILTIN_COUNT, "no run-time operations yet");
+  for (int op = 0; op < LT_OP_BUILTIN_COUNT; op++) {
+    const lt_op_info *info = lt_op_info_of(ctx, op);
+    CHECK(info != NULL && info->name != NULL, "op %d has a row", op);
+    if (info == NULL || info->name == NULL) continue;
+    CHECK(lt_op_id(ctx, info->name, 0) == op, "%s: name maps back to its id", info->name);
+    CHECK(strcmp(lt_op_name(ctx, op), info->name) == 0, "%s: lt_op_name", info->name);
+    CHECK(info->operands == 1 || info->operands == 2, "%s: operands %d", info->name,
+          info->operands);
+    CHECK((info->operands == 2) == (info->b_name != NULL), "%s: b is named when it is an operand",
+          info->name);
+    int tensors = 0, numbers = 0;
+    for (int k = 0; k < info->nresults; k++) {
+      lt_result_kind kind = info->result[k];
+      if (kind == LT_RESULT_TENSOR || kind == LT_RESULT_DENSE) tensors++;
+      else if (kind == LT_RESULT_NUMBER || kind == LT_RESULT_BOOLEAN) numbers++;
+    }
+    CHECK(info->nresults >= 1 && info->nresults <= LT_MAX_RESULTS &&
+              tensors + numbers == info->nresults && tensors <= 3 && numbers <= 2,
+          "%s: results fit lt_result", info->name);
+  }
+  CHECK(lt_op_info_of(ctx, LT_OP_BUILTIN_COUNT) == NULL && lt_op_info_of(ctx, -1) == NULL,
+        "unknown ids have no row");
+  CHECK(strcmp(lt_op_name(ctx, -1), "?") == 0, "unknown id's name");
+  int mine = lt_op_id(ctx, "my_op", 1);
+  const lt_op_info *info = lt_op_info_of(ctx, mine);
+  CHECK(mine == LT_OP_BUILTIN_COUNT && lt_op_count(ctx) == LT_OP_BUILTIN_COUNT + 1,
+        "a run-time operation gets the next id");
+  CHECK(info != NULL && strcmp(info->name, "my_op") == 0 && info->operands == 0 &&
+            info->nresults == 1 && info->result[0] == LT_RESULT_TENSOR_OR_NUMBER,
+        "a run-time operation's row");
+  for (int i = 0; i < 20; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "op_%d", i);
+    lt_op_id(ctx, name, 1);
+  }
+  CHECK(lt_op_info_of(ctx, mine) == info, "a row stays where it is as operations are added");
+  CHECK(lt_op_id(ctx, "", 1) == LT_ERR, "an empty name is refused");
+  lt_context_free(ctx);
+}
+
+/* A rule answering with a lazy tensor where the operation promises a dense
+ * one (dense, diagonal, row, solve, eigh's w, svd's S) is refused with a
+ * clear error: the callers read the result's entries. */
+static int lazy_answer_rule(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *v = lt_dense_from(ctx, 1, (size_t[]){2}, (double[]){1, 2});
+  lt_tensor *d = v ? lt_diag_new(ctx, v) : NULL;
+  lt_release(ctx, v);
+  if (d == NULL) return LT_ERR;
+  switch (args->op) {
+    case LT_OP_EIGH: res->t[0] = d, res->t[1] = lt_retain(d); break;
+    case LT_OP_SVD: res->t[0] = d, res->t[1] = lt_retain(d), res->t[2] = lt_retain(d); break;
+    default: res->t[0] = d;
+  }
+  return LT_OK;
+}
+
+static void test_result_kinds(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  const int ops[] = {LT_OP_DENSE, LT_OP_DIAGONAL, LT_OP_ROW, LT_OP_SOLVE, LT_OP_EIGH, LT_OP_SVD};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    lt_register_rule(ctx, ops[k], LT_TYPE_IDENTITY, LT_TYPE_ANY, "lazy answer", lazy_answer_rule,
+                     NULL, NULL, 0);
+  lt_tensor *eye = lt_identity_new(ctx, 2, 1.0);
+  lt_tensor *b = lt_dense_from(ctx, 1, (size_t[]){2}, (double[]){1, 2});
+  size_t base = lt_memory(ctx);
+  lt_tensor *t = lt_to_dense(ctx, eye);
+  CHECK(t == NULL && strcmp(lt_last_error(ctx), "dense: a rule returned a lazy \"diag\" where a "
+                                                "dense tensor is required") == 0,
+        "dense: %s", lt_last_error(ctx));
+  CHECK(lt_diagonal(ctx, eye) == NULL &&
+            strstr(lt_last_error(ctx), "diagonal: a rule returned a lazy"),
+        "diagonal: %s", lt_last_error(ctx));
+  CHECK(lt_row(ctx, eye, 0) == NULL && strstr(lt_last_error(ctx), "row: a rule returned a lazy"),
+        "row: %s", lt_last_error(ctx));
+  CHECK(lt_solve(ctx, eye, b, NULL) == NULL &&
+            strstr(lt_last_error(ctx), "solve: a rule returned a lazy"),
+        "solve: %s", lt_last_error(ctx));
+  lt_tensor *w = NULL, *q = NULL, *s = NULL;
+  CHECK(lt_eigh(ctx, eye, &w, &q, NULL) == LT_ERR &&
+            strcmp(lt_last_error(ctx), "eigh: a rule returned a lazy \"diag\" where a dense "
+                                       "tensor is required (result 1 of 2)") == 0,
+        "eigh: %s", lt_last_error(ctx));
+  CHECK(lt_svd(ctx, eye, &w, &s, &q) == LT_ERR && strstr(lt_last_error(ctx), "(result 2 of 3)"),
+        "svd: %s", lt_last_error(ctx));
+  CHECK(lt_memory(ctx) == base, "the refused results were released (%zu vs %zu)", lt_memory(ctx),
+        base);
+  lt_release(ctx, b);
+  lt_release(ctx, eye);
+  lt_context_free(ctx);
+}
+
 /* Counts the allocations a context makes. */
 static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   long *n = ud;
@@ -358,6 +457,8 @@ int main(void) {
   test_num_threads();
   test_values();
   test_validation();
+  test_operation_table();
+  test_result_kinds();
   test_diag_block();
   test_error_paths();
   test_allocation_failures();

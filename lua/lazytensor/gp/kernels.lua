@@ -4,7 +4,9 @@
 -- evaluates k(x, y) together with ∂k/∂log θ for each free hyperparameter.
 -- Base kernels: rbf, matern12, matern32, matern52, periodic, rq (rational
 -- quadratic); combinators: sum (k1 + k2), product (k1 * k2), scale (s · k).
--- Inputs are arrays of coordinates; `dims` selects the active ones.
+-- Inputs are arrays of coordinates; `dims` (a list of 1-based dimensions)
+-- selects the active ones and defaults to all of them, as in GPyTorch and
+-- scikit-learn.
 local kernels = {}
 
 local exp, log, sqrt, sin, pi = math.exp, math.log, math.sqrt, math.sin, math.pi
@@ -41,18 +43,67 @@ function Kernel:count()
   return #self:parameters()
 end
 
--- Squared distance and per-dimension absolute differences over the active dims.
+-- Squared distance over the active dims (every coordinate when dims is nil).
 local function differences(dims, x, y)
   local r2 = 0
-  for _, d in ipairs(dims) do
-    local t = x[d] - y[d]
-    r2 = r2 + t * t
+  if dims then
+    for _, d in ipairs(dims) do
+      local t = x[d] - y[d]
+      r2 = r2 + t * t
+    end
+  else
+    for d = 1, #x do
+      local t = x[d] - y[d]
+      r2 = r2 + t * t
+    end
   end
   return r2
 end
 
-local function default_dims(spec)
-  return spec.dims or {1}
+-- The keys a constructor's spec table may hold, as a set and as a sorted
+-- list for messages.
+local function key_set(names, extra)
+  local set, list = {}, {}
+  for _, group in ipairs{names, extra} do
+    for _, k in ipairs(group) do
+      set[k] = true
+      list[#list + 1] = k
+    end
+  end
+  table.sort(list)
+  return set, table.concat(list, ", ")
+end
+
+--- Raises an error naming the first key of `spec` that `allowed` lacks
+-- (what: the operation, for the message). Shared with gp/init.lua.
+function kernels.check_keys(what, spec, allowed, listing)
+  local bad = {}
+  for k in pairs(spec) do
+    if not allowed[k] then bad[#bad + 1] = tostring(k) end
+  end
+  if #bad > 0 then
+    table.sort(bad)
+    fail("%s: unknown key '%s' (expected one of %s)", what, bad[1], listing)
+  end
+end
+
+-- nil (every dimension) or a list of distinct positive integers.
+local function check_dims(kind, dims)
+  if dims == nil then return nil end
+  if type(dims) ~= "table" or #dims == 0 then
+    fail("%s dims must be a non-empty list of dimensions, got %s", kind, tostring(dims))
+  end
+  local seen, copy = {}, {}
+  for i, d in ipairs(dims) do
+    if math.type and math.type(d) == "float" and d % 1 == 0 then d = math.tointeger(d) end
+    if type(d) ~= "number" or d < 1 or d % 1 ~= 0 or d == math.huge then
+      fail("%s dims[%d] must be a positive integer, got %s", kind, i, tostring(d))
+    end
+    if seen[d] then fail("%s dims repeats dimension %d", kind, d) end
+    seen[d] = true
+    copy[i] = d
+  end
+  return copy
 end
 
 -- Base kernels: value(self, x, y, grad, offset) returns k and writes
@@ -130,7 +181,8 @@ base.periodic = {
   value = function(self, x, y, grad, offset)
     local l, p, v = self.values.lengthscale, self.values.period, self.values.variance
     local s, dp = 0, 0
-    for _, d in ipairs(self.dims) do
+    for q = 1, self.dims and #self.dims or #x do
+      local d = self.dims and self.dims[q] or q
       local u = pi * math.abs(x[d] - y[d]) / p
       local su = sin(u)
       s = s + su * su
@@ -145,7 +197,25 @@ base.periodic = {
   end,
 }
 
--- Rational quadratic: v · (1 + r²/(2 α l²))^(−α).
+-- log(1 + q), accurate for small q too (Goldberg's trick: the rounding of
+-- 1 + q cancels in the ratio).
+local function log1p(q)
+  local u = 1 + q
+  if u == 1 then return q end
+  return log(u) * q / (u - 1)
+end
+
+-- q/(1 + q) − log(1 + q) = −q²/2 + 2q³/3 − 3q⁴/4 + ..., by the series where
+-- the two terms would cancel.
+local function rq_alpha_term(q)
+  if q < 1e-4 then return q * q * (-0.5 + q * (2 / 3 - 0.75 * q)) end
+  return q / (1 + q) - log1p(q)
+end
+
+-- Rational quadratic: v · (1 + r²/(2 α l²))^(−α) = v · exp(−α · log1p(q)).
+-- Written with log1p: as α grows (the RBF limit, where fits often drift)
+-- (1 + q)^(−α) with q ~ 1/α rounds 1 + q to a few values and K stops being
+-- positive definite (a fit on co2 went to α = 6e16 and an MLL of +899).
 base.rq = {
   names = {"lengthscale", "alpha", "variance"},
   stationary = true,
@@ -153,11 +223,11 @@ base.rq = {
     local l, al, v = self.values.lengthscale, self.values.alpha, self.values.variance
     local r2 = differences(self.dims, x, y)
     local q = r2 / (2 * al * l * l)
-    local k = v * (1 + q) ^ (-al)
+    local k = v * exp(-al * log1p(q))
     if grad then
       write_grads(self, grad, offset, {
         lengthscale = k * (r2 / (l * l)) / (1 + q),
-        alpha = al * k * (-log(1 + q) + q / (1 + q)),
+        alpha = al * k * rq_alpha_term(q),
         variance = k,
       })
     end
@@ -169,15 +239,22 @@ local DEFAULTS = {lengthscale = 1, variance = 1, period = 1, alpha = 1}
 
 local function make_base(kind, spec)
   spec = spec or {}
+  if type(spec) ~= "table" then fail("%s expects a table of options, got %s", kind, type(spec)) end
   local def = base[kind]
+  if not def.keys then def.keys, def.key_list = key_set(def.names, {"dims", "fixed"}) end
+  kernels.check_keys(kind, spec, def.keys, def.key_list)
   local self = setmetatable({kind = kind, names = def.names, values = {}, fixed = {},
-                             dims = default_dims(spec), def = def}, Kernel)
+                             dims = check_dims(kind, spec.dims), def = def}, Kernel)
   for _, name in ipairs(def.names) do
     self.values[name] = check_positive(kind .. " " .. name, spec[name] or DEFAULTS[name])
   end
-  for name in pairs(spec.fixed or {}) do
-    if self.values[name] == nil then fail("%s has no hyperparameter '%s'", kind, name) end
-    self.fixed[name] = true
+  local fixed = spec.fixed or {}
+  if type(fixed) ~= "table" then fail("%s fixed must be a table, got %s", kind, type(fixed)) end
+  for name, on in pairs(fixed) do
+    if self.values[name] == nil then
+      fail("%s has no hyperparameter '%s' (fixed)", kind, tostring(name))
+    end
+    if on then self.fixed[name] = true end
   end
   return self
 end
@@ -268,6 +345,35 @@ function Kernel:is_stationary()
   return self.def.stationary
 end
 
+--- The largest input dimension the kernel reads (nil when it reads all).
+function Kernel:max_dim()
+  local top
+  if self.children then
+    for _, c in ipairs(self.children) do
+      local m = c:max_dim()
+      if m then top = math.max(top or 0, m) end
+    end
+  elseif self.dims then
+    top = 0
+    for _, d in ipairs(self.dims) do top = math.max(top, d) end
+  end
+  return top
+end
+
+--- Every hyperparameter's current value (free and fixed), as one string:
+-- two kernels with equal fingerprints compute the same function, so a
+-- model can tell when what it has cached from them has gone stale.
+function Kernel:fingerprint()
+  if self.children then
+    local parts = {}
+    for i, c in ipairs(self.children) do parts[i] = c:fingerprint() end
+    return self.kind .. "(" .. table.concat(parts, ",") .. ")"
+  end
+  local parts = {}
+  for i, name in ipairs(self.names) do parts[i] = string.format("%.17g", self.values[name]) end
+  return self.kind .. "(" .. table.concat(parts, ",") .. ")"
+end
+
 --- Current log-hyperparameters as a Lua array.
 function Kernel:get_log_params()
   local out = {}
@@ -298,6 +404,7 @@ function Kernel:describe(prefix)
     parts[#parts + 1] = string.format("%s = %.6g%s", name, self.values[name],
                                       self.fixed[name] and " (fixed)" or "")
   end
+  if self.dims then parts[#parts + 1] = "dims = {" .. table.concat(self.dims, ", ") .. "}" end
   return prefix .. self.kind .. "(" .. table.concat(parts, ", ") .. ")"
 end
 

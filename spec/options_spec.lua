@@ -1,0 +1,128 @@
+-- Per-call options (A:solve(b, opts), ...), lt.with_settings and
+-- lt.settings take only settings' names and values of their types: an
+-- unknown name or a mistyped value is an error naming the call, with every
+-- setting left as it was (issue 19, item 10: they used to be ignored), and
+-- names with a zero byte are refused everywhere (C would read "add\0x" as
+-- "add").
+local lt = require "lazytensor"
+
+local function message(f)
+  local ok, err = pcall(f)
+  assert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+local function spd(n)
+  lt.manual_seed(3)
+  local X = lt.randn(n, n)
+  return lt.psd(X * X:t() + n * lt.eye(n))
+end
+
+describe("options", function()
+  local A, b = spd(30), lt.ones(30)
+  after_each(function() lt.settings.progress = nil end)
+
+  it("reject unknown names on every operation that takes them", function()
+    local calls = {
+      solve = function(o) return A:solve(b, o) end,
+      inv_quad = function(o) return A:inv_quad(b, o) end,
+      logdet = function(o) return A:logdet(o) end,
+      inv_quad_logdet = function(o) return A:inv_quad_logdet(b, o) end,
+      root = function(o) return A:root(o) end,
+      root_inv = function(o) return A:root_inv(o) end,
+      eigh = function(o) return A:eigh(o) end,
+    }
+    for name, call in pairs(calls) do
+      assert.matches("lazytensor: " .. name .. ": settings: unknown setting 'fast_computations'",
+        message(function() return call{fast_computations = true} end), 1, true)
+      assert.matches("lazytensor: " .. name .. ": settings: cg_tolerance must be a number, got string",
+        message(function() return call{cg_tolerance = "tight"} end), 1, true)
+    end
+    assert.matches("settings: a setting's name must be a string, got number",
+      message(function() return A:solve(b, {5}) end), 1, true)
+  end)
+
+  it("leave every setting as it was when one entry is wrong", function()
+    local before = {}
+    for _, name in ipairs{"max_cholesky_size", "cg_tolerance", "max_cg_iterations"} do
+      before[name] = lt.settings[name]
+    end
+    local f = function() end
+    for _ = 1, 10 do -- entries come in any order: some good ones go first
+      message(function()
+        return A:solve(b, {max_cholesky_size = 0, max_cg_iterations = 7, progress = f,
+                           cg_tolerance = 1e-3, bogus = 1})
+      end)
+      message(function()
+        return lt.with_settings({max_cholesky_size = 0, cg_tolerance = "x"}, function() end)
+      end)
+    end
+    for name, v in pairs(before) do assert.equal(v, lt.settings[name], name) end
+    assert.is_nil(lt.settings.progress)
+  end)
+
+  it("apply progress for one call, and restore it", function()
+    local events = 0
+    local x, info = A:solve(b, {max_cholesky_size = 0, progress = function() events = events + 1 end})
+    assert.equal("cg", info.method)
+    assert.is_true(events > 0, "progress was not called")
+    assert.is_true((A * x - b):norm() < 1e-4 * b:norm())
+    assert.is_nil(lt.settings.progress)
+    events = 0
+    A:solve(b, {max_cholesky_size = 0})
+    assert.equal(0, events)
+  end)
+
+  it("restore progress after with_settings, as every other setting", function()
+    local outer = function() end
+    lt.settings.progress = outer
+    lt.with_settings({progress = false, max_cg_iterations = 5}, function()
+      assert.is_nil(lt.settings.progress)
+      lt.settings.progress = function() end -- set inside: restored on the way out
+      assert.equal(5, lt.settings.max_cg_iterations)
+    end)
+    assert.equal(outer, lt.settings.progress)
+    assert.equal(1000, lt.settings.max_cg_iterations)
+    pcall(lt.with_settings, {progress = function() end}, function() error("inside") end)
+    assert.equal(outer, lt.settings.progress)
+  end)
+
+  it("check lt.settings writes the same way", function()
+    assert.matches("lazytensor: settings: progress must be a function (or nil, false), got true",
+      message(function() lt.settings.progress = true end), 1, true)
+    assert.matches("lazytensor: settings: unknown setting 'fast_computations'",
+      message(function() lt.settings.fast_computations = true end), 1, true)
+    assert.matches("lazytensor: settings: max_cg_iterations must be a number, got string",
+      message(function() lt.settings.max_cg_iterations = "5" end), 1, true)
+    lt.settings.progress = false
+    assert.is_nil(lt.settings.progress)
+  end)
+end)
+
+describe("names with a zero byte", function()
+  local d = lt.diag{1, 2}
+
+  it("are refused by lt.implements, lt.call, lt.explain and lt.settings", function()
+    local zero = "add\0x"
+    assert.matches("lazytensor: implements: the operation must be a name, got a string with a zero byte",
+      message(function() lt.implements(zero, "diag", function() return lt.NotImplemented end) end),
+      1, true)
+    assert.matches("lazytensor: implements: a type must be a name, got a string with a zero byte",
+      message(function() lt.implements("add", "diag\0x", function() return lt.NotImplemented end) end),
+      1, true)
+    assert.matches("lazytensor: implements: the operation must be a name, got an empty string",
+      message(function() lt.implements("", "diag", function() end) end), 1, true)
+    assert.matches("lazytensor: call: the operation must be a name, got a string with a zero byte",
+      message(function() return lt.call(zero, d, d) end), 1, true)
+    assert.matches("lazytensor: explain: the operation must be a name",
+      message(function() return lt.explain(zero, d, d) end), 1, true)
+    assert.matches("unknown setting", message(function() return lt.settings["cg_tolerance\0x"] end),
+      1, true)
+    assert.matches("unknown setting",
+      message(function() return lt.solve(lt.eye(2), lt.ones(2), {["cg_tolerance\0x"] = 1}) end),
+      1, true)
+    -- nothing was registered under "add"
+    assert.equal("diag", lt.type(d + d))
+    assert.not_matches("Lua rule", lt.explain("add", d, d), 1, true)
+  end)
+end)
