@@ -55,17 +55,30 @@ local function key_of(r)
                        r.kind or "", r.path or ""}, "|")
 end
 
+-- A line about a whole program (a failure, a timeout, a missing peer)
+-- names its problem in "args" ("W8 n d kind path", or the workload alone).
+local function from_args(r)
+  if r.op ~= "*" or type(r.args) ~= "string" then return r end
+  local w = {}
+  for word in r.args:gmatch("%S+") do w[#w + 1] = word end
+  if w[1] == "W8" and #w >= 5 then
+    r.op, r.n, r.d, r.kind, r.path = "mll_grad", tonumber(w[2]), tonumber(w[3]), w[4], w[5]
+  end
+  return r
+end
+
 local lt_rows, peer_rows, peer_any, order = {}, {}, {}, {}
 for line in io.lines(path) do
   local ok, r = pcall(parse, line)
   if ok and r and r.workload ~= "meta" and r.workload ~= "compare" then
+    r = from_args(r)
     local k = key_of(r)
     if r.system == "lazytensor" then
       if not lt_rows[k] then order[#order + 1] = k end
       lt_rows[k] = lt_rows[k] or {}
       table.insert(lt_rows[k], r)
     elseif r.system and r.op == "*" then
-      peer_any[r.workload] = r -- the peer could not run at all
+      peer_any[r.workload] = r -- the peer could not run any of this workload
     elseif r.system then
       peer_rows[k] = r
     end

@@ -155,23 +155,27 @@ static int precond_apply(lt_context *ctx, void *ud, size_t n, size_t kr, const d
     for (size_t j = 0; j < kr; j++) Z[i * kr + j] = R[i * kr + j] / P->d[i];
   if (k == 0 || kr == 0) return LT_OK;
   double *U = lt_linalg_alloc(ctx, "preconditioner", k * kr);
-  if (U == NULL) return LT_ERR;
+  double *V = lt_linalg_alloc(ctx, "preconditioner", n * kr);
+  if (U == NULL || V == NULL) {
+    lt_linalg_free(ctx, U, k * kr);
+    lt_linalg_free(ctx, V, n * kr);
+    return LT_ERR;
+  }
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)kr, (int)n, 1.0, P->L, (int)k,
               Z, (int)kr, 0.0, U, (int)kr);
   cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)kr,
               1.0, P->C, (int)k, U, (int)kr);
   cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)kr, 1.0,
               P->C, (int)k, U, (int)kr);
+  /* V = L·U, then Z −= D⁻¹V row by row */
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)kr, (int)k, 1.0, P->L, (int)k,
+              U, (int)kr, 0.0, V, (int)kr);
   for (size_t i = 0; i < n; i++) {
     double s = 1.0 / P->d[i];
-    const double *l = P->L + i * k;
-    for (size_t j = 0; j < kr; j++) {
-      double v = 0.0;
-      for (size_t a = 0; a < k; a++) v += l[a] * U[a * kr + j];
-      Z[i * kr + j] -= s * v;
-    }
+    for (size_t j = 0; j < kr; j++) Z[i * kr + j] -= s * V[i * kr + j];
   }
   lt_linalg_free(ctx, U, k * kr);
+  lt_linalg_free(ctx, V, n * kr);
   return LT_OK;
 }
 
