@@ -60,7 +60,7 @@ $(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h)
 # ops/kernel_eval.c evaluates kernel entries in loops that must vectorise:
 # sqrt without errno and comparisons without trap semantics let them (see
 # the file's header); -O3 turns on GCC's vectoriser in full.
-$(BUILD)/src/ops/kernel_eval.o: CFLAGS_ALL += -O3 -fno-math-errno -fno-trapping-math
+$(BUILD)/src/ops/kernel_eval.o: CFLAGS_ALL += -O3 -fno-math-errno -fno-trapping-math -ffp-contract=fast
 # ops/kernel_tilemul.c: multiply-adds fused where the CPU has FMA (see it).
 $(BUILD)/src/ops/kernel_tilemul.o: CFLAGS_ALL += -O3 -ffp-contract=fast
 
