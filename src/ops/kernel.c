@@ -13,8 +13,8 @@
  * K(x1, x2) — and later products read them instead of evaluating: the
  * context keeps the stored matrices of all its kernel operators within
  * that budget, evicting the least recently used. Prepared points and the
- * stored matrix carry the versions of the points' storage they were made
- * from, and are made again when a write has changed it.
+ * stored matrix carry the data stamp of the points they were made from
+ * (lt_data_stamp), and are made again when a write has changed it.
  *
  * With spec.derivative set the entries are ∂k/∂log θ instead (formulas in
  * kernel_eval.c): lengthscale, period (periodic only), or variance (k
@@ -35,11 +35,11 @@ typedef struct kernel_payload kernel_payload;
 struct kernel_payload {
   lt_kernel_spec spec;
   int same; /* x2 omitted: K(x1, x1), symmetric PSD */
-  /* points prepared for evaluation (b unused when same), and the versions
-   * of the points' storage they were prepared from */
+  /* points prepared for evaluation (b unused when same), and the data
+   * stamp of the points they were prepared from (lt_data_stamp) */
   lt_kpoints a, b;
   int prepared;
-  unsigned version1, version2;
+  uint64_t stamp;
   /* the stored n1×n2 matrix (NULL when not kept), its bytes, and its
    * neighbours in the context's list, most recently used first */
   double *K;
@@ -52,7 +52,6 @@ static lt_tensor *points1(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
-static unsigned version_of(const lt_tensor *x) { return x->storage->version; }
 
 /* ------------------------------------------------------ prepared points */
 
@@ -108,7 +107,8 @@ static int cache_make_room(lt_context *ctx, size_t bytes) {
 static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
   kernel_payload *p = self->payload;
   lt_tensor *x1 = points1(self), *x2 = points2(self);
-  if (p->prepared && p->version1 == version_of(x1) && p->version2 == version_of(x2)) return LT_OK;
+  uint64_t stamp = lt_data_stamp(self); /* the latest write to the points */
+  if (p->prepared && p->stamp == stamp) return LT_OK;
   drop_prepared(ctx, p);
   cache_drop(ctx, p);
   size_t n = x1->shape[0], d = x1->shape[1];
@@ -129,8 +129,7 @@ static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
     return LT_ERR;
   }
   p->prepared = 1;
-  p->version1 = version_of(x1);
-  p->version2 = version_of(x2);
+  p->stamp = stamp;
   return LT_OK;
 }
 
