@@ -119,6 +119,10 @@ struct lt_context {
   size_t kernel_cache_used;
 };
 
+/* Evicts stored kernel matrices down to settings.kernel_cache_bytes
+ * (ops/kernel.c; settings.c calls it when the budget is set). */
+void lt_kernel_cache_trim(lt_context *ctx);
+
 /* The operation table (ops.c) ------------------------------------------- */
 /* A check's answer when it decides the call itself (res filled): equal of
  * two shapes that differ is 0 without a rule. */

@@ -117,6 +117,8 @@ int lt_setting_set(lt_context *ctx, const char *name, double value) {
       break;
     case KIND_DOUBLE: *(double *)base = value; break;
   }
+  /* a lowered budget frees what no longer fits, as a user expects */
+  if (d->offset == offsetof(lt_settings, kernel_cache_bytes)) lt_kernel_cache_trim(ctx);
   return LT_OK;
 }
 

@@ -79,27 +79,44 @@ static void cache_drop(lt_context *ctx, kernel_payload *p) {
   p->K_bytes = 0;
 }
 
-/* Marks p's matrix the most recently used. */
-static void cache_touch(lt_context *ctx, kernel_payload *p) {
-  if (ctx->kernel_caches == p) return;
-  cache_unlink(ctx, p);
+/* Puts p, not in the list, at its front (the most recently used). */
+static void cache_push(lt_context *ctx, kernel_payload *p) {
+  p->newer = NULL;
   p->older = ctx->kernel_caches;
   if (p->older) p->older->newer = p;
   ctx->kernel_caches = p;
 }
 
-/* Room for bytes more within the budget, evicting the least recently used
- * matrices of other operators; 0 when it cannot fit. */
-static int cache_make_room(lt_context *ctx, size_t bytes) {
-  size_t budget = ctx->settings.kernel_cache_bytes;
-  if (bytes > budget) return 0;
-  while (ctx->kernel_cache_used > budget - bytes) {
+/* Marks p's matrix, already in the list, the most recently used. */
+static void cache_touch(lt_context *ctx, kernel_payload *p) {
+  if (ctx->kernel_caches == p) return;
+  cache_unlink(ctx, p);
+  cache_push(ctx, p);
+}
+
+/* Evicts the least recently used matrices until at most limit bytes are
+ * stored; 0 when the list runs out first. */
+static int cache_evict_to(lt_context *ctx, size_t limit) {
+  while (ctx->kernel_cache_used > limit) {
     kernel_payload *last = ctx->kernel_caches;
     while (last && last->older) last = last->older;
     if (last == NULL) return 0;
     cache_drop(ctx, last);
   }
   return 1;
+}
+
+/* Room for bytes more within the budget, evicting the least recently used
+ * matrices of other operators; 0 when it cannot fit. */
+static int cache_make_room(lt_context *ctx, size_t bytes) {
+  size_t budget = ctx->settings.kernel_cache_bytes;
+  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+}
+
+/* Evicts stored matrices, least recently used first, until the context's
+ * kernel_cache_bytes holds them all (called when the budget is lowered). */
+void lt_kernel_cache_trim(lt_context *ctx) {
+  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
 }
 
 /* Prepared points (and an unchanged stored matrix) for the current
@@ -191,7 +208,7 @@ static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   p->K = K;
   p->K_bytes = bytes;
   ctx->kernel_cache_used += bytes;
-  cache_touch(ctx, p);
+  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
   return K;
 }
 
