@@ -323,18 +323,18 @@ describe("kernel", function()
       local one = 150 * 300 * 8 + 64 * 64 * 8
       with_budget(math.floor(2.5 * one), function()
         local Ks, ys = {}, {}
-        for k = 1, 3 do Ks[k] = lt.kernel(P1, specs[k]) end
+        for m = 1, 3 do Ks[m] = lt.kernel(P1, specs[m]) end
         local m0 = held()
-        for k = 1, 3 do
-          ys[k] = use(Ks[k], B1, 12)
-          assert.is_true(held() - m0 <= 2.5 * one + 65536, "over the budget after operator " .. k)
+        for m = 1, 3 do
+          ys[m] = use(Ks[m], B1, 12)
+          assert.is_true(held() - m0 <= 2.5 * one + 65536, "over the budget after operator " .. m)
         end
         assert.is_true(held() - m0 >= 1.8 * one, "two matrices should be stored")
         -- (the first operator is not multiplied again: it would store its matrix anew)
-        for k = 2, 3 do assert.is_true(max_rel(Ks[k] * B1, ys[k]) <= 1e-14) end
-        local function release(k)
+        for m = 2, 3 do assert.is_true(max_rel(Ks[m] * B1, ys[m]) <= 1e-14) end
+        local function release(m)
           local before = held()
-          Ks[k] = nil
+          Ks[m] = nil
           return before - held()
         end
         -- (what goes with it besides a matrix — points, rows — is well under one)
