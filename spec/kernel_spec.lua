@@ -61,6 +61,16 @@ end
 local X1 = {{0, 0}, {1.1, 0.3}, {-0.4, 1.2}, {2.0, -1.0}, {0.7, 2.1}, {-1.5, -0.6}}
 local X2 = {{0.2, -0.1}, {1.9, 0.8}, {-1.0, 0.4}, {0.5, 1.5}}
 local T1 = {0.1, 0.9, 1.7, 2.3, 3.1}
+-- 12 features: distances (and the gradient pass's) through dgemm
+local function wide(n, seed)
+  local P = {}
+  for i = 1, n do
+    P[i] = {}
+    for q = 1, 12 do P[i][q] = math.sin(seed * i + 0.37 * q * q) * 0.6 end
+  end
+  return P
+end
+local W1, W2 = wide(6, 1.3), wide(4, 2.9)
 local specs = {
   {kind = "rbf", lengthscale = 0.8},
   {kind = "matern12", lengthscale = 1.3, variance = 2},
@@ -74,6 +84,8 @@ for _, s in ipairs(specs) do
   conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
   conformance.check(name .. " K(x2, x1) 4x6, d = 2", case(X2, X1, s))
   conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, s))
 end
 
 describe("kernel", function()

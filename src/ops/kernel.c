@@ -515,82 +515,39 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
  *             and ∂/∂y_j = s_j∘(Mᵀ·C)_j − c_j∘(Mᵀ·S)_j (rows of the block).
  * With x2 omitted only pairs j >= i, weighted by W_ij + W_ji. */
 
-/* Per side: the points transposed (d×n), and for periodic kernels
- * sin z, cos z (d×n) and sin 2z, cos 2z (n×d), z = πx/p. */
-typedef struct side_tables {
-  size_t n, d;
-  double *xt, *s1, *c1, *s2, *c2;
+/* Periodic kinds: sin 2z and cos 2z (n×d row-major, z = πx/p) of one side,
+ * from the prepared sin z, cos z. */
+typedef struct double_angles {
+  double *s2, *c2;
   size_t bytes;
-  void *block;
-} side_tables;
+} double_angles;
 
-static int tables_init(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P,
-                       side_tables *t) {
-  size_t n = P->shape[0], d = P->shape[1], nd = n * d;
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
-  memset(t, 0, sizeof *t);
-  t->n = n;
-  t->d = d;
-  if (!lt_mul_size(ctx, "bilinear_derivative", nd, (periodic ? 5 : 1) * sizeof(double), &t->bytes))
-    return LT_ERR;
+static int double_angles_init(lt_context *ctx, const lt_kpoints *P, double_angles *t) {
+  size_t n = P->n, d = P->d;
+  t->s2 = t->c2 = NULL;
+  if (!lt_mul_size(ctx, "bilinear_derivative", n * d, 2 * sizeof(double), &t->bytes)) return LT_ERR;
   double *m = lt_malloc(ctx, t->bytes ? t->bytes : 1);
   if (m == NULL) return LT_ERR;
-  t->block = m;
-  t->xt = m;
-  const double *x = lt_dense_data(P);
+  t->s2 = m;
+  t->c2 = m + n * d;
   for (size_t i = 0; i < n; i++)
-    for (size_t q = 0; q < d; q++) t->xt[q * n + i] = x[i * d + q];
-  if (periodic) {
-    t->s1 = m + nd, t->c1 = m + 2 * nd, t->s2 = m + 3 * nd, t->c2 = m + 4 * nd;
-    double w = PI / s->period;
-    for (size_t i = 0; i < n; i++)
-      for (size_t q = 0; q < d; q++) {
-        double z = w * x[i * d + q];
-        t->s1[q * n + i] = sin(z);
-        t->c1[q * n + i] = cos(z);
-        t->s2[i * d + q] = sin(2.0 * z);
-        t->c2[i * d + q] = cos(2.0 * z);
-      }
-  }
+    for (size_t q = 0; q < d; q++) {
+      double s = P->trig[q * n + i], c = P->trig[(d + q) * n + i];
+      t->s2[i * d + q] = 2.0 * s * c;
+      t->c2[i * d + q] = c * c - s * s;
+    }
   return LT_OK;
 }
 
-static void tables_free(lt_context *ctx, side_tables *t) {
-  lt_free(ctx, t->block, t->bytes ? t->bytes : 1);
-  memset(t, 0, sizeof *t);
+static void double_angles_free(lt_context *ctx, double_angles *t) {
+  lt_free(ctx, t->s2, t->bytes ? t->bytes : 1);
+  t->s2 = t->c2 = NULL;
 }
 
-/* Row i's distances to columns [j0, j0 + w) into r (r² radial; S and D
- * periodic, D in r2). */
-static void row_distances(const lt_kernel_spec *s, const side_tables *A, size_t i,
-                          const side_tables *B, size_t j0, size_t w, double *r, double *r2) {
-  size_t d = A->d;
-  for (size_t j = 0; j < w; j++) r[j] = 0.0;
-  if (s->kind != LT_KERNEL_PERIODIC) {
-    for (size_t q = 0; q < d; q++) {
-      double xi = A->xt[q * A->n + i];
-      const double *y = B->xt + q * B->n + j0;
-      for (size_t j = 0; j < w; j++) r[j] += (xi - y[j]) * (xi - y[j]);
-    }
-    return;
-  }
-  for (size_t j = 0; j < w; j++) r2[j] = 0.0;
-  double wp = PI / s->period;
-  for (size_t q = 0; q < d; q++) {
-    double si = A->s1[q * A->n + i], ci = A->c1[q * A->n + i], xi = A->xt[q * A->n + i];
-    const double *sj = B->s1 + q * B->n + j0, *cj = B->c1 + q * B->n + j0,
-                 *xj = B->xt + q * B->n + j0;
-    for (size_t j = 0; j < w; j++) {
-      double su = si * cj[j] - ci * sj[j], cu = ci * cj[j] + si * sj[j];
-      r[j] += su * su;
-      r2[j] += 2.0 * su * cu * wp * (xi - xj[j]);
-    }
-  }
-}
-
-/* Maps a row of distances (and weights m, in place) to the sums and M. */
-static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, double *m, size_t w,
-                    kernel_sums *g) {
+/* Maps a row of distances (kernel_eval's: q = r²/l² radial; S, and D in
+ * dsum, periodic) and the weights m (in place) to the sums and M. */
+static void row_map(const lt_kernel_spec *s, const double *r, const double *dsum, double *m,
+                    size_t w, kernel_sums *g) {
   double l = s->lengthscale, v = s->variance, l2 = l * l, sl = 0, sv = 0, sp = 0;
   int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
   for (size_t j = 0; j < w; j++) {
@@ -598,28 +555,28 @@ static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, 
     if (wt == 0.0) continue;
     switch (s->kind) {
       case LT_KERNEL_RBF: {
-        double q = r[j] / l2, k = v * exp(-0.5 * q);
+        double q = r[j], k = v * exp(-0.5 * q);
         val = dl ? k * q : k;
         gl = dl ? k * q * (q - 2.0) / l : k * q / l;
         c = dl ? k * (2.0 - q) / l2 : -k / l2;
         break;
       }
-      case LT_KERNEL_MATERN12: {
-        double rr = sqrt(r[j]), a = rr / l, k = v * exp(-a);
+      case LT_KERNEL_MATERN12: { /* c = ∂g/∂r / r; the cusp at r = 0: 0 */
+        double a = sqrt(r[j]), k = v * exp(-a);
         val = dl ? k * a : k;
         gl = dl ? k * a * (a - 1.0) / l : k * a / l;
-        c = rr > 0 ? (dl ? k * (1.0 - a) / (l * rr) : -k / (l * rr)) : 0.0;
+        c = a > 0 ? (dl ? k * (1.0 - a) / (l2 * a) : -k / (l2 * a)) : 0.0;
         break;
       }
       case LT_KERNEL_MATERN32: {
-        double a = sqrt(3.0 * r[j]) / l, e = exp(-a);
+        double a = sqrt(3.0 * r[j]), e = exp(-a);
         val = dl ? v * a * a * e : v * (1.0 + a) * e;
         gl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
         c = dl ? v * e * (2.0 - a) * 3.0 / l2 : -v * e * 3.0 / l2;
         break;
       }
       case LT_KERNEL_MATERN52: {
-        double a = sqrt(5.0 * r[j]) / l, e = exp(-a);
+        double a = sqrt(5.0 * r[j]), e = exp(-a);
         val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
         gl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
                 : v * a * a * (1.0 + a) * e / (3.0 * l);
@@ -628,7 +585,7 @@ static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, 
         break;
       }
       default: { /* periodic, value or lengthscale derivative */
-        double S = r[j], D = r2[j], p = s->period, k = v * exp(-2.0 * S / l2);
+        double S = r[j], D = dsum[j], p = s->period, k = v * exp(-2.0 * S / l2);
         val = dl ? 4.0 * k * S / l2 : k;
         gl = dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l);
         sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
@@ -645,21 +602,15 @@ static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, 
 }
 
 /* gx (rows × d) += rowsum(M)∘X − M·Y (radial), or S∘(M·C) − C∘(M·S)
- * (periodic); gy (width × d) += colsum(M)∘Y − Mᵀ·X, or S∘(Mᵀ·C) − C∘(Mᵀ·S). */
-static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const double *M,
-                                 size_t b, size_t w, const lt_tensor *A, size_t i0,
-                                 const lt_tensor *B, size_t j0, const side_tables *ta,
-                                 const side_tables *tb, double *gx, double *gy) {
-  size_t d = A->shape[1];
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
+ * (periodic); gy (width × d) += colsum(M)∘Y − Mᵀ·X, or S∘(Mᵀ·C) − C∘(Mᵀ·S).
+ * X, Y: the points (radial) or sin 2z (periodic), C: cos 2z, n×d. */
+static int block_point_gradients(lt_context *ctx, int periodic, const double *M, size_t b, size_t w,
+                                 size_t d, const double *xa, const double *ca, const double *yb,
+                                 const double *cb, double *gx, double *gy) {
   size_t tmp_count = (b > w ? b : w) * d * 2;
   double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
   if (tmp == NULL) return LT_ERR;
   double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d;
-  const double *xa = periodic ? ta->s2 + i0 * d : lt_dense_data(A) + i0 * d;
-  const double *ca = periodic ? ta->c2 + i0 * d : NULL;
-  const double *yb = periodic ? tb->s2 + j0 * d : lt_dense_data(B) + j0 * d;
-  const double *cb = periodic ? tb->c2 + j0 * d : NULL;
   /* rows: t1 = M·(Y or C), t2 = M·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
               periodic ? cb : yb, (int)d, 0.0, t1, (int)d);
@@ -671,9 +622,8 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t j = 0; j < w; j++) rs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gx[(i0 + i) * d + q] += periodic
-                                  ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
-                                  : rs * xa[i * d + q] - t1[i * d + q];
+      gx[i * d + q] += periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
+                                : rs * xa[i * d + q] - t1[i * d + q];
   }
   /* columns: t1 = Mᵀ·(X or C), t2 = Mᵀ·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w,
@@ -686,60 +636,74 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t i = 0; i < b; i++) cs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gy[(j0 + j) * d + q] += periodic
-                                  ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
-                                  : cs * yb[j * d + q] - t1[j * d + q];
+      gy[j * d + q] += periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
+                                : cs * yb[j * d + q] - t1[j * d + q];
   }
   lt_free(ctx, tmp, tmp_count * sizeof(double));
   return LT_OK;
 }
 
-static int block_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent *w,
-                      kernel_sums *g) {
-  const kernel_payload *p = self->payload;
+/* A block's weights from column j0 on, packed in place (b × width); with
+ * x2 omitted, W_ij + W_ji above the diagonal, W_ii on it, 0 below. */
+static void pack_weights(double *blk, const double *blt, size_t b, size_t n2, size_t i0, size_t j0,
+                         int same) {
+  size_t width = n2 - j0;
+  for (size_t i = 0; i < b; i++) {
+    double *m = blk + i * width;
+    const double *wr = blk + i * n2 + j0, *wt = same ? blt + i * n2 + j0 : NULL;
+    for (size_t j = 0; j < width; j++) {
+      size_t col = j0 + j, row = i0 + i;
+      double v = wr[j];
+      if (same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
+      m[j] = v;
+    }
+  }
+}
+
+/* The pass by blocks of rows over the prepared points (kernel_eval.c's
+ * distances, the dgemm form in many dimensions). */
+static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, kernel_sums *g) {
+  kernel_payload *p = self->payload;
   const lt_tensor *A = points1(self), *B = points2(self);
-  size_t n1 = A->shape[0], n2 = B->shape[0];
+  size_t n1 = A->shape[0], n2 = B->shape[0], d = A->shape[1];
   if (n1 == 0 || n2 == 0) return LT_OK;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  int periodic = p->spec.kind == LT_KERNEL_PERIODIC;
   size_t rows = BLOCK_DOUBLES / n2;
   rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
   if (rows > n1) rows = n1;
   size_t bytes, rbytes = 2 * n2 * sizeof(double);
   if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
-  side_tables ta, tb;
+  double_angles ta = {0}, tb = {0};
   double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
   double *r = blk && (!p->same || blt) ? lt_malloc(ctx, rbytes) : NULL;
-  int rc = LT_ERR, have_a = 0, have_b = 0;
-  if (r == NULL || (have_a = tables_init(ctx, &p->spec, A, &ta) == LT_OK) == 0 ||
-      (!p->same && (have_b = tables_init(ctx, &p->spec, B, &tb) == LT_OK) == 0))
+  int rc = LT_ERR;
+  if (r == NULL || (periodic && double_angles_init(ctx, &p->a, &ta) != LT_OK) ||
+      (periodic && !p->same && double_angles_init(ctx, &p->b, &tb) != LT_OK))
     goto done;
-  const side_tables *tbp = p->same ? &ta : &tb;
+  lt_keval e = evaluator(p, 0);
+  const double_angles *tbp = p->same ? &ta : &tb;
+  const double *xa = periodic ? ta.s2 : lt_dense_data(A), *ca = ta.c2;
+  const double *yb = periodic ? tbp->s2 : lt_dense_data(B), *cb = tbp->c2;
   double *gy = p->same ? g->x1 : g->x2;
   for (size_t i0 = 0; i0 < n1; i0 += rows) {
     size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
     weight_rows(w, i0, b, n2, 0, blk);
     if (p->same) weight_rows(w, i0, b, n2, 1, blt);
-    for (size_t i = 0; i < b; i++) { /* the block's weights from column j0 on, in place */
-      double *m = blk + i * width;
-      const double *wr = blk + i * n2 + j0, *wt = p->same ? blt + i * n2 + j0 : NULL;
-      for (size_t j = 0; j < width; j++) {
-        size_t col = j0 + j, row = i0 + i;
-        double v = wr[j];
-        if (p->same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
-        m[j] = v;
-      }
-    }
+    pack_weights(blk, blt, b, n2, i0, j0, p->same);
     for (size_t i = 0; i < b; i++) {
-      row_distances(&p->spec, &ta, i0 + i, tbp, j0, width, r, r + n2);
+      lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
       row_map(&p->spec, r, r + n2, blk + i * width, width, g);
     }
-    if (block_point_gradients(ctx, &p->spec, blk, b, width, A, i0, B, j0, &ta, tbp, g->x1, gy) !=
-        LT_OK)
+    if (block_point_gradients(ctx, periodic, blk, b, width, d, xa + i0 * d,
+                              periodic ? ca + i0 * d : NULL, yb + j0 * d,
+                              periodic ? cb + j0 * d : NULL, g->x1 + i0 * d, gy + j0 * d) != LT_OK)
       goto done;
   }
   rc = LT_OK;
 done:
-  if (have_a) tables_free(ctx, &ta);
-  if (have_b) tables_free(ctx, &tb);
+  if (ta.s2) double_angles_free(ctx, &ta);
+  if (tb.s2) double_angles_free(ctx, &tb);
   lt_free(ctx, r, r ? rbytes : 0);
   lt_free(ctx, blk, bytes);
   lt_free(ctx, blt, p->same && blt ? bytes : 0);

@@ -211,6 +211,15 @@ static inline void distances_periodic(const lt_kpoints *A, const lt_kpoints *B, 
   }
 }
 
+void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                         double *out, size_t ld, double *dsum) {
+  if (rows == 0 || cols == 0) return;
+  if (e->spec.kind == LT_KERNEL_PERIODIC)
+    distances_periodic(e->a, e->b, i0, rows, j0, cols, out, ld, dsum, dsum != NULL);
+  else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
+  else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
+}
+
 /* ------------------------------------------------------------------ maps */
 
 /* One row of distances into entries, in place. */
