@@ -13,8 +13,9 @@
  * points and distances (lt_kernel_distances), then its own maps.
  *
  * Adding a kind: its scaling of the points in lt_kpoints_prepare, its map
- * in kernel_eval.c's map_tile, its derivatives beside. Per-dimension
- * lengthscales only change the scaling (z = (x − c) / l per dimension).
+ * in kernel_eval.c's map_row, its derivatives in kernel.c's gradient pass.
+ * ARD lengthscales only change the scaling (z = (x − c) / l_q per
+ * dimension q).
  */
 #ifndef LT_OPS_KERNEL_H
 #define LT_OPS_KERNEL_H
@@ -42,6 +43,11 @@ typedef struct lt_keval {
   int same;                /* K(x, x): zero distance on the diagonal */
   int gemm;                /* distances through dgemm */
 } lt_keval;
+
+/* The lengthscale of dimension q (ARD), or the one lengthscale. */
+static inline double lt_kernel_lengthscale(const lt_kernel_spec *s, size_t q) {
+  return s->lengthscales ? s->lengthscales[q] : s->lengthscale;
+}
 
 /* Whether distances in d dimensions go through dgemm. */
 int lt_kernel_use_gemm(const lt_kernel_spec *s, size_t d);
