@@ -17,6 +17,9 @@ local formulas = {
     return s.variance * (1 + math.sqrt(5) * r / l + 5 * r * r / (3 * l * l))
       * math.exp(-math.sqrt(5) * r / l)
   end,
+  rq = function(r, s)
+    return s.variance * (1 + r * r / (2 * s.alpha * s.lengthscale ^ 2)) ^ -s.alpha
+  end,
 }
 
 local function points_of(x)
@@ -33,8 +36,12 @@ local function k(s, x, y)
     for d = 1, #x do acc = acc + math.sin(math.pi * math.abs(x[d] - y[d]) / s.period) ^ 2 end
     return variance * math.exp(-2 * acc / s.lengthscale ^ 2)
   end
+  -- ARD (a list of lengthscales): distances scaled per dimension, l = 1
+  local ard = type(s.lengthscale) == "table"
   local r2 = 0
-  for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
+  for d = 1, #x do r2 = r2 + ((x[d] - y[d]) / (ard and s.lengthscale[d] or 1)) ^ 2 end
+  if ard then spec.lengthscale = 1 end
+  spec.alpha = s.alpha
   return formulas[s.kind](math.sqrt(r2), spec)
 end
 
@@ -61,12 +68,23 @@ end
 local X1 = {{0, 0}, {1.1, 0.3}, {-0.4, 1.2}, {2.0, -1.0}, {0.7, 2.1}, {-1.5, -0.6}}
 local X2 = {{0.2, -0.1}, {1.9, 0.8}, {-1.0, 0.4}, {0.5, 1.5}}
 local T1 = {0.1, 0.9, 1.7, 2.3, 3.1}
+-- 12 features: distances (and the gradient pass's) through dgemm
+local function wide(n, seed)
+  local P = {}
+  for i = 1, n do
+    P[i] = {}
+    for q = 1, 12 do P[i][q] = math.sin(seed * i + 0.37 * q * q) * 0.6 end
+  end
+  return P
+end
+local W1, W2 = wide(6, 1.3), wide(4, 2.9)
 local specs = {
   {kind = "rbf", lengthscale = 0.8},
   {kind = "matern12", lengthscale = 1.3, variance = 2},
   {kind = "matern32", lengthscale = 0.9, variance = 0.5},
   {kind = "matern52", lengthscale = 1.1, variance = 1.5},
   {kind = "periodic", lengthscale = 0.9, variance = 1.2, period = 2.5},
+  {kind = "rq", lengthscale = 0.9, variance = 1.4, alpha = 0.7},
 }
 for _, s in ipairs(specs) do
   local name = "kernel " .. s.kind
@@ -74,6 +92,26 @@ for _, s in ipairs(specs) do
   conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
   conformance.check(name .. " K(x2, x1) 4x6, d = 2", case(X2, X1, s))
   conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, s))
+end
+-- ARD: one lengthscale per dimension (every kind but periodic)
+local ard_specs = {
+  {kind = "rbf", lengthscale = {0.6, 1.7}, variance = 1.3},
+  {kind = "matern12", lengthscale = {1.4, 0.8}},
+  {kind = "matern32", lengthscale = {0.7, 2.1}, variance = 0.6},
+  {kind = "matern52", lengthscale = {1.2, 0.5}, variance = 1.5},
+  {kind = "rq", lengthscale = {0.8, 1.9}, variance = 0.9, alpha = 2.3},
+}
+local ard12 = {}
+for q = 1, 12 do ard12[q] = 0.5 + 0.13 * q end
+for _, s in ipairs(ard_specs) do
+  local name = "kernel " .. s.kind .. " ARD"
+  conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, {psd = true}))
+  conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
+  local wide_spec = {kind = s.kind, lengthscale = ard12, variance = s.variance, alpha = s.alpha}
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, wide_spec, {psd = true}))
+  conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, wide_spec))
 end
 
 describe("kernel", function()
@@ -193,6 +231,165 @@ describe("kernel", function()
     end
   end)
 
+  -- An operator multiplied again and again keeps its entries (within
+  -- lt.settings.kernel_cache_bytes, for all operators of the state) and
+  -- multiplies from them: the same numbers as evaluating every time.
+  describe("stored entries (kernel_cache_bytes)", function()
+    local saved
+    before_each(function() saved = lt.settings.kernel_cache_bytes end)
+    after_each(function() lt.settings.kernel_cache_bytes = saved end)
+
+    local function points(n, d, seed)
+      local x = {}
+      for i = 1, n do
+        x[i] = {}
+        for q = 1, d do
+          seed = (seed * 1103515245 + 12345) % 2147483648
+          x[i][q] = seed / 2147483648 * 3
+        end
+      end
+      return x
+    end
+
+    local function max_rel(A, B)
+      return ((A - B):abs():max()) / B:abs():max()
+    end
+
+    -- Y = K·X, Z = Xᵀ·K (the transposed product), a row and an entry, after
+    -- `times` products of K (the first ones evaluate, the later ones read).
+    local function use(K, X, times, L)
+      local Y
+      for _ = 1, times do Y = K * X end
+      return Y, (L or X):t() * K, K[3], K:get(5, 2)
+    end
+
+    local x1, x2 = points(300, 2, 3), points(170, 2, 5)
+    local P1, P2 = lt.tensor(x1), lt.tensor(x2)
+    local B1, B2 = lt.randn(300, 3), lt.randn(170, 3)
+    for _, s in ipairs(specs) do
+      for _, derivative in ipairs{false, s.kind ~= "rq" and "lengthscale" or nil} do
+        local spec = {kind = s.kind, lengthscale = s.lengthscale, variance = s.variance,
+                      period = s.period, alpha = s.alpha, derivative = derivative or nil}
+        it(string.format("%s%s: the same products stored and evaluated (to 1e-14)", s.kind,
+                         derivative and " ∂/∂log l" or ""), function()
+          for _, cross in ipairs{false, true} do
+            local function make() return cross and lt.kernel(P1, P2, spec) or lt.kernel(P1, spec) end
+            local B = cross and B2 or B1
+            lt.settings.kernel_cache_bytes = 0
+            local m0 = lt.memory()
+            local Y0, Z0, r0, e0 = use(make(), B, 12, B1)
+            assert.is_true(lt.memory() - m0 < 300 * 300 * 8 / 4, "evaluating kept an n×n matrix")
+            lt.settings.kernel_cache_bytes = 2 ^ 30
+            collectgarbage()
+            local m1 = lt.memory()
+            local K = make()
+            local Y1, Z1, r1, e1 = use(K, B, 12, B1)
+            -- the stored matrix is the operator's memory (half of K(x, x))
+            local stored = lt.memory() - m1
+            local cols = cross and 170 or 150
+            assert.is_true(stored >= 300 * cols * 8, "stored " .. stored .. " bytes")
+            assert.is_true(max_rel(Y1, Y0) <= 1e-14, "K·X")
+            assert.is_true(max_rel(Z1, Z0) <= 1e-14, "Xᵀ·K")
+            assert.is_true(max_rel(r1, r0) <= 1e-14, "row")
+            assert.is_true(math.abs(e1 - e0) <= 1e-14 * math.abs(e0), "entry")
+            if not derivative then -- and both against the formulas
+              local ref = reference(x1, cross and x2 or nil, spec)
+              local y = Y1:totable()
+              for _, i in ipairs{1, 77, 300} do
+                local want = 0
+                for j = 1, #ref[i] do want = want + ref[i][j] * B[j][1] end
+                assert.is_true(math.abs(y[i][1] - want) <= 1e-12 * math.max(1, math.abs(want)))
+              end
+            end
+            K = nil -- luacheck: ignore 311 (released: its matrix goes with it)
+            collectgarbage()
+            collectgarbage()
+            assert.is_true(lt.memory() - m1 < 300 * cols * 8 / 4, "the matrix outlived its operator")
+          end
+        end)
+      end
+    end
+
+    -- Runs fn with an empty store (matrices other specs' live operators
+    -- keep would be evicted during fn and blur its memory counts) and the
+    -- given budget, restoring the setting afterwards.
+    local function with_budget(bytes, fn)
+      lt.with_settings({kernel_cache_bytes = 0}, function()
+        lt.settings.kernel_cache_bytes = bytes
+        collectgarbage()
+        collectgarbage()
+        fn()
+      end)
+    end
+
+    -- The library's memory once the garbage of the products is collected.
+    local function held()
+      collectgarbage()
+      collectgarbage()
+      return lt.memory()
+    end
+
+    it("keeps all stored matrices of the state within the budget, least recently used out", function()
+      local one = 150 * 300 * 8 + 64 * 64 * 8 -- about half of a 300×300 K
+      with_budget(math.floor(1.5 * one), function()
+        local m0 = held()
+        local Ka, Kb = lt.kernel(P1, specs[1]), lt.kernel(P1, specs[2])
+        local ya = use(Ka, B1, 12)
+        local held_a = held() - m0
+        assert.is_true(held_a >= 0.9 * one, "first operator stored " .. held_a)
+        local yb = use(Kb, B1, 12)
+        assert.is_true(held() - m0 <= lt.settings.kernel_cache_bytes + 65536,
+          "two stored matrices over the budget")
+        -- Ka (evicted) still multiplies right
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        -- a lowered budget frees what no longer fits; what is kept stays valid
+        local before = held()
+        lt.settings.kernel_cache_bytes = math.floor(0.5 * one)
+        assert.is_true(before - held() >= 0.9 * one, "lowering the budget freed nothing")
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        lt.settings.kernel_cache_bytes = 0 -- nothing new is kept
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+      end)
+    end)
+
+    it("evicts the least recently used of three stored matrices (the list of stored matrices stays whole)", function()
+      -- Regression: a newly stored matrix was linked by a "touch" that first
+      -- unlinked it, which emptied the list's head: older matrices were lost
+      -- to eviction while still counted, so the wrong one was evicted and,
+      -- once the head was lost again, later operators stored nothing.
+      local one = 150 * 300 * 8 + 64 * 64 * 8
+      with_budget(math.floor(2.5 * one), function()
+        local Ks, ys = {}, {}
+        for m = 1, 3 do Ks[m] = lt.kernel(P1, specs[m]) end
+        local m0 = held()
+        for m = 1, 3 do
+          ys[m] = use(Ks[m], B1, 12)
+          assert.is_true(held() - m0 <= 2.5 * one + 65536, "over the budget after operator " .. m)
+        end
+        assert.is_true(held() - m0 >= 1.8 * one, "two matrices should be stored")
+        -- (the first operator is not multiplied again: it would store its matrix anew)
+        for m = 2, 3 do assert.is_true(max_rel(Ks[m] * B1, ys[m]) <= 1e-14) end
+        local function release(m)
+          local before = held()
+          Ks[m] = nil
+          return before - held()
+        end
+        -- (what goes with it besides a matrix — points, rows — is well under one)
+        assert.is_true(release(1) < 0.75 * one, "the first operator's matrix should have been evicted")
+        assert.is_true(release(3) >= 0.9 * one, "the last operator's matrix should be kept")
+        assert.is_true(release(2) >= 0.9 * one, "the second operator's matrix should be kept")
+      end)
+    end)
+
+    it("keeps the properties when a sum with a kernel is made dense", function()
+      local K = lt.kernel(P1, specs[1]) + lt.identity(300, 0.1)
+      local D = K:dense()
+      assert.is_true(D:is_psd())
+      assert.is_true(max_rel(D * B1, K * B1) <= 1e-13)
+    end)
+  end)
+
   describe("bad input", function()
     local function fails(pattern, ...)
       local before = lt.memory()
@@ -208,9 +405,17 @@ describe("kernel", function()
     it("raises clear errors and leaves the state intact", function()
       local x = lt.tensor(X1)
       fails("unknown kind 'cosine'", x, {kind = "cosine", lengthscale = 1})
+      fails("3 lengthscales for points of 2 dimensions", x, {kind = "rbf", lengthscale = {1, 2, 3}})
+      fails("lengthscale%[2%] must be a positive number", lt.tensor{{0, 0}, {1, 1}},
+            {kind = "rbf", lengthscale = {1, -2}})
+      fails("a periodic kernel takes one lengthscale", x,
+            {kind = "periodic", lengthscale = {1}, period = 1})
+      fails("alpha must be a positive number", x, {kind = "rq", lengthscale = 1, alpha = 0})
+      fails("derivative 'lengthscale' needs one lengthscale", x,
+            {kind = "rbf", lengthscale = {1}, derivative = "lengthscale"})
       fails("spec.kind must be a string", x, {lengthscale = 1})
       fails("spec.lengthscale is required", x, {kind = "rbf"})
-      fails("spec.lengthscale must be a number, got string", x, {kind = "rbf", lengthscale = "1"})
+      fails("spec.lengthscale must be a number or a list of numbers, got string", x, {kind = "rbf", lengthscale = "1"})
       fails("lengthscale must be a positive number, got 0", x, {kind = "rbf", lengthscale = 0})
       fails("lengthscale must be a positive number, got %-1", x,
         {kind = "matern12", lengthscale = -1})

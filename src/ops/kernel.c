@@ -1,20 +1,25 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
- * kernels of API.md (rbf, matern12/32/52, periodic). The points are the
- * children (x1, and x2 unless it was omitted), copied at construction into
- * contiguous n×d matrices so later writes to the caller's tensors cannot
- * change the operator. Entries are computed on demand and never stored:
- * a product K·X forms K a block of rows at a time (at most BLOCK_DOUBLES
- * entries, 8 MB) and multiplies each block with X by dgemm, so memory is
- * O(n · block + n · k), never n1×n2.
+ * kernels of API.md (rbf, matern12/32/52, periodic, rq; ARD lengthscales
+ * for all but periodic): the type, its
+ * constructor and its rules. The points are the children (x1, and x2 unless
+ * it was omitted), copied at construction into contiguous n×d matrices so
+ * later writes to the caller's tensors cannot change the operator.
  *
- * With spec.derivative set the entries are ∂k/∂log θ instead (θ·∂k/∂θ,
- * r = ‖x − y‖, a = √3 r/l or √5 r/l, u_d = π|x_d − y_d|/p, S = Σ sin² u_d):
- *   lengthscale  rbf k·r²/l², matern12 k·r/l, matern32 v·a²·e^{−a},
- *                matern52 v·a²(1 + a)/3·e^{−a}, periodic k·4S/l²;
- *   period       periodic only: k·(2/l²)·Σ_d sin(2u_d)·u_d;
- *   variance     k, every kind.
- * Same row-block products; symmetric without x2, PSD only for variance.
+ * Entries are evaluated a tile at a time (kernel_eval.c) from points
+ * prepared at construction; products run over row blocks on several
+ * threads without storing K (kernel_product.c). An operator multiplied
+ * over and over (KEEP_AFTER products) stores its entries when they fit the
+ * context's kernel_cache_bytes — the upper half of K(x, x), all of
+ * K(x1, x2) — and later products read them instead of evaluating: the
+ * context keeps the stored matrices of all its kernel operators within
+ * that budget, evicting the least recently used. Prepared points and the
+ * stored matrix carry the data stamp of the points they were made from
+ * (lt_data_stamp), and are made again when a write has changed it.
+ *
+ * With spec.derivative set the entries are ∂k/∂log θ instead (formulas in
+ * kernel_eval.c): lengthscale, period (periodic only), or variance (k
+ * itself). Symmetric without x2, PSD only for the value and variance.
  * Every derivative is linear in v, so scaling by c > 0 still scales v.
  */
 #include <cblas.h>
@@ -23,284 +28,384 @@
 #include <string.h>
 
 #include "../core/grad.h"
-#include "../core/internal.h"
+#include "../core/parallel.h"
+#include "../linalg/linalg.h"
+#include "kernel.h"
 #include "ops.h"
 
-/* Largest block of kernel entries formed at once (doubles); the block has
- * between 1 and MAX_BLOCK_ROWS rows. */
+/* Largest block of kernel entries the gradient pass forms at once
+ * (doubles); the block has between 1 and MAX_BLOCK_ROWS rows. */
 #define BLOCK_DOUBLES ((size_t)1 << 20)
 #define MAX_BLOCK_ROWS 256
 #define PI 3.14159265358979323846
 
-typedef struct kernel_payload {
-  lt_kernel_spec spec;
-  int same; /* x2 omitted: K(x1, x1), symmetric PSD */
-} kernel_payload;
+typedef struct kernel_payload kernel_payload;
+struct kernel_payload {
+  lt_kernel_spec spec; /* spec.lengthscales: ls's numbers (ARD) */
+  lt_tensor *ls;       /* ARD: the d lengthscales (owned), or NULL */
+  int same;            /* x2 omitted: K(x1, x1), symmetric PSD */
+  /* points prepared for evaluation (b unused when same), and the data
+   * stamp of the points they were prepared from (lt_data_stamp) */
+  lt_kpoints a, b;
+  int prepared;
+  uint64_t stamp;
+  /* the stored n1×n2 matrix (NULL when not kept), its bytes, and its
+   * neighbours in the context's list, most recently used first */
+  double *K;
+  size_t K_bytes;
+  int products; /* served so far (counted up to KEEP_AFTER) */
+  kernel_payload *newer, *older;
+};
 
 static lt_tensor *points1(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
 
-/* The kernel (or its lengthscale/variance derivative) as a function of its
- * argument term t, in place over a row: t = r² for the radial kinds,
- * t = Σ_d sin²(π (x_d − y_d) / p) for periodic. (The period derivative
- * needs more than t: see fill_row.) */
-static void apply_kind(const lt_kernel_spec *s, double *t, size_t len) {
-  double l = s->lengthscale, v = s->variance;
-  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  switch (s->kind) {
-    case LT_KERNEL_RBF: {
-      double c = 1.0 / (l * l);
-      for (size_t j = 0; j < len; j++) {
-        double q = c * t[j], k = v * exp(-0.5 * q);
-        t[j] = dl ? k * q : k;
-      }
-      return;
-    }
-    case LT_KERNEL_MATERN12:
-      for (size_t j = 0; j < len; j++) {
-        double a = sqrt(t[j]) / l, k = v * exp(-a);
-        t[j] = dl ? k * a : k;
-      }
-      return;
-    case LT_KERNEL_MATERN32: {
-      double c = sqrt(3.0) / l;
-      for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]), e = v * exp(-a);
-        t[j] = dl ? e * a * a : (1.0 + a) * e;
-      }
-      return;
-    }
-    case LT_KERNEL_MATERN52: {
-      double c = sqrt(5.0) / l;
-      for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]), e = v * exp(-a);
-        t[j] = dl ? e * a * a * (1.0 + a) / 3.0 : (1.0 + a + a * a / 3.0) * e;
-      }
-      return;
-    }
-    case LT_KERNEL_PERIODIC: {
-      double c = 2.0 / (l * l);
-      for (size_t j = 0; j < len; j++) {
-        double k = v * exp(-c * t[j]);
-        t[j] = dl ? k * 2.0 * c * t[j] : k;
-      }
-      return;
-    }
-  }
+/* ------------------------------------------------------ prepared points */
+
+static void drop_prepared(lt_context *ctx, kernel_payload *p) {
+  lt_kpoints_free(ctx, &p->a);
+  lt_kpoints_free(ctx, &p->b);
+  p->prepared = 0;
 }
 
-/* The periodic kernel's ∂/∂log p from S = Σ sin² u_d and D = Σ sin(2u_d)·u_d. */
-static double periodic_dperiod(const lt_kernel_spec *s, double S, double D) {
-  double c = 2.0 / (s->lengthscale * s->lengthscale);
-  return s->variance * exp(-c * S) * c * D;
+/* ------------------------------------------------------- stored matrix */
+
+static void cache_unlink(lt_context *ctx, kernel_payload *p) {
+  if (p->newer) p->newer->older = p->older;
+  else ctx->kernel_caches = p->older;
+  if (p->older) p->older->newer = p->newer;
+  p->newer = p->older = NULL;
 }
 
-/* Periodic kernels: sin and cos of π x_d / p for every coordinate, so that
- * sin(π (x − y) / p) = sx·cy − cx·sy costs no sin per entry. NULL (and
- * *bytes 0) for the other kinds. */
-static int trig_table(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P, double **out,
-                      size_t *bytes) {
-  *out = NULL;
-  *bytes = 0;
-  if (s->kind != LT_KERNEL_PERIODIC || lt_numel(P) == 0) return LT_OK;
-  if (!lt_mul_size(ctx, "kernel", lt_numel(P), 2 * sizeof(double), bytes)) return LT_ERR;
-  double *t = lt_malloc(ctx, *bytes);
-  if (t == NULL) return LT_ERR;
-  const double *x = lt_dense_data(P);
-  for (size_t q = 0; q < lt_numel(P); q++) {
-    double a = PI * x[q] / s->period;
-    t[2 * q] = sin(a);
-    t[2 * q + 1] = cos(a);
+static void cache_drop(lt_context *ctx, kernel_payload *p) {
+  if (p->K == NULL) return;
+  cache_unlink(ctx, p);
+  lt_free(ctx, p->K, p->K_bytes);
+  ctx->kernel_cache_used -= p->K_bytes;
+  p->K = NULL;
+  p->K_bytes = 0;
+}
+
+/* Puts p, not in the list, at its front (the most recently used). */
+static void cache_push(lt_context *ctx, kernel_payload *p) {
+  p->newer = NULL;
+  p->older = ctx->kernel_caches;
+  if (p->older) p->older->newer = p;
+  ctx->kernel_caches = p;
+}
+
+/* Marks p's matrix, already in the list, the most recently used. */
+static void cache_touch(lt_context *ctx, kernel_payload *p) {
+  if (ctx->kernel_caches == p) return;
+  cache_unlink(ctx, p);
+  cache_push(ctx, p);
+}
+
+/* Evicts the least recently used matrices until at most limit bytes are
+ * stored; 0 when the list runs out first. */
+static int cache_evict_to(lt_context *ctx, size_t limit) {
+  while (ctx->kernel_cache_used > limit) {
+    kernel_payload *last = ctx->kernel_caches;
+    while (last && last->older) last = last->older;
+    if (last == NULL) return 0;
+    cache_drop(ctx, last);
   }
-  *out = t;
+  return 1;
+}
+
+/* Room for bytes more within the budget, evicting the least recently used
+ * matrices of other operators; 0 when it cannot fit. */
+static int cache_make_room(lt_context *ctx, size_t bytes) {
+  size_t budget = ctx->settings.kernel_cache_bytes;
+  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+}
+
+/* Evicts stored matrices, least recently used first, until the context's
+ * kernel_cache_bytes holds them all (called when the budget is lowered). */
+void lt_kernel_cache_trim(lt_context *ctx) {
+  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
+}
+
+/* Prepared points (and an unchanged stored matrix) for the current
+ * contents of the points. */
+static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
+  kernel_payload *p = self->payload;
+  lt_tensor *x1 = points1(self), *x2 = points2(self);
+  uint64_t stamp = lt_data_stamp(self); /* the latest write to the points */
+  if (p->prepared && p->stamp == stamp) return LT_OK;
+  drop_prepared(ctx, p);
+  cache_drop(ctx, p);
+  size_t n = x1->shape[0], d = x1->shape[1];
+  double centre[64], *c = centre;
+  size_t c_bytes = d * sizeof(double);
+  if (d > 64 && (c = lt_malloc(ctx, c_bytes)) == NULL) return LT_ERR;
+  const double *xp = lt_dense_data(x1);
+  for (size_t q = 0; q < d; q++) c[q] = 0.0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t q = 0; q < d; q++) c[q] += xp[i * d + q];
+  for (size_t q = 0; q < d && n > 0; q++) c[q] /= (double)n;
+  int gemm = lt_kernel_use_gemm(&p->spec, d);
+  int rc = lt_kpoints_prepare(ctx, &p->spec, x1, c, gemm, &p->a);
+  if (rc == LT_OK && !p->same) rc = lt_kpoints_prepare(ctx, &p->spec, x2, c, gemm, &p->b);
+  if (c != centre) lt_free(ctx, c, c_bytes);
+  if (rc != LT_OK) {
+    drop_prepared(ctx, p);
+    return LT_ERR;
+  }
+  p->prepared = 1;
+  p->stamp = stamp;
   return LT_OK;
 }
 
-/* Row i of K(A, B), columns [j0, nb), into out. ta and tb are the points'
- * trig tables for periodic kernels (NULL: sin is computed per entry). */
-static void fill_row(const lt_kernel_spec *s, const lt_tensor *A, const double *ta, size_t i,
-                     const lt_tensor *B, const double *tb, size_t j0, double *out) {
-  size_t d = A->shape[1], nb = B->shape[0];
-  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B);
-  if (s->derivative == LT_KERNEL_D_PERIOD) {
-    /* sin u and cos u from the tables (or directly), u = π (x_q − y_q) / p;
-     * sin(2u)·u is even in u, so the sign of the difference does not matter. */
-    double w = PI / s->period;
-    const double *tx = ta ? ta + 2 * i * d : NULL;
-    for (size_t j = j0; j < nb; j++) {
-      const double *ty = tb ? tb + 2 * j * d : NULL;
-      double S = 0, D = 0;
-      for (size_t q = 0; q < d; q++) {
-        double u = w * (x[q] - y[j * d + q]), su, cu;
-        if (tx && ty) {
-          su = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
-          cu = tx[2 * q + 1] * ty[2 * q + 1] + tx[2 * q] * ty[2 * q];
-        } else {
-          su = sin(u);
-          cu = cos(u);
-        }
-        S += su * su;
-        D += 2.0 * su * cu * u;
-      }
-      out[j - j0] = periodic_dperiod(s, S, D);
-    }
-    return;
+/* The evaluation of K (transposed: of Kᵀ = K(x2, x1)). */
+static lt_keval evaluator(const kernel_payload *p, int transposed) {
+  const lt_kpoints *a = &p->a, *b = p->same ? &p->a : &p->b;
+  lt_keval e = {.spec = p->spec,
+                .a = transposed ? b : a,
+                .b = transposed ? a : b,
+                .same = p->same,
+                .gemm = lt_kernel_use_gemm(&p->spec, p->a.d)};
+  return e;
+}
+
+/* Products an operator serves before it stores its entries: enough to
+ * tell a matrix used over and over (a CG or SLQ run of many steps, a fit)
+ * from one multiplied a few times, for which evaluating is cheaper than
+ * writing its numbers to fresh memory. On the 2-core VM of bench/RESULTS.md
+ * the first touch of a fresh page costs about 4 ns per byte (32 ns per
+ * stored entry, against 0.5-1 ns to evaluate one), so storing pays after
+ * some 25 products with one column; on common hosts after 2 or 3. */
+#define KEEP_AFTER 10
+
+/* The stored matrix: the upper slabs of K(x, x) (kernel_product.c), or all
+ * of K(x1, x2) row-major. */
+static size_t stored_count(const lt_tensor *self, int *ok) {
+  const kernel_payload *p = self->payload;
+  size_t na = self->shape[0], nb = self->shape[1];
+  *ok = na > 0 && nb > 0 && nb <= SIZE_MAX / sizeof(double) / na;
+  if (!*ok) return 0;
+  return p->same ? lt_kernel_upper_count(na) : na * nb;
+}
+
+/* The stored matrix, when kept; made now when make is set and it fits the
+ * budget. NULL when there is none: the caller evaluates. Making it fails
+ * quietly (no memory: the products stay matrix-free). */
+static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
+  kernel_payload *p = self->payload;
+  if (p->K) {
+    cache_touch(ctx, p);
+    return p->K;
   }
-  if (s->kind == LT_KERNEL_PERIODIC && ta && tb) {
-    const double *tx = ta + 2 * i * d;
-    for (size_t j = j0; j < nb; j++) {
-      const double *ty = tb + 2 * j * d;
-      double acc = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
-        acc += t * t;
-      }
-      out[j - j0] = acc;
-    }
-  } else if (s->kind == LT_KERNEL_PERIODIC) {
-    for (size_t j = j0; j < nb; j++) {
-      double acc = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = sin(PI * (x[q] - y[j * d + q]) / s->period);
-        acc += t * t;
-      }
-      out[j - j0] = acc;
-    }
+  int ok;
+  size_t count = stored_count(self, &ok), bytes = count * sizeof(double);
+  if (!make || !ok || !cache_make_room(ctx, bytes)) return NULL;
+  double *K = lt_malloc(ctx, bytes);
+  if (K == NULL) {
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  lt_keval e = evaluator(p, 0);
+  int nt = lt_thread_count(ctx);
+  int rc = p->same ? lt_kernel_fill_upper(ctx, &e, K, nt) : lt_kernel_fill(ctx, &e, K, nt);
+  if (rc != LT_OK) {
+    lt_free(ctx, K, bytes);
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  p->K = K;
+  p->K_bytes = bytes;
+  ctx->kernel_cache_used += bytes;
+  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
+  return K;
+}
+
+/* ------------------------------------------------------------- products */
+
+/* Y = K·X (transposed: Kᵀ·X) from the full stored K(x1, x2), by BLAS. */
+static void stored_times(const lt_tensor *self, const double *K, int transposed, const double *x,
+                         size_t k, double *y) {
+  int na = (int)self->shape[0], nb = (int)self->shape[1];
+  int rows = transposed ? nb : na, cols = transposed ? na : nb;
+  CBLAS_TRANSPOSE t = transposed ? CblasTrans : CblasNoTrans;
+  if (k == 1) cblas_dgemv(CblasRowMajor, t, na, nb, 1.0, K, nb, x, 1, 0.0, y, 1);
+  else
+    cblas_dgemm(CblasRowMajor, t, CblasNoTrans, rows, (int)k, cols, 1.0, K, nb, x, (int)k, 0.0, y,
+                (int)k);
+}
+
+/* K·X (transposed: Kᵀ·X) for a contiguous X. */
+static lt_tensor *kernel_apply(lt_context *ctx, lt_tensor *self, lt_tensor *X, int transposed) {
+  kernel_payload *p = self->payload;
+  size_t rows = self->shape[transposed ? 1 : 0], cols = self->shape[transposed ? 0 : 1];
+  size_t k = X->shape[1];
+  if (cols > INT_MAX || rows > INT_MAX || k > INT_MAX) {
+    lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", cols, k);
+    return NULL;
+  }
+  if (ensure_prepared(ctx, self) != LT_OK) return NULL;
+  if (p->products < KEEP_AFTER) p->products++;
+  const double *K = stored_matrix(ctx, self, p->products >= KEEP_AFTER);
+  lt_tensor *out = lt_dense_matrix(ctx, rows, k);
+  if (out == NULL || rows == 0 || k == 0) return out;
+  double *y = lt_dense_data(out);
+  const double *x = lt_dense_data(X);
+  int rc = LT_OK, nt = lt_thread_count(ctx);
+  if (K != NULL && p->same) {
+    rc = lt_kernel_upper_product(ctx, K, rows, x, k, y, nt);
+  } else if (K != NULL) {
+    stored_times(self, K, transposed, x, k, y);
   } else {
-    for (size_t j = j0; j < nb; j++) {
-      double r2 = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = x[q] - y[j * d + q];
-        r2 += t * t;
-      }
-      out[j - j0] = r2;
-    }
+    lt_keval e = evaluator(p, transposed);
+    rc = lt_kernel_product(ctx, &e, x, k, y, nt);
   }
-  apply_kind(s, out, nb - j0);
-}
-
-/* k(x1_i, x2_j). */
-static double kernel_value(const lt_kernel_spec *s, const lt_tensor *A, size_t i,
-                           const lt_tensor *B, size_t j) {
-  size_t d = A->shape[1];
-  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B) + j * d;
-  double t = 0;
-  if (s->derivative == LT_KERNEL_D_PERIOD) {
-    double D = 0;
-    for (size_t q = 0; q < d; q++) {
-      double u = PI * (x[q] - y[q]) / s->period, su = sin(u);
-      t += su * su;
-      D += sin(2.0 * u) * u;
-    }
-    return periodic_dperiod(s, t, D);
-  }
-  for (size_t q = 0; q < d; q++) {
-    double u = s->kind == LT_KERNEL_PERIODIC ? sin(PI * (x[q] - y[q]) / s->period) : x[q] - y[q];
-    t += u * u;
-  }
-  apply_kind(s, &t, 1);
-  return t;
-}
-
-/* K(A, B) · X, a block of rows at a time. With symmetric (A and B the same
- * points) only the blocks on and right of the diagonal are formed: each
- * block B_i = K[rows i, columns >= i0] adds B_i·X to its rows and the
- * transpose of its part right of the diagonal block to the rows below,
- * halving the kernel evaluations. */
-static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *A,
-                                 const lt_tensor *B, lt_tensor *X, int symmetric) {
-  size_t na = A->shape[0], nb = B->shape[0], k = X->shape[1];
-  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){na, k});
-  if (out == NULL || na == 0 || nb == 0 || k == 0) return out;
-  if (nb > INT_MAX || k > INT_MAX) {
-    lt_release(ctx, out);
-    lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", nb, k);
-    return NULL;
-  }
-  size_t rows = BLOCK_DOUBLES / nb;
-  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
-  if (rows > na) rows = na;
-  size_t bytes = 0, ta_bytes = 0, tb_bytes = 0;
-  double *block = NULL, *ta = NULL, *tb = NULL;
-  if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes) ||
-      (block = lt_malloc(ctx, bytes)) == NULL || trig_table(ctx, s, A, &ta, &ta_bytes) != LT_OK ||
-      (!symmetric && trig_table(ctx, s, B, &tb, &tb_bytes) != LT_OK)) {
-    lt_free(ctx, block, bytes);
-    lt_free(ctx, ta, ta_bytes);
+  if (rc != LT_OK) {
     lt_release(ctx, out);
     return NULL;
   }
-  const double *x = lt_dense_data(X), *tbv = symmetric ? ta : tb;
-  double *o = lt_dense_data(out);
-  for (size_t i0 = 0; i0 < na; i0 += rows) {
-    size_t b = na - i0 < rows ? na - i0 : rows;
-    size_t j0 = symmetric ? i0 : 0, width = nb - j0;
-    for (size_t i = 0; i < b; i++) fill_row(s, A, ta, i0 + i, B, tbv, j0, block + i * width);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)k, (int)width, 1.0, block,
-                (int)width, x + j0 * k, (int)k, 1.0, o + i0 * k, (int)k);
-    if (symmetric && width > b)
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(width - b), (int)k, (int)b, 1.0,
-                  block + b, (int)width, x + i0 * k, (int)k, 1.0, o + (i0 + b) * k, (int)k);
-  }
-  lt_free(ctx, block, bytes);
-  lt_free(ctx, ta, ta_bytes);
-  lt_free(ctx, tb, tb_bytes);
   return out;
 }
 
 static lt_tensor *kernel_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points1(self), points2(self), X, p->same);
+  return kernel_apply(ctx, self, X, 0);
 }
 
-/* Every kernel here is symmetric in its arguments: K(x1, x2)ᵀ = K(x2, x1). */
+/* K(x1, x2)ᵀ = K(x2, x1): the same entries read the other way. */
 static lt_tensor *kernel_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points2(self), points1(self), X, p->same);
+  return kernel_apply(ctx, self, X, 1);
 }
 
-static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
-  (void)ctx;
+/* Entry (i, j) of the stored matrix. */
+static double stored_entry(const lt_tensor *self, size_t i, size_t j) {
   const kernel_payload *p = self->payload;
-  *out = kernel_value(&p->spec, points1(self), i, points2(self), j);
-  return LT_OK;
+  size_t nb = self->shape[1];
+  return p->same ? lt_kernel_upper_entry(p->K, nb, i, j) : p->K[i * nb + j];
 }
 
 static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
-  (void)ctx;
-  const kernel_payload *p = self->payload;
-  fill_row(&p->spec, points1(self), NULL, i, points2(self), NULL, 0, out);
+  kernel_payload *p = self->payload;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  size_t nb = self->shape[1];
+  if (p->K) {
+    for (size_t j = 0; j < nb; j++) out[j] = stored_entry(self, i, j);
+    return LT_OK;
+  }
+  lt_keval e = evaluator(p, 0);
+  size_t work_count = lt_kernel_tile_work(&e, 1, nb);
+  double *work = NULL;
+  if (work_count && (work = lt_linalg_alloc(ctx, "kernel", work_count)) == NULL) return LT_ERR;
+  lt_kernel_tile(&e, i, 1, 0, nb, out, nb, work);
+  lt_linalg_free(ctx, work, work_count);
+  return LT_OK;
+}
+
+static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  kernel_payload *p = self->payload;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  if (p->K) {
+    *out = stored_entry(self, i, j);
+    return LT_OK;
+  }
+  lt_keval e = evaluator(p, 0);
+  double work[1];
+  lt_kernel_tile(&e, i, 1, j, 1, out, 1, work);
   return LT_OK;
 }
 
 static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
-  lt_free(ctx, self->payload, sizeof(kernel_payload));
+  kernel_payload *p = self->payload;
+  cache_drop(ctx, p);
+  drop_prepared(ctx, p);
+  lt_release(ctx, p->ls);
+  lt_free(ctx, p, sizeof *p);
 }
 
 static size_t kernel_payload_bytes(const lt_tensor *self) {
-  (void)self;
-  return sizeof(kernel_payload);
+  const kernel_payload *p = self->payload;
+  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes +
+         (p->ls ? p->ls->shape[0] * sizeof(double) : 0);
 }
 
 /* ---------------------------------------------------------- gradients */
 
-/* {lengthscale, variance, period (periodic), x1, x2 (when given)}, for the
- * kernel and for its derivative operators alike. The gradient of <W, K> is
- * one pass over the entries: at each pair, the entry's derivatives with
- * respect to l, v, p and the two points (below), weighted by W_ij. W = L·Rᵀ is formed a block
- * of rows at a time by dgemm; with x2 omitted only pairs i <= j are
- * evaluated, weighted by W_ij + W_ji. */
+/* {lengthscale (a number, or a d-vector with ARD), variance, period
+ * (periodic), alpha (rq), x1, x2 (when given)}, for the kernel and for its
+ * derivative operators alike. The gradient of <W, K> is one pass over the
+ * entries: at each pair, the entry's derivatives with respect to the
+ * hyperparameters and the two points (below), weighted by W_ij. W = L·Rᵀ is
+ * formed a block of rows at a time by dgemm; with x2 omitted only pairs
+ * i <= j are evaluated, weighted by W_ij + W_ji. */
 
-/* The derivatives of one entry g(x, y) of the operator — the kernel k, or
- * with spec.derivative its ∂k/∂log θ (θ·∂k/∂θ) — with respect to l, v, p
- * (dl, dv, dp) and to x (gx[0..d)); ∂g/∂y = −∂g/∂x (stationary).
- * Radial kinds: ∂g/∂x_q = c·(x_q − y_q); r, a = r/l (matern12), √3 r/l,
- * √5 r/l; q = r²/l² (rbf). Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q,
- * D = Σ sin(2u_q)·u_q, ∂S/∂x_q = sin(2u_q)·π/p. */
+/* Running sums of the gradient. */
+typedef struct kernel_sums {
+  double l, v, p, a; /* lengthscale (one), variance, period, alpha */
+  double *ls;        /* ARD: d sums, or NULL */
+  double *x1, *x2;   /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
+  double *gx, *gl;   /* d each: one entry's ∂/∂x and (ARD) ∂/∂l_q */
+} kernel_sums;
+
+/* q/(1 + q) − log(1 + q) = −q²/2 + 2q³/3 − 3q⁴/4 + ..., by the series where
+ * the two terms would cancel (rq's ∂k/∂α = k times this, at q = r²/(2αl²)). */
+static double rq_alpha_term(double q) {
+  if (q < 1e-4) return q * q * (-0.5 + q * (2.0 / 3.0 - 0.75 * q));
+  return q / (1.0 + q) - log1p(q);
+}
+
+/* A radial entry g(q) of the operator (q = Σ_d (x_d − y_d)²/l_d²) — the
+ * kernel, or with spec.derivative its ∂k/∂log l — as its value (every entry
+ * is linear in v: ∂g/∂v = val/v), c = 2·∂g/∂q and, for rq, ∂g/∂α. With
+ * z = x/l per dimension: ∂g/∂x_d = c·Δz_d/l_d, ∂g/∂l_d = −c·Δz_d²/l_d, and
+ * with one lengthscale ∂g/∂l = −c·q/l. */
+typedef struct radial_entry {
+  double val, c, da;
+} radial_entry;
+
+static radial_entry radial(const lt_kernel_spec *s, double q) {
+  double v = s->variance;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  radial_entry e = {0, 0, 0};
+  switch (s->kind) {
+    case LT_KERNEL_RBF: {
+      double k = v * exp(-0.5 * q);
+      e.val = dl ? k * q : k;
+      e.c = dl ? k * (2.0 - q) : -k;
+      break;
+    }
+    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
+      double a = sqrt(q), k = v * exp(-a);
+      e.val = dl ? k * a : k;
+      e.c = a > 0 ? (dl ? k * (1.0 - a) / a : -k / a) : 0.0;
+      break;
+    }
+    case LT_KERNEL_MATERN32: {
+      double a = sqrt(3.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * ex : v * (1.0 + a) * ex;
+      e.c = dl ? 3.0 * v * ex * (2.0 - a) : -3.0 * v * ex;
+      break;
+    }
+    case LT_KERNEL_MATERN52: {
+      double a = sqrt(5.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * (1.0 + a) * ex / 3.0 : v * (1.0 + a + a * a / 3.0) * ex;
+      e.c = dl ? 5.0 * v * ex * (2.0 + 2.0 * a - a * a) / 3.0 : -5.0 * v * (1.0 + a) * ex / 3.0;
+      break;
+    }
+    default: { /* rq: the value (or the variance derivative, k itself) */
+      double al = s->alpha, u = 0.5 * q / al, k = v * exp(-al * log1p(u));
+      e.val = k;
+      e.c = -k / (1.0 + u);
+      e.da = k * rq_alpha_term(u);
+    }
+  }
+  return e;
+}
+
+/* The derivatives of one entry g(x, y) with respect to l, v, p, α and to x
+ * (gx[0..d)), and with ARD to each l_q (gl); ∂g/∂y = −∂g/∂x (stationary).
+ * Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q, D = Σ sin(2u_q)·u_q,
+ * ∂S/∂x_q = sin(2u_q)·π/p. */
 typedef struct entry_grad {
-  double dl, dv, dp;
+  double dl, dv, dp, da;
 } entry_grad;
 
 static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
@@ -314,7 +419,7 @@ static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x,
     E += 2.0 * u * u * cos(2.0 * u) + u * s2;
   }
   double k = v * exp(-2.0 * S / l2);
-  entry_grad g;
+  entry_grad g = {0, 0, 0, 0};
   double c;
   switch (s->derivative) {
     case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS/l² */
@@ -343,69 +448,36 @@ static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x,
 }
 
 static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
-                                    size_t d, double *gx) {
+                                    size_t d, double *gx, double *gl) {
   if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx);
-  double l = s->lengthscale, v = s->variance, r2 = 0;
-  for (size_t q = 0; q < d; q++) r2 += (x[q] - y[q]) * (x[q] - y[q]);
-  double r = sqrt(r2);
-  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  entry_grad g = {0, 0, 0};
-  double c, val;
-  switch (s->kind) {
-    case LT_KERNEL_RBF: {
-      double q = r2 / (l * l), k = v * exp(-0.5 * q);
-      val = dl ? k * q : k;
-      g.dl = dl ? k * q * (q - 2.0) / l : k * q / l;
-      c = dl ? k * (2.0 - q) / (l * l) : -k / (l * l);
-      break;
-    }
-    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
-      double a = r / l, k = v * exp(-a);
-      val = dl ? k * a : k;
-      g.dl = dl ? k * a * (a - 1.0) / l : k * a / l;
-      c = r > 0 ? (dl ? k * (1.0 - a) / (l * r) : -k / (l * r)) : 0.0;
-      break;
-    }
-    case LT_KERNEL_MATERN32: {
-      double a = sqrt(3.0) * r / l, e = exp(-a);
-      val = dl ? v * a * a * e : v * (1.0 + a) * e;
-      g.dl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
-      c = dl ? v * e * (2.0 - a) * 3.0 / (l * l) : -v * e * 3.0 / (l * l);
-      break;
-    }
-    default: { /* matern52 */
-      double a = sqrt(5.0) * r / l, e = exp(-a);
-      val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
-      g.dl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
-                : v * a * a * (1.0 + a) * e / (3.0 * l);
-      c = dl ? v * e * (2.0 + 2.0 * a - a * a) / 3.0 * 5.0 / (l * l)
-             : -v * (1.0 + a) * e * 5.0 / (3.0 * l * l);
-    }
+  double q = 0;
+  for (size_t k = 0; k < d; k++) {
+    double dz = (x[k] - y[k]) / lt_kernel_lengthscale(s, k);
+    q += dz * dz;
   }
-  g.dv = val / v; /* every entry is linear in v */
-  for (size_t q = 0; q < d; q++) gx[q] = c * (x[q] - y[q]);
+  radial_entry e = radial(s, q);
+  entry_grad g = {-e.c * q / s->lengthscale, e.val / s->variance, 0, e.da};
+  for (size_t k = 0; k < d; k++) {
+    double l = lt_kernel_lengthscale(s, k), dz = (x[k] - y[k]) / l;
+    gx[k] = e.c * dz / l;
+    if (gl) gl[k] = -e.c * dz * dz / l;
+  }
   return g;
 }
-
-/* Running sums of the gradient. */
-typedef struct kernel_sums {
-  double l, v, p;
-  double *x1, *x2; /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
-  double gx[64];   /* one entry's ∂/∂x (d <= 64; see kernel_derivative) */
-  double *gxd;     /* gx, or a larger buffer */
-} kernel_sums;
 
 /* Adds w·∂g(x1_i, x2_j) to the sums. */
 static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj, size_t d,
                      double w, double *gi, double *gj, kernel_sums *g) {
   if (w == 0.0) return;
-  entry_grad e = entry_derivatives(s, xi, yj, d, g->gxd);
+  entry_grad e = entry_derivatives(s, xi, yj, d, g->gx, g->ls ? g->gl : NULL);
   g->l += w * e.dl;
   g->v += w * e.dv;
   g->p += w * e.dp;
+  g->a += w * e.da;
   for (size_t q = 0; q < d; q++) {
-    gi[q] += w * g->gxd[q];
-    gj[q] -= w * g->gxd[q];
+    gi[q] += w * g->gx[q];
+    gj[q] -= w * g->gx[q];
+    if (g->ls) g->ls[q] += w * g->gl[q];
   }
 }
 
@@ -416,9 +488,14 @@ static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, i
   if (w->W) {
     const double *x = lt_dense_data(w->W);
     size_t n1 = w->W->shape[0];
-    for (size_t i = 0; i < b; i++)
-      for (size_t j = 0; j < n2; j++)
-        block[i * n2 + j] = transposed ? x[j * n1 + i0 + i] : x[(i0 + i) * n2 + j];
+    if (!transposed) {
+      memcpy(block, x + i0 * n2, b * n2 * sizeof(double));
+      return;
+    }
+    /* W's columns i0.. read along rows of W (contiguous), written down the
+     * block's columns: the b lines written stay in cache across j */
+    for (size_t j = 0; j < n2; j++)
+      for (size_t i = 0; i < b; i++) block[i * n2 + j] = x[j * n1 + i0 + i];
     return;
   }
   const lt_tensor *a = transposed ? w->R : w->L, *c = transposed ? w->L : w->R;
@@ -467,160 +544,116 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
 
 /* The pass by blocks of rows, for every operator but the period
  * derivative: a block's weights W (b × width), one row at a time mapped to
- * the scalar sums and to M_ij = W_ij·c_ij in place (c: ∂g/∂x_q = c·f_q),
- * then the points' gradients from M by dgemm —
- *   radial:   ∂/∂x_i = Σ_j M_ij (x_i − y_j) = rowsum(M)_i x_i − (M·Y)_i,
- *             ∂/∂y_j = colsum(M)_j y_j − (Mᵀ·X)_j;
+ * the scalar sums and to M_ij = W_ij·c_ij in place (c as in radial(), or
+ * periodic's ∂g/∂x_q = c·sin 2u_q), then the points' gradients from M by
+ * dgemm —
+ *   radial:   ∂/∂x_i = Σ_j M_ij (z_i − z_j)/l = (rowsum(M)_i z_i − (M·Z)_i)/l,
+ *             ∂/∂y_j = (colsum(M)_j z_j − (Mᵀ·Z)_j)/l (per dimension);
  *   periodic: f_q = sin(2z_iq − 2z_jq) (z = πx/p) = s_iq c_jq − c_iq s_jq
  *             with s, c = sin 2z, cos 2z, so ∂/∂x_i = s_i∘(M·C)_i − c_i∘(M·S)_i
  *             and ∂/∂y_j = s_j∘(Mᵀ·C)_j − c_j∘(Mᵀ·S)_j (rows of the block).
+ * ARD lengthscales take −Σ_j M_ij (z_iq − z_jq)²/l_q row by row.
  * With x2 omitted only pairs j >= i, weighted by W_ij + W_ji. */
 
-/* Per side: the points transposed (d×n), and for periodic kernels
- * sin z, cos z (d×n) and sin 2z, cos 2z (n×d), z = πx/p. */
-typedef struct side_tables {
-  size_t n, d;
-  double *xt, *s1, *c1, *s2, *c2;
+/* One side's rows (n×d row-major) for the dgemm step: the prepared z
+ * (radial), or sin 2z and cos 2z from the prepared sin z, cos z (periodic). */
+typedef struct side_rows {
+  double *a, *b; /* z or sin 2z; cos 2z (periodic) */
   size_t bytes;
-  void *block;
-} side_tables;
+} side_rows;
 
-static int tables_init(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P,
-                       side_tables *t) {
-  size_t n = P->shape[0], d = P->shape[1], nd = n * d;
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
-  memset(t, 0, sizeof *t);
-  t->n = n;
-  t->d = d;
-  if (!lt_mul_size(ctx, "bilinear_derivative", nd, (periodic ? 5 : 1) * sizeof(double), &t->bytes))
+static int side_rows_init(lt_context *ctx, const lt_kpoints *P, int periodic, side_rows *t) {
+  size_t n = P->n, d = P->d;
+  t->a = t->b = NULL;
+  if (!lt_mul_size(ctx, "bilinear_derivative", n * d, (periodic ? 2 : 1) * sizeof(double),
+                   &t->bytes))
     return LT_ERR;
   double *m = lt_malloc(ctx, t->bytes ? t->bytes : 1);
   if (m == NULL) return LT_ERR;
-  t->block = m;
-  t->xt = m;
-  const double *x = lt_dense_data(P);
+  t->a = m;
+  t->b = periodic ? m + n * d : NULL;
   for (size_t i = 0; i < n; i++)
-    for (size_t q = 0; q < d; q++) t->xt[q * n + i] = x[i * d + q];
-  if (periodic) {
-    t->s1 = m + nd, t->c1 = m + 2 * nd, t->s2 = m + 3 * nd, t->c2 = m + 4 * nd;
-    double w = PI / s->period;
-    for (size_t i = 0; i < n; i++)
-      for (size_t q = 0; q < d; q++) {
-        double z = w * x[i * d + q];
-        t->s1[q * n + i] = sin(z);
-        t->c1[q * n + i] = cos(z);
-        t->s2[i * d + q] = sin(2.0 * z);
-        t->c2[i * d + q] = cos(2.0 * z);
+    for (size_t q = 0; q < d; q++) {
+      if (!periodic) {
+        t->a[i * d + q] = P->zt[q * n + i];
+        continue;
       }
-  }
+      double s = P->trig[q * n + i], c = P->trig[(d + q) * n + i];
+      t->a[i * d + q] = 2.0 * s * c;
+      t->b[i * d + q] = c * c - s * s;
+    }
   return LT_OK;
 }
 
-static void tables_free(lt_context *ctx, side_tables *t) {
-  lt_free(ctx, t->block, t->bytes ? t->bytes : 1);
-  memset(t, 0, sizeof *t);
+static void side_rows_free(lt_context *ctx, side_rows *t) {
+  if (t->a) lt_free(ctx, t->a, t->bytes ? t->bytes : 1);
+  t->a = t->b = NULL;
 }
 
-/* Row i's distances to columns [j0, j0 + w) into r (r² radial; S and D
- * periodic, D in r2). */
-static void row_distances(const lt_kernel_spec *s, const side_tables *A, size_t i,
-                          const side_tables *B, size_t j0, size_t w, double *r, double *r2) {
-  size_t d = A->d;
-  for (size_t j = 0; j < w; j++) r[j] = 0.0;
+/* Maps a row of distances (kernel_eval's: q radial; S, and D in dsum,
+ * periodic) and the weights m (in place) to the sums and M. */
+static void row_map(const lt_kernel_spec *s, const double *r, const double *dsum, double *m,
+                    size_t w, kernel_sums *g) {
+  double l = s->lengthscale, v = s->variance, sl = 0, sv = 0, sp = 0, sa = 0;
   if (s->kind != LT_KERNEL_PERIODIC) {
-    for (size_t q = 0; q < d; q++) {
-      double xi = A->xt[q * A->n + i];
-      const double *y = B->xt + q * B->n + j0;
-      for (size_t j = 0; j < w; j++) r[j] += (xi - y[j]) * (xi - y[j]);
+    for (size_t j = 0; j < w; j++) {
+      double wt = m[j];
+      if (wt == 0.0) continue;
+      radial_entry e = radial(s, r[j]);
+      sv += wt * e.val;
+      sl -= wt * e.c * r[j];
+      sa += wt * e.da;
+      m[j] = wt * e.c;
     }
+    g->l += sl / l;
+    g->v += sv / v;
+    g->a += sa;
     return;
   }
-  for (size_t j = 0; j < w; j++) r2[j] = 0.0;
-  double wp = PI / s->period;
-  for (size_t q = 0; q < d; q++) {
-    double si = A->s1[q * A->n + i], ci = A->c1[q * A->n + i], xi = A->xt[q * A->n + i];
-    const double *sj = B->s1 + q * B->n + j0, *cj = B->c1 + q * B->n + j0,
-                 *xj = B->xt + q * B->n + j0;
-    for (size_t j = 0; j < w; j++) {
-      double su = si * cj[j] - ci * sj[j], cu = ci * cj[j] + si * sj[j];
-      r[j] += su * su;
-      r2[j] += 2.0 * su * cu * wp * (xi - xj[j]);
-    }
-  }
-}
-
-/* Maps a row of distances (and weights m, in place) to the sums and M. */
-static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, double *m, size_t w,
-                    kernel_sums *g) {
-  double l = s->lengthscale, v = s->variance, l2 = l * l, sl = 0, sv = 0, sp = 0;
+  double l2 = l * l, p = s->period;
   int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  for (size_t j = 0; j < w; j++) {
-    double wt = m[j], c, val, gl;
+  for (size_t j = 0; j < w; j++) { /* value or lengthscale derivative */
+    double wt = m[j];
     if (wt == 0.0) continue;
-    switch (s->kind) {
-      case LT_KERNEL_RBF: {
-        double q = r[j] / l2, k = v * exp(-0.5 * q);
-        val = dl ? k * q : k;
-        gl = dl ? k * q * (q - 2.0) / l : k * q / l;
-        c = dl ? k * (2.0 - q) / l2 : -k / l2;
-        break;
-      }
-      case LT_KERNEL_MATERN12: {
-        double rr = sqrt(r[j]), a = rr / l, k = v * exp(-a);
-        val = dl ? k * a : k;
-        gl = dl ? k * a * (a - 1.0) / l : k * a / l;
-        c = rr > 0 ? (dl ? k * (1.0 - a) / (l * rr) : -k / (l * rr)) : 0.0;
-        break;
-      }
-      case LT_KERNEL_MATERN32: {
-        double a = sqrt(3.0 * r[j]) / l, e = exp(-a);
-        val = dl ? v * a * a * e : v * (1.0 + a) * e;
-        gl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
-        c = dl ? v * e * (2.0 - a) * 3.0 / l2 : -v * e * 3.0 / l2;
-        break;
-      }
-      case LT_KERNEL_MATERN52: {
-        double a = sqrt(5.0 * r[j]) / l, e = exp(-a);
-        val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
-        gl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
-                : v * a * a * (1.0 + a) * e / (3.0 * l);
-        c = dl ? v * e * (2.0 + 2.0 * a - a * a) / 3.0 * 5.0 / l2
-               : -v * (1.0 + a) * e * 5.0 / (3.0 * l2);
-        break;
-      }
-      default: { /* periodic, value or lengthscale derivative */
-        double S = r[j], D = r2[j], p = s->period, k = v * exp(-2.0 * S / l2);
-        val = dl ? 4.0 * k * S / l2 : k;
-        gl = dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l);
-        sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
-        c = (dl ? 4.0 * k / l2 * (1.0 - 2.0 * S / l2) : -2.0 * k / l2) * PI / p;
-      }
-    }
-    sl += wt * gl;
+    double S = r[j], D = dsum[j], k = v * exp(-2.0 * S / l2);
+    double val = dl ? 4.0 * k * S / l2 : k;
+    sl += wt * (dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l));
+    sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
     sv += wt * val / v;
-    m[j] = wt * c;
+    m[j] = wt * (dl ? 4.0 * k / l2 * (1.0 - 2.0 * S / l2) : -2.0 * k / l2) * PI / p;
   }
   g->l += sl;
   g->v += sv;
   g->p += sp;
 }
 
-/* gx (rows × d) += rowsum(M)∘X − M·Y (radial), or S∘(M·C) − C∘(M·S)
- * (periodic); gy (width × d) += colsum(M)∘Y − Mᵀ·X, or S∘(Mᵀ·C) − C∘(Mᵀ·S). */
-static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const double *M,
-                                 size_t b, size_t w, const lt_tensor *A, size_t i0,
-                                 const lt_tensor *B, size_t j0, const side_tables *ta,
-                                 const side_tables *tb, double *gx, double *gy) {
-  size_t d = A->shape[1];
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
+/* ARD: ls[q] −= Σ_j m_j (z_iq − z_jq)² / l_q for row i against columns
+ * [j0, j0 + w). */
+static void row_ard(const lt_keval *e, size_t i, size_t j0, const double *m, size_t w, double *ls) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  for (size_t q = 0; q < A->d; q++) {
+    double zi = A->zt[q * A->n + i], acc = 0;
+    const double *zj = B->zt + q * B->n + j0;
+    for (size_t j = 0; j < w; j++) {
+      double t = zi - zj[j];
+      acc += m[j] * t * t;
+    }
+    ls[q] -= acc / lt_kernel_lengthscale(&e->spec, q);
+  }
+}
+
+/* gx (b × d) += (rowsum(M)∘X − M·Y)/l (radial), or S∘(M·C) − C∘(M·S)
+ * (periodic); gy (w × d) += (colsum(M)∘Y − Mᵀ·X)/l, or S∘(Mᵀ·C) − C∘(Mᵀ·S).
+ * X, Y: the rows' and columns' z (radial) or sin 2z (periodic); C: cos 2z;
+ * linv: 1/l per dimension (radial). */
+static int block_point_gradients(lt_context *ctx, const double *M, size_t b, size_t w, size_t d,
+                                 const double *xa, const double *ca, const double *yb,
+                                 const double *cb, const double *linv, double *gx, double *gy) {
+  int periodic = linv == NULL;
   size_t tmp_count = (b > w ? b : w) * d * 2;
   double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
   if (tmp == NULL) return LT_ERR;
   double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d;
-  const double *xa = periodic ? ta->s2 + i0 * d : lt_dense_data(A) + i0 * d;
-  const double *ca = periodic ? ta->c2 + i0 * d : NULL;
-  const double *yb = periodic ? tb->s2 + j0 * d : lt_dense_data(B) + j0 * d;
-  const double *cb = periodic ? tb->c2 + j0 * d : NULL;
   /* rows: t1 = M·(Y or C), t2 = M·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
               periodic ? cb : yb, (int)d, 0.0, t1, (int)d);
@@ -632,9 +665,8 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t j = 0; j < w; j++) rs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gx[(i0 + i) * d + q] += periodic
-                                  ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
-                                  : rs * xa[i * d + q] - t1[i * d + q];
+      gx[i * d + q] += periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
+                                : (rs * xa[i * d + q] - t1[i * d + q]) * linv[q];
   }
   /* columns: t1 = Mᵀ·(X or C), t2 = Mᵀ·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w,
@@ -647,72 +679,100 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t i = 0; i < b; i++) cs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gy[(j0 + j) * d + q] += periodic
-                                  ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
-                                  : cs * yb[j * d + q] - t1[j * d + q];
+      gy[j * d + q] += periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
+                                : (cs * yb[j * d + q] - t1[j * d + q]) * linv[q];
   }
   lt_free(ctx, tmp, tmp_count * sizeof(double));
   return LT_OK;
 }
 
-static int block_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent *w,
-                      kernel_sums *g) {
-  const kernel_payload *p = self->payload;
-  const lt_tensor *A = points1(self), *B = points2(self);
-  size_t n1 = A->shape[0], n2 = B->shape[0];
+/* A block's weights from column j0 on, packed in place (b × width); with
+ * x2 omitted, W_ij + W_ji above the diagonal, W_ii on it, 0 below. */
+static void pack_weights(double *blk, const double *blt, size_t b, size_t n2, size_t i0, size_t j0,
+                         int same) {
+  size_t width = n2 - j0;
+  for (size_t i = 0; i < b; i++) {
+    double *m = blk + i * width;
+    const double *wr = blk + i * n2 + j0, *wt = same ? blt + i * n2 + j0 : NULL;
+    for (size_t j = 0; j < width; j++) {
+      size_t col = j0 + j, row = i0 + i;
+      double v = wr[j];
+      if (same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
+      m[j] = v;
+    }
+  }
+}
+
+/* The pass by blocks of rows over the prepared points (kernel_eval.c's
+ * distances, the dgemm form in many dimensions). */
+static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, kernel_sums *g) {
+  kernel_payload *p = self->payload;
+  size_t n1 = self->shape[0], n2 = self->shape[1], d = points1(self)->shape[1];
   if (n1 == 0 || n2 == 0) return LT_OK;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  int periodic = p->spec.kind == LT_KERNEL_PERIODIC;
   size_t rows = BLOCK_DOUBLES / n2;
   rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
   if (rows > n1) rows = n1;
-  size_t bytes, rbytes = 2 * n2 * sizeof(double);
+  size_t bytes, rbytes = (2 * n2 + d) * sizeof(double);
   if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
-  side_tables ta, tb;
+  side_rows ta = {0}, tb = {0};
   double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
   double *r = blk && (!p->same || blt) ? lt_malloc(ctx, rbytes) : NULL;
-  int rc = LT_ERR, have_a = 0, have_b = 0;
-  if (r == NULL || (have_a = tables_init(ctx, &p->spec, A, &ta) == LT_OK) == 0 ||
-      (!p->same && (have_b = tables_init(ctx, &p->spec, B, &tb) == LT_OK) == 0))
+  int rc = LT_ERR;
+  if (r == NULL || side_rows_init(ctx, &p->a, periodic, &ta) != LT_OK ||
+      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK))
     goto done;
-  const side_tables *tbp = p->same ? &ta : &tb;
+  double *linv = periodic ? NULL : r + 2 * n2;
+  for (size_t q = 0; q < d && linv; q++) linv[q] = 1.0 / lt_kernel_lengthscale(&p->spec, q);
+  lt_keval e = evaluator(p, 0);
+  const side_rows *tbp = p->same ? &ta : &tb;
   double *gy = p->same ? g->x1 : g->x2;
   for (size_t i0 = 0; i0 < n1; i0 += rows) {
     size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
     weight_rows(w, i0, b, n2, 0, blk);
     if (p->same) weight_rows(w, i0, b, n2, 1, blt);
-    for (size_t i = 0; i < b; i++) { /* the block's weights from column j0 on, in place */
-      double *m = blk + i * width;
-      const double *wr = blk + i * n2 + j0, *wt = p->same ? blt + i * n2 + j0 : NULL;
-      for (size_t j = 0; j < width; j++) {
-        size_t col = j0 + j, row = i0 + i;
-        double v = wr[j];
-        if (p->same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
-        m[j] = v;
-      }
-    }
+    pack_weights(blk, blt, b, n2, i0, j0, p->same);
     for (size_t i = 0; i < b; i++) {
-      row_distances(&p->spec, &ta, i0 + i, tbp, j0, width, r, r + n2);
-      row_map(&p->spec, r, r + n2, blk + i * width, width, g);
+      double *m = blk + i * width;
+      lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
+      row_map(&p->spec, r, r + n2, m, width, g);
+      if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
     }
-    if (block_point_gradients(ctx, &p->spec, blk, b, width, A, i0, B, j0, &ta, tbp, g->x1, gy) !=
-        LT_OK)
+    if (block_point_gradients(ctx, blk, b, width, d, ta.a + i0 * d, periodic ? ta.b + i0 * d : NULL,
+                              tbp->a + j0 * d, periodic ? tbp->b + j0 * d : NULL, linv,
+                              g->x1 + i0 * d, gy + j0 * d) != LT_OK)
       goto done;
   }
   rc = LT_OK;
 done:
-  if (have_a) tables_free(ctx, &ta);
-  if (have_b) tables_free(ctx, &tb);
+  side_rows_free(ctx, &ta);
+  side_rows_free(ctx, &tb);
   lt_free(ctx, r, r ? rbytes : 0);
   lt_free(ctx, blk, bytes);
   lt_free(ctx, blt, p->same && blt ? bytes : 0);
   return rc;
 }
 
+/* Adds the scalar hyperparameters (numbers) under their names. */
+static int add_scalars(lt_context *ctx, lt_paramset *out, lt_tensor *self, double l, double v,
+                       double period, double alpha) {
+  const kernel_payload *p = self->payload;
+  if ((p->ls == NULL && lt_paramset_add_number(ctx, out, self, "lengthscale", l) != LT_OK) ||
+      lt_paramset_add_number(ctx, out, self, "variance", v) != LT_OK ||
+      (p->spec.kind == LT_KERNEL_PERIODIC &&
+       lt_paramset_add_number(ctx, out, self, "period", period) != LT_OK) ||
+      (p->spec.kind == LT_KERNEL_RQ &&
+       lt_paramset_add_number(ctx, out, self, "alpha", alpha) != LT_OK))
+    return LT_ERR;
+  return LT_OK;
+}
+
 static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   const kernel_payload *p = self->payload;
-  if (lt_paramset_add_number(ctx, out, self, "lengthscale", p->spec.lengthscale) != LT_OK ||
-      lt_paramset_add_number(ctx, out, self, "variance", p->spec.variance) != LT_OK ||
-      (p->spec.kind == LT_KERNEL_PERIODIC &&
-       lt_paramset_add_number(ctx, out, self, "period", p->spec.period) != LT_OK) ||
+  const lt_kernel_spec *s = &p->spec;
+  if (add_scalars(ctx, out, self, s->lengthscale, s->variance, s->period, s->alpha) != LT_OK ||
+      (p->ls && lt_paramset_add_tensor(ctx, out, self, "lengthscale", p->ls) != LT_OK) ||
       lt_paramset_add_tensor(ctx, out, self, "x1", points1(self)) != LT_OK)
     return LT_ERR;
   return p->same ? LT_OK : lt_paramset_add_tensor(ctx, out, self, "x2", points2(self));
@@ -724,20 +784,21 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
   size_t d = points1(self)->shape[1];
   lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
   lt_tensor *g2 = g1 && !p->same ? lt_dense_zeros(ctx, 2, points2(self)->shape) : NULL;
-  kernel_sums g = {0,   0,   0, g1 ? lt_dense_data(g1) : NULL, g2 ? lt_dense_data(g2) : NULL,
-                   {0}, NULL};
-  g.gxd = d <= 64 ? g.gx : lt_malloc(ctx, d * sizeof(double));
-  if (g1 == NULL || (!p->same && g2 == NULL) || g.gxd == NULL) {
-    lt_release(ctx, g1);
-    lt_release(ctx, g2);
-    if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
-    return LT_ERR;
-  }
-  int rc = LT_OK;
+  lt_tensor *gls = g1 && p->ls ? lt_dense_zeros(ctx, 1, &d) : NULL;
+  size_t scratch_bytes = 2 * (d ? d : 1) * sizeof(double);
+  double *scratch = lt_malloc(ctx, scratch_bytes);
+  kernel_sums g = {
+      0, 0, 0, 0, gls ? lt_dense_data(gls) : NULL, g1 ? lt_dense_data(g1) : NULL, NULL, NULL, NULL};
+  g.x2 = g2 ? lt_dense_data(g2) : NULL;
+  g.gx = scratch;
+  g.gl = scratch ? scratch + d : NULL;
+  int rc = LT_ERR;
+  if (g1 == NULL || (!p->same && g2 == NULL) || (p->ls && gls == NULL) || scratch == NULL)
+    goto done;
   if (ltg_kind_of(w) == LTG_DIAG) {
     const lt_tensor *A = points1(self), *B = points2(self);
-    size_t d = A->shape[1];
     double *gy = p->same ? g.x1 : g.x2;
+    rc = LT_OK;
     for (size_t i = 0; i < w->d->shape[0]; i++)
       add_pair(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + i * d, d,
                lt_dense_data(w->d)[i], g.x1 + i * d, gy + i * d, &g);
@@ -746,11 +807,11 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
   } else {
     rc = block_pass(ctx, self, w, &g);
   }
-  if (rc == LT_OK && (lt_paramset_add_number(ctx, grads, self, "lengthscale", g.l) != LT_OK ||
-                      lt_paramset_add_number(ctx, grads, self, "variance", g.v) != LT_OK ||
-                      (p->spec.kind == LT_KERNEL_PERIODIC &&
-                       lt_paramset_add_number(ctx, grads, self, "period", g.p) != LT_OK)))
-    rc = LT_ERR;
+  if (rc == LT_OK) rc = add_scalars(ctx, grads, self, g.l, g.v, g.p, g.a);
+  if (rc == LT_OK && gls) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "lengthscale", gls);
+    gls = NULL;
+  }
   if (rc == LT_OK) {
     rc = lt_paramset_add_owned(ctx, grads, self, "x1", g1);
     g1 = NULL;
@@ -759,9 +820,11 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
     rc = lt_paramset_add_owned(ctx, grads, self, "x2", g2);
     g2 = NULL;
   }
+done:
   lt_release(ctx, g1);
   lt_release(ctx, g2);
-  if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
+  lt_release(ctx, gls);
+  lt_free(ctx, scratch, scratch ? scratch_bytes : 0);
   return rc;
 }
 
@@ -769,13 +832,26 @@ static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *co
                                  const lt_paramset *values) {
   const kernel_payload *p = self->payload;
   lt_kernel_spec spec = p->spec;
-  if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR ||
-      ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
-      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR)
+  lt_tensor *ls = NULL;
+  if (p->ls) {
+    lt_tensor *v = ltg_tensor_value(ctx, values, self, "lengthscale", p->ls);
+    ls = v ? lt_dense_contiguous(ctx, v) : NULL;
+    lt_release(ctx, v);
+    if (ls == NULL) return NULL;
+    spec.lengthscales = lt_dense_data(ls);
+  } else if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR) {
     return NULL;
-  lt_tensor *a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
-  lt_tensor *b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
-  lt_tensor *out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+  }
+  lt_tensor *a = NULL, *b = NULL, *out = NULL;
+  if (ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "alpha", &spec.alpha, NULL) == LT_ERR)
+    goto done;
+  a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
+  b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
+  out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+done:
+  lt_release(ctx, ls);
   lt_release(ctx, a);
   lt_release(ctx, b);
   return out;
@@ -798,18 +874,30 @@ const lt_type lt_kernel_type = {
 
 static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
   if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
-  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_PERIODIC)
+  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_RQ)
     return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
-  if (!(s->lengthscale > 0) || !isfinite(s->lengthscale))
+  if (s->lengthscales == NULL && (!(s->lengthscale > 0) || !isfinite(s->lengthscale)))
     return lt_error(ctx, "kernel: lengthscale must be a positive number, got %g", s->lengthscale);
+  for (size_t q = 0; s->lengthscales && q < s->n_lengthscales; q++)
+    if (!(s->lengthscales[q] > 0) || !isfinite(s->lengthscales[q]))
+      return lt_error(ctx, "kernel: lengthscale[%zu] must be a positive number, got %g", q + 1,
+                      s->lengthscales[q]);
   if (!(s->variance > 0) || !isfinite(s->variance))
     return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
   if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
     return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
+  if (s->kind == LT_KERNEL_RQ && (!(s->alpha > 0) || !isfinite(s->alpha)))
+    return lt_error(ctx, "kernel: alpha must be a positive number, got %g", s->alpha);
   if ((int)s->derivative < 0 || (int)s->derivative > LT_KERNEL_D_PERIOD)
     return lt_error(ctx, "kernel: unknown derivative %d", (int)s->derivative);
   if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC)
     return lt_error(ctx, "kernel: derivative 'period' needs a periodic kernel");
+  if (s->lengthscales && s->kind == LT_KERNEL_PERIODIC)
+    return lt_error(ctx,
+                    "kernel: a periodic kernel takes one lengthscale (ARD: radial kinds and rq)");
+  if (s->derivative == LT_KERNEL_D_LENGTHSCALE && (s->lengthscales || s->kind == LT_KERNEL_RQ))
+    return lt_error(ctx, "kernel: derivative 'lengthscale' needs one lengthscale and a kind other "
+                         "than rq");
   return LT_OK;
 }
 
@@ -836,15 +924,31 @@ static lt_tensor *copy_points(lt_context *ctx, const lt_tensor *x, const char *w
 /* The operator on already-copied points (b NULL: K(a, a)). */
 static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
                               const lt_kernel_spec *spec) {
-  kernel_payload *p = lt_malloc(ctx, sizeof *p);
+  kernel_payload *p = lt_calloc(ctx, 1, sizeof *p);
   if (p == NULL) return NULL;
   p->spec = *spec;
   p->same = b == NULL;
+  if (spec->lengthscales) { /* ARD: the payload's own copy */
+    if ((p->ls = lt_dense_vector(ctx, spec->n_lengthscales)) == NULL) {
+      lt_free(ctx, p, sizeof *p);
+      return NULL;
+    }
+    memcpy(lt_dense_data(p->ls), spec->lengthscales, spec->n_lengthscales * sizeof(double));
+    p->spec.lengthscales = lt_dense_data(p->ls);
+    p->spec.lengthscale = 1.0; /* unused */
+  }
   lt_tensor *children[2] = {a, b};
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KERNEL, a->shape[0], b ? b->shape[0] : a->shape[0],
                              children, b ? 2 : 1, p);
   if (t == NULL) {
+    lt_release(ctx, p->ls);
     lt_free(ctx, p, sizeof *p);
+    return NULL;
+  }
+  /* prepared now, so that an operator's memory stays what construction
+   * made it (until it stores its matrix) */
+  if (ensure_prepared(ctx, t) != LT_OK) {
+    lt_release(ctx, t);
     return NULL;
   }
   if (p->same) {
@@ -866,6 +970,11 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
   if (a == NULL || (x2 && b == NULL)) goto done;
   if (b && b->shape[1] != a->shape[1]) {
     lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
+    goto done;
+  }
+  if (spec->lengthscales && spec->n_lengthscales != a->shape[1]) {
+    lt_error(ctx, "kernel: %zu lengthscales for points of %zu dimensions (ARD: one per dimension)",
+             spec->n_lengthscales, a->shape[1]);
     goto done;
   }
   t = kernel_from(ctx, a, b, spec);
@@ -906,7 +1015,11 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
-  for (size_t i = 0; i < n; i++) kernel_entry(ctx, a, i, i, lt_dense_data(d) + i);
+  for (size_t i = 0; i < n; i++)
+    if (kernel_entry(ctx, a, i, i, lt_dense_data(d) + i) != LT_OK) {
+      lt_release(ctx, d);
+      return LT_ERR;
+    }
   return done(res, d);
 }
 
@@ -918,25 +1031,19 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
   return LT_OK;
 }
 
-/* The dense matrix entry by entry: O(n1 n2 d), no products. */
+/* The dense matrix, evaluated on several threads. */
 static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
-  const kernel_payload *p = a->payload;
+  kernel_payload *p = a->payload;
+  if (ensure_prepared(ctx, a) != LT_OK) return LT_ERR;
   lt_tensor *out = lt_dense_matrix(ctx, a->shape[0], a->shape[1]);
   if (out == NULL) return LT_ERR;
-  double *ta = NULL, *tb = NULL;
-  size_t ta_bytes = 0, tb_bytes = 0;
-  if (trig_table(ctx, &p->spec, points1(a), &ta, &ta_bytes) != LT_OK ||
-      trig_table(ctx, &p->spec, points2(a), &tb, &tb_bytes) != LT_OK) {
-    lt_free(ctx, ta, ta_bytes);
+  lt_keval e = evaluator(p, 0);
+  if (lt_kernel_fill(ctx, &e, lt_dense_data(out), lt_thread_count(ctx)) != LT_OK) {
     lt_release(ctx, out);
     return LT_ERR;
   }
-  for (size_t i = 0; i < a->shape[0]; i++)
-    fill_row(&p->spec, points1(a), ta, i, points2(a), tb, 0, lt_dense_data(out) + i * a->shape[1]);
-  lt_free(ctx, ta, ta_bytes);
-  lt_free(ctx, tb, tb_bytes);
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
   return done(res, out);
 }
