@@ -53,17 +53,20 @@ local function chol_solve(L, b)
   return x
 end
 
--- k(x, y): "rbf" v·exp(−r²/(2l²)) or "rq" (α = 1) v·(1 + r²/(2l²))⁻¹, 1-d.
+-- k(x, y): "rbf" and "scaled" v·exp(−r²/(2l²)), "rq" (α = 1)
+-- v·(1 + r²/(2l²))⁻¹, 1-d.
 local function ref_k(kind, p, x, y)
   local r2 = (x - y) ^ 2
-  if kind == "rbf" then return p.v * math.exp(-r2 / (2 * p.l ^ 2)) end
-  return p.v / (1 + r2 / (2 * p.l ^ 2))
+  if kind == "rq" then return p.v / (1 + r2 / (2 * p.l ^ 2)) end
+  return p.v * math.exp(-r2 / (2 * p.l ^ 2))
 end
 
--- Parameters from get_vector's order: log l, log variance, W (t×r, row by
--- row), log v (t), log σ², the t means.
-local function ref_params(vec, t, r)
+-- Parameters from get_vector's order: log l, log variance (log variance,
+-- log l for "scaled", whose scale comes first), W (t×r, row by row), log v
+-- (t), log σ², the t means.
+local function ref_params(vec, t, r, kind)
   local p = {l = math.exp(vec[1]), v = math.exp(vec[2]), W = {}, d = {}, means = {}}
+  if kind == "scaled" then p.l, p.v = p.v, p.l end
   local off = 2
   for a = 1, t do
     p.W[a] = {}
@@ -145,10 +148,14 @@ local function data(n, seed)
 end
 
 -- rq with α = 1 fixed: its free parameters are lengthscale and variance,
--- as rbf's (a dense K: rq has no lt.kernel operator).
+-- as rbf's (both lt.kernel operators); "scaled" is kernels.scale of an rbf
+-- with its variance fixed — a product, so a dense K with derivative matrices.
 local function kernel_of(kind)
   if kind == "rq" then
     return gp.kernels.rq{lengthscale = 0.9, variance = 1.2, alpha = 1, fixed = {alpha = true}}
+  end
+  if kind == "scaled" then
+    return gp.kernels.scale(gp.kernels.rbf{lengthscale = 0.9, fixed = {variance = true}}, 1.2)
   end
   return gp.kernels.rbf{lengthscale = 0.9, variance = 1.2}
 end
@@ -157,14 +164,14 @@ end
 local function check_gradient(kind, model, X, Y, rank)
   local v0 = model:get_vector()
   local value, grad = model:mll_and_grad()
-  close(value, ref_fit(kind, ref_params(v0, 3, rank), X, Y).mll, 1e-9, "mll")
+  close(value, ref_fit(kind, ref_params(v0, 3, rank, kind), X, Y).mll, 1e-9, "mll")
   assert.are.equal(#v0, #grad)
   local h = 1e-5
   for i = 1, #v0 do
     local vp, vm = {unpack(v0)}, {unpack(v0)}
     vp[i], vm[i] = v0[i] + h, v0[i] - h
-    local fd = (ref_fit(kind, ref_params(vp, 3, rank), X, Y).mll
-                - ref_fit(kind, ref_params(vm, 3, rank), X, Y).mll) / (2 * h)
+    local fd = (ref_fit(kind, ref_params(vp, 3, rank, kind), X, Y).mll
+                - ref_fit(kind, ref_params(vm, 3, rank, kind), X, Y).mll) / (2 * h)
     assert(math.abs(grad[i] - fd) <= 1e-6 * math.max(1, math.abs(fd)),
            string.format("%s parameter %d: %.10g vs %.10g", kind, i, grad[i], fd))
   end
@@ -202,7 +209,7 @@ describe("gp.multitask", function()
   for i, row in ipairs(Y) do Ymiss[i] = {unpack(row)} end
   Ymiss[2][1], Ymiss[7][3], Ymiss[8][3], Ymiss[11][2] = 0 / 0, 0 / 0, 0 / 0, 0 / 0
 
-  for _, kind in ipairs{"rbf", "rq"} do
+  for _, kind in ipairs{"rbf", "rq", "scaled"} do
     for _, rank in ipairs{1, 2} do
       it(string.format("all tasks observed (%s, rank %d): the eigen rule's MLL and gradient are "
                        .. "the full Kronecker matrix's", kind, rank), function()

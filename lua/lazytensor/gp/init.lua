@@ -516,7 +516,7 @@ function Model:describe()
 end
 
 --- Sparse GP regression with inducing points (Titsias' bound): see gp/sgpr.lua.
--- spec: x, y, kernel (a sum of rbf, matern12/32/52 or periodic kernels),
+-- spec: x, y, kernel (one lt.kernel computes, or a sum of them),
 -- inducing (m, a count: evenly spread rows of x; or m×d points), noise (σ²),
 -- mean ("constant" or "zero"), mean_value, fixed = {noise, mean, inducing},
 -- jitter (added to Kzz's diagonal, default 1e-6·k(x, x)).

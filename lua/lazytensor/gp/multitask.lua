@@ -210,39 +210,44 @@ end
 
 ------------------------------------------------------- kernel over x --
 
--- K over the inputs (x2 nil) or between star and the inputs, with grad(L, R)
--- → ∂<L·Rᵀ, K>/∂log θ for the kernel's free parameters: through
--- lt.kernel's bilinear_derivative when the kernel is a sum of C kinds over
--- all dimensions, through the derivative matrices of a dense K otherwise.
-local function kernel_matrix(self, x1, x2)
-  local comps = structure.c_components(self.kernel, self.d)
+-- <g, d> for a parameter's gradient g and ∂θ/∂log θ d (numbers, or
+-- tensors for ARD lengthscales).
+local function contract(g, d)
+  if type(g) == "number" and type(d) == "number" then return g * d end
+  if type(d) == "number" then return g:sum() * d end
+  return g:cmul(d):sum()
+end
+
+-- K between the point arrays P1 and P2 (P2 nil: P1 with itself, PSD), and
+-- to_params(grads): the kernel's free parameters' gradients (∂/∂log θ) from
+-- a gradient table keyed by K's leaves — lt.kernel operators when the
+-- kernel is one lt.kernel computes (or a sum of them), else the dense K
+-- itself, linked by its derivative matrices.
+local function kernel_matrix(self, P1, P2)
+  local comps = structure.c_components(self.kernel)
+  local params = self.kernel:parameters()
   if comps then
-    local K, parts = structure.kernel_sum(x1, x2, comps)
-    local function grad(L, R)
-      local grads = K:bilinear_derivative(L, R)
+    local K, parts = structure.kernel_sum(structure.component_points(P1, comps),
+                                          P2 and structure.component_points(P2, comps), comps)
+    return K, function(grads)
       local g = {}
-      for p, par in ipairs(self.kernel:parameters()) do
+      for p, par in ipairs(params) do
         g[p] = 0
         for i, c in ipairs(comps) do
           local gi = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
-          if gi then g[p] = g[p] + gi * par.kernel.values[par.name] end
+          if gi then g[p] = g[p] + contract(gi, structure.log_derivative(par)) end
         end
       end
       return g
     end
-    return K, grad, parts, comps
   end
-  local P1 = x1 == self.X and self.points or x1:totable()
-  local P2 = x2 and x2:totable() or P1
-  local K, dK = structure.kernel_dense(self.kernel, P1, P2, x2 == nil)
-  if x2 == nil then K = lt.psd(K) end
-  local function grad(L, R)
-    local G = L * R:t()
+  local K, dK = structure.kernel_dense(self.kernel, P1, P2 or P1, P2 == nil)
+  if P2 == nil then K = lt.psd(K) end
+  return K, function(grads)
     local g = {}
-    for p = 1, #dK do g[p] = G:cmul(dK[p]):sum() end
+    for p = 1, #params do g[p] = grads[K] and grads[K].values:cmul(dK[p]):sum() or 0 end
     return g
   end
-  return K, grad
 end
 
 ------------------------------------------------------------ likelihood --
@@ -265,7 +270,7 @@ end
 -- All tasks at all inputs: value and gradient from the eigendecompositions.
 local function complete_mll(self, want_grad)
   local n, t, s2 = self.n, self.t, self.noise
-  local K, kgrad = kernel_matrix(self, self.X, nil)
+  local K, to_params = kernel_matrix(self, self.points)
   local Kd = K:dense()
   local B = self:task_covariance():dense()
   local mu, QK = lt.psd(Kd):eigh()
@@ -292,7 +297,7 @@ local function complete_mll(self, want_grad)
   L:narrow(2, t + 1, n):copy(QK:cmul(z:reshape(1, n) * -0.5))
   Rk:narrow(2, 1, t):copy(A)
   Rk:narrow(2, t + 1, n):copy(QK)
-  local grad = kgrad(L, Rk)
+  local grad = to_params(K:bilinear_derivative(L, Rk))
   for _, row in ipairs(gW:totable()) do
     for _, g in ipairs(row) do grad[#grad + 1] = g end
   end
@@ -309,18 +314,13 @@ end
 -- inv_quad_logdet{grad = true} on it.
 local function masked_mll(self, want_grad)
   local n, t = self.n, self.t
-  local K, _, parts, comps = kernel_matrix(self, self.X, nil)
-  local dense_dK
-  if not parts then -- a dense K: a leaf of its own, linked by the derivative matrices
-    local _, dK = structure.kernel_dense(self.kernel, self.points, self.points, true)
-    dense_dK = dK
-  end
+  local K, to_params = kernel_matrix(self, self.points)
   local Wleaf, vleaf = lt.lowrank(self.W), lt.diag(lt.tensor(self.v))
   local N = lt.identity(#self.observed, self.noise)
   -- A dense K enters through a lazy view (lt.kron would copy it): its
   -- gradient then comes keyed by K itself.
   local Kfactor = K
-  if not parts then
+  if not lt.is_lazy(K) then
     local all = {}
     for i = 1, n do all[i] = i end
     Kfactor = lt.submatrix(K, all)
@@ -339,18 +339,8 @@ local function masked_mll(self, want_grad)
   end
   local q, ld, grads = Ky:inv_quad_logdet(r, {grad = true})
   local value = -0.5 * (q + ld + #self.observed * log(2 * pi))
-  local grad = {}
-  for p, par in ipairs(self.kernel:parameters()) do
-    grad[p] = 0
-    if parts then
-      for i, c in ipairs(comps) do
-        local g = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
-        if g then grad[p] = grad[p] - 0.5 * g * par.kernel.values[par.name] end
-      end
-    elseif grads[K] then
-      grad[p] = -0.5 * grads[K].values:cmul(dense_dK[p]):sum()
-    end
-  end
+  local grad = to_params(grads)
+  for p = 1, #grad do grad[p] = -0.5 * grad[p] end
   local gW = grads[Wleaf] and grads[Wleaf].U or lt.zeros(t, self.rank)
   for _, row in ipairs(gW:totable()) do
     for _, g in ipairs(row) do grad[#grad + 1] = -0.5 * g end
@@ -404,8 +394,9 @@ function MT:predict(xstar, opts)
   opts = self.h.options("predict", opts, {"variance"})
   local star = test_tensor(self, xstar)
   local n, t, ns = self.n, self.t, star:size(1)
-  local Kd = kernel_matrix(self, self.X, nil):dense()
-  local Ks = kernel_matrix(self, star, self.X):dense() -- n*×n
+  local star_points = self.h.to_points(xstar, "xstar")
+  local Kd = kernel_matrix(self, self.points):dense()
+  local Ks = kernel_matrix(self, star_points, self.points):dense() -- n*×n
   local B = self:task_covariance():dense()
   local prior = structure.prior_variance(self.kernel, self.h.to_points(xstar, "xstar"))
   local Bdiag = B:diagonal()

@@ -85,10 +85,11 @@ function sgpr.constructor(h)
     local points = h.to_points(spec.x, "x")
     local X = lt.tensor(points)
     local n, d = X:size(1), X:size(2)
-    local comps, why = structure.c_components(kernel, d)
+    kernel:check_inputs(d)
+    local comps, why = structure.c_components(kernel)
     if not comps then
-      h.fail("sgpr needs a sum of rbf, matern12/32/52 or periodic kernels over all input "
-             .. "dimensions (computed by lt.kernel), got %s", why)
+      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, or a "
+             .. "sum of them), got %s", why)
     end
     local y = h.to_vector(spec.y, n, "y")
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
@@ -169,7 +170,33 @@ end
 ------------------------------------------------------------ the bound --
 
 local function components(self)
-  return (structure.c_components(self.kernel, self.d))
+  return (structure.c_components(self.kernel))
+end
+
+-- Each component's view of the points A (n×d): A itself, or the columns of
+-- its active dimensions (ARD's order).
+local function project(comps, A)
+  local out, by_dims = {}, {}
+  for i, c in ipairs(comps) do
+    if not c.dims then
+      out[i] = A
+    else
+      local key = table.concat(c.dims, ",")
+      if not by_dims[key] then
+        local P = lt.zeros(A:size(1), #c.dims)
+        for q, d in ipairs(c.dims) do P:narrow(2, q, 1):copy(A:narrow(2, d, 1)) end
+        by_dims[key] = P
+      end
+      out[i] = by_dims[key]
+    end
+  end
+  return out
+end
+
+-- The sum of lt.kernel operators between A and B (n×d tensors; B nil: A
+-- with itself), and the list of them.
+local function kernel_op(comps, A, B)
+  return structure.kernel_sum(project(comps, A), B and project(comps, B), comps)
 end
 
 -- Calls f(Xb, rb, first) for blocks of rows of X and of the residual r.
@@ -198,12 +225,12 @@ end
 local function factor(self)
   local comps = components(self)
   local m = self.m
-  local Kzz = structure.kernel_sum(self.Z, nil, comps):dense():add_diag(self.jitter)
+  local Kzz = kernel_op(comps, self.Z):dense():add_diag(self.jitter)
   local Lz = lt.psd(Kzz):cholesky():dense()
   local r = self.y - self.mean_value
   local P, c = lt.zeros(m, m), lt.zeros(m)
   each_block(self, r, function(Xb, rb)
-    local Ub = structure.kernel_sum(Xb, self.Z, comps):dense()
+    local Ub = kernel_op(comps, Xb, self.Z):dense()
     local UbT = Ub:t()
     P = P + UbT * Ub
     c = c + UbT * rb
@@ -242,19 +269,36 @@ function SGPR:mll()
   return (bound(self, factor(self)))
 end
 
+-- <g, d> for a parameter's gradient g and ∂θ/∂log θ d (numbers, or
+-- tensors for ARD lengthscales).
+local function contract(g, d)
+  if type(g) == "number" and type(d) == "number" then return g * d end
+  if type(d) == "number" then return g:sum() * d end
+  return g:cmul(d):sum()
+end
+
 -- Adds the kernel parameters' gradients of one bilinear_derivative result
--- (keyed by the lt.kernel parts of one operator) into grad, as ∂/∂log θ,
--- scaled by `weight`; the inducing points' gradient `name` into zgrad.
-local function add_kernel_grads(self, grads, parts, weight, grad, zname, zgrad)
+-- (keyed by the lt.kernel parts of one operator) into grad, as ∂/∂log θ;
+-- the points' gradient `zname` (in each component's dimensions) into the
+-- m×d zgrad[1].
+local function add_kernel_grads(self, grads, parts, grad, zname, zgrad)
+  local comps = components(self)
   for p, par in ipairs(self.kernel:parameters()) do
-    for i, c in ipairs(components(self)) do
+    for i, c in ipairs(comps) do
       local g = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
-      if g then grad[p] = grad[p] + weight * g * par.kernel.values[par.name] end
+      if g then grad[p] = grad[p] + contract(g, structure.log_derivative(par)) end
     end
   end
-  for i = 1, #parts do
+  for i, c in ipairs(comps) do
     local g = grads[parts[i]] and grads[parts[i]][zname]
-    if g then zgrad[1] = zgrad[1] + g * weight end
+    if g and not c.dims then
+      zgrad[1] = zgrad[1] + g
+    elseif g then
+      for q, d in ipairs(c.dims) do
+        local col = zgrad[1]:narrow(2, d, 1)
+        col:copy(col + g:narrow(2, q, 1))
+      end
+    end
   end
 end
 
@@ -291,7 +335,7 @@ function SGPR:mll_and_grad()
   local alpha_sq, alpha_sum = 0, 0
   -- Kxz, a block of rows at a time: cotangent [Kxz_b | α_b]·Rᵀ.
   each_block(self, f.r, function(Xb, rb)
-    local K, kparts = structure.kernel_sum(Xb, self.Z, f.comps)
+    local K, kparts = kernel_op(f.comps, Xb, self.Z)
     local len = Xb:size(1)
     local L = lt.zeros(len, m + 1)
     local Kb = K:dense()
@@ -300,12 +344,12 @@ function SGPR:mll_and_grad()
     local alpha_b = (rb - L:narrow(2, 1, m) * a) * (1 / s2)
     alpha_sq, alpha_sum = alpha_sq + alpha_b:dot(alpha_b), alpha_sum + alpha_b:sum()
     L:narrow(2, m + 1, 1):copy(alpha_b:reshape(len, 1))
-    add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, 1, grad, "x2", zgrad)
+    add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, grad, "x2", zgrad)
     L:free()
   end)
   -- Kzz (jitter is a constant): <Wzz, ∂Kzz>.
-  local Kz, zparts = structure.kernel_sum(self.Z, nil, f.comps)
-  add_kernel_grads(self, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, 1, grad, "x1", zgrad)
+  local Kz, zparts = kernel_op(f.comps, self.Z)
+  add_kernel_grads(self, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, grad, "x1", zgrad)
   -- The trace term's −tr Kxx / (2σ²).
   local _, dtrK = trace_Kxx(self)
   for p = 1, kcount do grad[p] = grad[p] - dtrK[p] / (2 * s2) end
@@ -348,7 +392,7 @@ end
 -- K*z·Σ⁻¹·c/σ² + m = V2ᵀ·LB⁻¹·Lz⁻¹·c/σ² + m.
 local function predictive_parts(self, star)
   local f = factor(self)
-  local Kzs = structure.kernel_sum(self.Z, star, f.comps):dense()
+  local Kzs = kernel_op(f.comps, self.Z, star):dense()
   local V1 = lower_solve(f.Lz, Kzs)
   local V2 = lower_solve(f.LB, V1)
   local w = lower_solve(f.LB, lower_solve(f.Lz, f.c))
@@ -374,7 +418,7 @@ end
 function SGPR:posterior(xstar)
   local star = test_tensor(self, xstar)
   local f, V1, V2, mean = predictive_parts(self, star)
-  local Kss = structure.kernel_sum(star, nil, f.comps)
+  local Kss = kernel_op(f.comps, star)
   return lt.mvn(mean, lt.psd(Kss - lt.lowrank(V1:t():contiguous())
                              + lt.lowrank(V2:t():contiguous())))
 end

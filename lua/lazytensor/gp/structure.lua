@@ -600,4 +600,6 @@ structure.regular_spacing = regular_spacing
 structure.kernel_dense = kernel_dense
 structure.c_components = c_components -- shared with gp/sgpr.lua and gp/multitask.lua
 structure.kernel_sum = kernel_sum
+structure.log_derivative = log_derivative
+structure.component_points = component_points
 return structure
