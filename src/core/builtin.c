@@ -67,7 +67,8 @@ int lt_register_builtins(lt_context *ctx) {
       lt_register_kron_rules,
       lt_register_blockdiag_rules,
       lt_register_chol_rules,
-      lt_register_interp, /* a registered type (ops/interp.c), no rules */
+      /* ops/interp.c: registers the "interp" type, then its rules */
+      lt_register_interp,
   };
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
     if (steps[i](ctx) != LT_OK) return LT_ERR;

@@ -56,4 +56,14 @@ if lt.triangular then
   local T = lt.triangular(A, "upper")
   close(T:get(3, 1), 0, "triangular")
 end
+if lt.interp then
+  -- x = 1.5 on the grid 0..5: Keys' weights -1/16, 9/16, 9/16, -1/16
+  local W = lt.interp(lt.tensor{1.5, 2.25}, {0, 5, 6})
+  close(W:get(1, 2), 0.5625, "interp")
+  local T = lt.psd(lt.toeplitz(lt.tensor{1, 0.5, 0.25, 0.1, 0.05, 0.01}))
+  local S = lt.psd(W * T * W:t())
+  local col = W * (T * (W:t() * lt.tensor{1, 0}))
+  close(S:diagonal()[1], col[1], "SKI diagonal")
+  close(S:dense():get(2, 1), col[2], "SKI dense")
+end
 close((A * A):trace(), 33, "product (sum of squares, A symmetric)")
