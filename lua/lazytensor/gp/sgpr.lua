@@ -23,7 +23,8 @@
 -- cotangents of the two kernel operators are
 --   Kxz: 2·G·Kxz·Kzz⁻¹ = [α | Kxz]·[Kzz⁻¹Kzx·α | σ⁻⁴Kzz⁻¹·P·Σ⁻¹]ᵀ (low rank, m + 1),
 --   Kzz: −Kzz⁻¹·(Kzx·G·Kxz)·Kzz⁻¹ (m×m),
--- handed to their bilinear_derivative; the inducing points' gradient is
+-- computed in whitened form (see mll_and_grad) and handed to their
+-- bilinear_derivative; the inducing points' gradient is
 -- Kxz's x2 gradient plus Kzz's x1 gradient, the kernel hyperparameters'
 -- gradients add those of both operators and of the trace term's tr Kxx.
 local lt = require "lazytensor"
