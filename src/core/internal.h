@@ -51,6 +51,18 @@ typedef struct lt_fft_plan_slot {
   unsigned long used;
 } lt_fft_plan_slot;
 
+/* Rule priorities: the rules of one key (op, type a, type b) are tried
+ * from the highest priority down, and within one priority the later
+ * registration first. Built-in units register at their priority (see
+ * src/ops/units.def); rules registered once the context exists
+ * (lt_register_rule, lt.implements) at LT_PRIORITY_USER, before all. */
+enum {
+  LT_PRIORITY_FALLBACK = 0, /* ("any", "any") rules that work for everything */
+  LT_PRIORITY_TYPE = 10,    /* a type's structure rules */
+  LT_PRIORITY_SIZE = 20,    /* rules taking over above max_cholesky_size */
+  LT_PRIORITY_USER = 100
+};
+
 /* One rule in a registry list. */
 typedef struct lt_rule {
   lt_rule_fn fn;
@@ -58,7 +70,9 @@ typedef struct lt_rule {
   void (*free_ud)(lt_context *ctx, void *ud);
   char *name;
   int swap;             /* called with a and b exchanged */
-  struct lt_rule *next; /* next candidate (registered earlier) */
+  int priority;         /* LT_PRIORITY_* */
+  int unit;             /* the built-in unit that registered it; -1: a user's */
+  struct lt_rule *next; /* next candidate (lower priority, or registered earlier) */
 } lt_rule;
 
 /* Open-addressing hash from (op, type a, type b) to a rule list. */
@@ -86,6 +100,7 @@ struct lt_context {
   /* rules */
   lt_rule_slot *slots;
   size_t nslots, nused;
+  int rule_priority, rule_unit; /* what lt_register_rule records (builtin.c) */
   /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
    * context through fft_plans_free (the core knows nothing of FFTW). */
   lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
@@ -129,9 +144,15 @@ int lt_registry_init(lt_context *ctx);
 void lt_registry_free(lt_context *ctx);
 
 /* Every built-in type's file exposes its descriptor and a function that
- * registers its rules; builtin.c calls them all at context creation. */
+ * registers its rules (src/ops/units.def); builtin.c registers them all at
+ * context creation, then leaves rule_priority at LT_PRIORITY_USER. */
 int lt_register_builtins(lt_context *ctx);
+/* A fixed id for the enum's types; LT_TYPE_NEXT: the next free id. */
+#define LT_TYPE_NEXT (-1)
 int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
+/* The id a descriptor was registered under in this context; LT_ERR (with
+ * the error set) when it was not. For types without a fixed id. */
+int lt_type_id_of(lt_context *ctx, const lt_type *type);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
