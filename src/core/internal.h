@@ -41,15 +41,12 @@ struct lt_tensor {
   void *payload;
 };
 
-/* A cached pair of FFT plans for one transform length (see toeplitz.c);
- * the plans are FFTW's, opaque here. */
-#define LT_FFT_PLAN_SLOTS 8
-typedef struct lt_fft_plan_slot {
-  size_t L;        /* 0: empty */
-  void *fwd, *inv; /* fftw_plan; inv NULL until needed */
-  int in_use;      /* products running with these plans */
-  unsigned long used;
-} lt_fft_plan_slot;
+/* State a type keeps in a context (lt_type_state). */
+typedef struct lt_type_state_slot {
+  void *state; /* NULL until first asked for */
+  size_t size;
+  void (*free)(lt_context *ctx, void *state);
+} lt_type_state_slot;
 
 /* Rule priorities: the rules of one key (op, type a, type b) are tried
  * from the highest priority down, and within one priority the later
@@ -92,6 +89,7 @@ struct lt_context {
   double spare_normal;
   /* types */
   const lt_type **types;
+  lt_type_state_slot *type_states; /* types_cap entries, by type id */
   int ntypes, types_cap;
   /* operations added at run time: their rows (lt_op_info_of), each its own
    * allocation, so that a row's address stays valid */
@@ -101,11 +99,6 @@ struct lt_context {
   lt_rule_slot *slots;
   size_t nslots, nused;
   int rule_priority, rule_unit; /* what lt_register_rule records (builtin.c) */
-  /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
-   * context through fft_plans_free (the core knows nothing of FFTW). */
-  lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
-  unsigned long fft_tick;
-  void (*fft_plans_free)(lt_context *ctx);
 };
 
 /* The operation table (ops.c) ------------------------------------------- */
@@ -153,6 +146,14 @@ int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
 /* The id a descriptor was registered under in this context; LT_ERR (with
  * the error set) when it was not. For types without a fixed id. */
 int lt_type_id_of(lt_context *ctx, const lt_type *type);
+/* The state type_id keeps in this context (caches kept between calls, such
+ * as Toeplitz's FFT plans): a zeroed block of `size` bytes made on the
+ * first call, and freed with the context after free_state (may be NULL)
+ * has released what it holds. Later calls return the same block (size and
+ * free_state must not change). NULL with the error set when memory runs
+ * out (the caller may go on without its cache). */
+void *lt_type_state(lt_context *ctx, int type_id, size_t size,
+                    void (*free_state)(lt_context *ctx, void *state));
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);

@@ -18,17 +18,54 @@ static int op_is_unary(int op) {
 
 /* ---------------------------------------------------------------- types */
 
+/* The types and their states grow together: both blocks are made before
+ * either is replaced, so a failure leaves the two as they were. */
 static int grow_types(lt_context *ctx, int need) {
   if (need <= ctx->types_cap) return LT_OK;
   int cap = ctx->types_cap ? ctx->types_cap : 8;
   while (cap < need) cap *= 2;
-  const lt_type **t = lt_realloc(ctx, (void *)ctx->types, sizeof *t * (size_t)ctx->types_cap,
-                                 sizeof *t * (size_t)cap);
-  if (t == NULL) return LT_ERR;
+  size_t old = (size_t)ctx->types_cap;
+  lt_type_state_slot *st = lt_calloc(ctx, (size_t)cap, sizeof *st);
+  if (st == NULL) return LT_ERR;
+  const lt_type **t = lt_realloc(ctx, (void *)ctx->types, sizeof *t * old, sizeof *t * (size_t)cap);
+  if (t == NULL) {
+    lt_free(ctx, st, sizeof *st * (size_t)cap);
+    return LT_ERR;
+  }
   for (int i = ctx->types_cap; i < cap; i++) t[i] = NULL;
+  if (old > 0) memcpy(st, ctx->type_states, sizeof *st * old);
+  lt_free(ctx, ctx->type_states, sizeof *st * old);
   ctx->types = t;
+  ctx->type_states = st;
   ctx->types_cap = cap;
   return LT_OK;
+}
+
+void *lt_type_state(lt_context *ctx, int type_id, size_t size,
+                    void (*free_state)(lt_context *ctx, void *state)) {
+  if (type_id <= LT_TYPE_ANY || type_id >= ctx->ntypes) {
+    lt_error(ctx, "type_state: unknown type id %d", type_id);
+    return NULL;
+  }
+  lt_type_state_slot *slot = &ctx->type_states[type_id];
+  if (slot->state == NULL) {
+    slot->state = lt_calloc(ctx, 1, size);
+    if (slot->state == NULL) return NULL;
+    slot->size = size;
+    slot->free = free_state;
+  }
+  return slot->state;
+}
+
+/* Before anything else goes: a state's free function may use the context. */
+static void free_type_states(lt_context *ctx) {
+  for (int i = 0; ctx->type_states && i < ctx->ntypes; i++) {
+    lt_type_state_slot *slot = &ctx->type_states[i];
+    if (slot->state == NULL) continue;
+    if (slot->free) slot->free(ctx, slot->state);
+    lt_free(ctx, slot->state, slot->size);
+    slot->state = NULL;
+  }
 }
 
 int lt_registry_init(lt_context *ctx) {
@@ -189,6 +226,7 @@ static void free_rule(lt_context *ctx, lt_rule *r) {
 }
 
 void lt_registry_free(lt_context *ctx) {
+  free_type_states(ctx);
   for (size_t i = 0; ctx->slots && i < ctx->nslots; i++) {
     lt_rule *r = ctx->slots[i].head;
     while (r) {
@@ -201,6 +239,7 @@ void lt_registry_free(lt_context *ctx) {
   for (int i = 0; i < ctx->nops; i++) free_custom_op(ctx, ctx->custom_ops[i]);
   lt_free(ctx, ctx->custom_ops, sizeof *ctx->custom_ops * (size_t)ctx->ops_cap);
   lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
+  lt_free(ctx, ctx->type_states, sizeof *ctx->type_states * (size_t)ctx->types_cap);
 }
 
 /* Room for `extra` more keys, so that the pushes after it cannot fail. */

@@ -18,7 +18,8 @@
  *   plans need no FFTW_UNALIGNED and no fftw_malloc. FFTW's plans
  *   themselves (twiddle tables, O(L)) are allocated by FFTW, outside the
  *   context: made with FFTW_ESTIMATE on first use of a length, kept in the
- *   context for the next products (at most LT_FFT_PLAN_SLOTS lengths) and
+ *   context for the next products (the type's state in the context, at
+ *   most PLAN_SLOTS lengths; the cache itself is counted by lt.memory()) and
  *   destroyed with the context; FFTW's
  *   process-wide planner state (about 120 KB, bounded) stays until the
  *   host calls fftw_cleanup().
@@ -70,21 +71,38 @@ static size_t fft_length(size_t need) {
   return 0;
 }
 
-/* Plans by length, kept in the context between products: planning (even
- * FFTW_ESTIMATE) costs more than a transform of a few thousand points. A
- * plan is made on the first work arrays of its length and run on others
- * through the new-array interface (fftw_execute_dft_r2c/c2r), which needs
- * the same alignment: every work array is 64-byte aligned (fft_work_init).
- * Entries in use are never evicted; when all are, a work gets plans of its
- * own. */
-static void plan_slot_clear(lt_fft_plan_slot *e) {
+/* Plans by length, kept in the context between products (the type's state
+ * in the context, lt_type_state): planning (even FFTW_ESTIMATE) costs more
+ * than a transform of a few thousand points. A plan is made on the first
+ * work arrays of its length and run on others through the new-array
+ * interface (fftw_execute_dft_r2c/c2r), which needs the same alignment:
+ * every work array is 64-byte aligned (fft_work_init). Entries in use are
+ * never evicted; when all are (or the cache cannot be made), a work gets
+ * plans of its own. */
+#define PLAN_SLOTS 8
+
+typedef struct plan_slot {
+  size_t L;           /* 0: empty */
+  fftw_plan fwd, inv; /* inv NULL until needed */
+  int in_use;         /* products running with these plans */
+  unsigned long used; /* the cache's tick at the last use */
+} plan_slot;
+
+typedef struct plan_cache {
+  plan_slot slots[PLAN_SLOTS];
+  unsigned long tick;
+} plan_cache;
+
+static void plan_slot_clear(plan_slot *e) {
   if (e->fwd) fftw_destroy_plan(e->fwd);
   if (e->inv) fftw_destroy_plan(e->inv);
   memset(e, 0, sizeof *e);
 }
 
-static void plan_slots_free(lt_context *ctx) {
-  for (int i = 0; i < LT_FFT_PLAN_SLOTS; i++) plan_slot_clear(&ctx->fft_plans[i]);
+static void plan_cache_free(lt_context *ctx, void *state) {
+  (void)ctx;
+  plan_cache *cache = state;
+  for (int i = 0; i < PLAN_SLOTS; i++) plan_slot_clear(&cache->slots[i]);
 }
 
 /* Work arrays and plans for one product. */
@@ -94,7 +112,7 @@ typedef struct fft_work {
   fftw_complex *freq; /* L/2 + 1, 64-byte aligned inside freq_block */
   void *buf_block, *freq_block;
   fftw_plan fwd, inv;
-  lt_fft_plan_slot *entry; /* the context's slot lent, or NULL: the plans are ours */
+  plan_slot *entry; /* the context's slot lent, or NULL: the plans are ours */
 } fft_work;
 
 /* Work arrays are aligned by hand (the host's allocator may give any
@@ -128,12 +146,18 @@ static void fft_work_free(lt_context *ctx, fft_work *w) {
 }
 
 /* The context's slot for length L (found, or made in a free or the least
- * recently used idle slot); NULL when every slot is busy. */
-static lt_fft_plan_slot *plan_slot(lt_context *ctx, size_t L) {
-  lt_fft_plan_slot *pick = NULL;
-  ctx->fft_plans_free = plan_slots_free;
-  for (int i = 0; i < LT_FFT_PLAN_SLOTS; i++) {
-    lt_fft_plan_slot *e = &ctx->fft_plans[i];
+ * recently used idle slot); NULL when every slot is busy or the cache
+ * cannot be made. */
+static plan_slot *find_plan_slot(lt_context *ctx, size_t L, unsigned long *tick) {
+  plan_cache *cache = lt_type_state(ctx, LT_TYPE_TOEPLITZ, sizeof *cache, plan_cache_free);
+  if (cache == NULL) {
+    lt_clear_error(ctx); /* the work makes plans of its own */
+    return NULL;
+  }
+  *tick = ++cache->tick;
+  plan_slot *pick = NULL;
+  for (int i = 0; i < PLAN_SLOTS; i++) {
+    plan_slot *e = &cache->slots[i];
     if (e->L == L) return e;
     if (e->in_use) continue;
     if (pick == NULL || e->L == 0 || (pick->L != 0 && e->used < pick->used)) pick = e;
@@ -156,7 +180,8 @@ static int fft_work_init(lt_context *ctx, fft_work *w, size_t L, int with_invers
   w->buf = align_up(w->buf_block);
   w->freq = align_up(w->freq_block);
   unsigned flags = FFTW_ESTIMATE;
-  lt_fft_plan_slot *e = plan_slot(ctx, L);
+  unsigned long tick = 0;
+  plan_slot *e = find_plan_slot(ctx, L, &tick);
   if (e != NULL) {
     if (e->fwd == NULL) e->fwd = fftw_plan_dft_r2c_1d((int)L, w->buf, w->freq, flags);
     if (e->fwd && with_inverse && e->inv == NULL)
@@ -165,7 +190,7 @@ static int fft_work_init(lt_context *ctx, fft_work *w, size_t L, int with_invers
     w->inv = e->inv;
     if (w->fwd != NULL && (!with_inverse || w->inv != NULL)) {
       e->in_use++;
-      e->used = ++ctx->fft_tick;
+      e->used = tick;
       w->entry = e;
     }
   } else {

@@ -3,8 +3,9 @@
  * unit registers (and when one cannot, the reason is printed here, where
  * lt_context_new could only return NULL), rules of one key go by priority
  * whatever the order of registration, two built-in units at one priority on
- * one key are refused, and rules registered once the context exists run
- * before every built-in one.
+ * one key are refused, rules registered once the context exists run
+ * before every built-in one, and types keep state in a context
+ * (lt_type_state) that goes with it.
  * Prints "N passed, M failed"; exits non-zero on any failure.
  */
 #include <stdio.h>
@@ -116,8 +117,74 @@ static void test_priorities(void) {
   lt_context_free(ctx);
 }
 
+/* ------------------------------------------------------- type states */
+
+typedef struct counted {
+  size_t current;
+  long fail_after; /* < 0: never */
+} counted;
+
+static void *counted_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  counted *c = ud;
+  if (nsize == 0) {
+    if (ptr) c->current -= osize;
+    free(ptr);
+    return NULL;
+  }
+  if (c->fail_after == 0) return NULL;
+  if (c->fail_after > 0) c->fail_after--;
+  void *p = realloc(ptr, nsize);
+  if (p != NULL) c->current += nsize - (ptr ? osize : 0);
+  return p;
+}
+
+typedef struct cache {
+  double *held; /* something the state owns, released by its free function */
+  int uses;
+} cache;
+
+static int freed_states;
+
+static void cache_free(lt_context *ctx, void *state) {
+  cache *c = state;
+  lt_free(ctx, c->held, 8 * sizeof(double));
+  freed_states++;
+}
+
+static void test_type_states(void) {
+  counted cnt = {0, -1};
+  lt_context *ctx = lt_context_new(counted_alloc, &cnt);
+  CHECK(ctx != NULL, "lt_context_new");
+  if (ctx == NULL) return;
+  size_t base = cnt.current;
+  cache *c = lt_type_state(ctx, LT_TYPE_DIAG, sizeof(cache), cache_free);
+  CHECK(c != NULL && c->held == NULL && c->uses == 0, "a zeroed state on first use");
+  if (c != NULL) {
+    c->held = lt_malloc(ctx, 8 * sizeof(double));
+    c->uses++;
+  }
+  cache *again = lt_type_state(ctx, LT_TYPE_DIAG, sizeof(cache), cache_free);
+  CHECK(again == c && again->uses == 1, "the same state on later calls");
+  CHECK(lt_type_state(ctx, LT_TYPE_KRON, sizeof(cache), cache_free) != c,
+        "each type its own state");
+  CHECK(cnt.current > base, "states are allocated through the context");
+  CHECK(lt_type_state(ctx, 9999, 8, NULL) == NULL && strstr(lt_last_error(ctx), "unknown type"),
+        "an unknown type id: %s", lt_last_error(ctx));
+  /* Memory runs out: NULL with a message, nothing kept, a later call works. */
+  cnt.fail_after = 0;
+  void *none = lt_type_state(ctx, LT_TYPE_TOEPLITZ, 64, NULL);
+  cnt.fail_after = -1;
+  CHECK(none == NULL && lt_last_error(ctx)[0] != '\0', "out of memory: NULL and a message");
+  CHECK(lt_type_state(ctx, LT_TYPE_TOEPLITZ, 64, NULL) != NULL, "made once memory is back");
+  freed_states = 0;
+  lt_context_free(ctx);
+  CHECK(freed_states == 2, "free functions run with the context (%d)", freed_states);
+  CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
+}
+
 int main(void) {
   test_builtins_register();
   test_priorities();
+  test_type_states();
   return check_summary();
 }
