@@ -142,14 +142,15 @@ typedef struct ltb_saved {
 void ltb_apply_settings(lua_State *L, int idx, ltb_saved *saved, const char *op);
 void ltb_restore_settings(lua_State *L, const ltb_saved *saved);
 
-/* Pieces of the module, one per file. */
 /* Pieces of the module, one per file: each adds its functions to the
  * module table and its methods to the methods table. */
-void ltb_open_dense(lua_State *L, int module);      /* bind_dense.c */
-void ltb_open_linalg(lua_State *L, int module);     /* bind_linalg.c */
-void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
-void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
-void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
+void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
+void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
+void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
+void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: kernel */
+/* bind_types.c: lt.types(), and lt.<type> for every type with a
+ * constructor in its descriptor (call it after the hand-written ones). */
+void ltb_open_types(lua_State *L, int module);
 /* bind_ops.c: every operation of the table not wrapped by hand above, as
  * lt.<op> and A:<op> (call it last), and lt.call. */
 void ltb_open_ops(lua_State *L, int module);

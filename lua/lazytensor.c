@@ -957,7 +957,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
-  ltb_open_structured(L, module);
+  ltb_open_types(L, module);
   ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);

@@ -171,6 +171,51 @@ typedef enum {
 } lt_prop;
 
 /*
+ * How a binding makes an operator of a type (the Lua binding's
+ * lt.<type name>(...)): the parameters, read in order, and a function
+ * taking their values. Like the operation table for operations: a type
+ * with a constructor needs no binding code.
+ */
+typedef enum {
+  LT_PARAM_TENSOR,  /* a tensor (bindings turn numbers and tables into one) */
+  LT_PARAM_TENSORS, /* one or more tensors: the remaining arguments */
+  LT_PARAM_LIST,    /* a list of one or more tensors ({A, B, ...} in Lua) */
+  LT_PARAM_SIZE,    /* a non-negative integer */
+  LT_PARAM_NUMBER,  /* a number */
+  LT_PARAM_INDICES, /* indices: 0-based here, 1-based in Lua (a table or a 1-d tensor) */
+  LT_PARAM_CHOICE   /* one of the words in choices */
+} lt_param_kind;
+
+typedef struct lt_param {
+  lt_param_kind kind;
+  const char *name; /* in messages: "the factor U"; for TENSORS and LIST one item: "block" */
+  int optional;     /* may be absent (nil, or not given) */
+  double fallback;  /* NUMBER, SIZE: the value when absent */
+  const char *const *choices; /* CHOICE: NULL-terminated; when absent, the first */
+} lt_param;
+
+/* A parameter's value; the fields its kind uses. */
+typedef struct lt_arg {
+  lt_tensor *t;           /* TENSOR: NULL when absent */
+  lt_tensor *const *list; /* TENSORS, LIST */
+  const size_t *index;    /* INDICES: NULL when absent */
+  size_t count;           /* TENSORS, LIST, INDICES: how many */
+  size_t size;            /* SIZE */
+  double number;          /* NUMBER */
+  int choice;             /* CHOICE: the word's position */
+} lt_arg;
+
+#define LT_MAX_PARAMS 4
+
+typedef struct lt_constructor {
+  int nparams;
+  lt_param params[LT_MAX_PARAMS];
+  /* The operator for args[i] of params[i] (borrowed), or NULL with the
+   * error set. */
+  lt_tensor *(*make)(lt_context *ctx, const lt_arg *args);
+} lt_constructor;
+
+/*
  * A type descriptor: the few things every operator must provide. Everything
  * else has a generic fallback in the registry built on `matmul`.
  * Descriptors are immutable and may be shared by any number of contexts.
@@ -190,6 +235,9 @@ typedef struct lt_type {
   void (*destroy)(lt_context *ctx, lt_tensor *self);
   /* Bytes the payload holds, for reports. Optional. */
   size_t (*payload_bytes)(const lt_tensor *self);
+  /* How bindings make one (lt.<name>(...) in Lua). Optional: types made
+   * only by rules, or with a hand-written binding, have none. */
+  const lt_constructor *constructor;
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -565,6 +613,11 @@ lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
 lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, size_t nrows,
                             const size_t *cols, size_t ncols);
+
+/* The n×n permutation matrix P with (P·x)[i] = x[p[i]]: row i holds its 1
+ * in column p[i]; p holds each of 0 .. n-1 once. Its type has no fixed id
+ * (lt_type_id(ctx, "permutation")). */
+lt_tensor *lt_permutation_new(lt_context *ctx, const size_t *p, size_t n);
 
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with

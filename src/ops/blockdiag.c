@@ -140,8 +140,17 @@ static size_t bd_payload_bytes(const lt_tensor *self) {
   return sizeof(offsets) + 2 * (size_t)(offs(self)->n + 1) * sizeof(size_t);
 }
 
+static lt_tensor *blockdiag_make(lt_context *ctx, const lt_arg *args) {
+  return lt_blockdiag_new(ctx, args[0].list, (int)args[0].count);
+}
+
+/* lt.blockdiag{A, B, ...} */
+static const lt_constructor blockdiag_constructor = {
+    1, {{.kind = LT_PARAM_LIST, .name = "block"}}, blockdiag_make};
+
 const lt_type lt_blockdiag_type = {
     .name = "blockdiag",
+    .constructor = &blockdiag_constructor,
     .matmul = bd_matmul,
     .t_matmul = bd_t_matmul,
     .entry = bd_entry,

@@ -59,8 +59,17 @@ static int chol_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+static lt_tensor *chol_make(lt_context *ctx, const lt_arg *args) {
+  return lt_chol_new(ctx, args[0].t);
+}
+
+/* lt.chol(L) */
+static const lt_constructor chol_constructor = {
+    1, {{.kind = LT_PARAM_TENSOR, .name = "the factor L"}}, chol_make};
+
 const lt_type lt_chol_type = {
     .name = "chol",
+    .constructor = &chol_constructor,
     .matmul = chol_matmul,
     .t_matmul = chol_matmul,
     .entry = chol_entry,

@@ -38,8 +38,17 @@ static int diag_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+static lt_tensor *diag_make(lt_context *ctx, const lt_arg *args) {
+  return lt_diag_new(ctx, args[0].t);
+}
+
+/* lt.diag(v) */
+static const lt_constructor diag_constructor = {
+    1, {{.kind = LT_PARAM_TENSOR, .name = "the diagonal v"}}, diag_make};
+
 const lt_type lt_diag_type = {
     .name = "diag",
+    .constructor = &diag_constructor,
     .matmul = diag_matmul,
     .t_matmul = diag_matmul,
     .entry = diag_entry,

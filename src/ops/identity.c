@@ -35,8 +35,20 @@ static void identity_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+static lt_tensor *identity_make(lt_context *ctx, const lt_arg *args) {
+  return lt_identity_new(ctx, args[0].size, args[1].number);
+}
+
+/* lt.identity(n [, c]) */
+static const lt_constructor identity_constructor = {
+    2,
+    {{.kind = LT_PARAM_SIZE, .name = "the size"},
+     {.kind = LT_PARAM_NUMBER, .name = "the scale", .optional = 1, .fallback = 1.0}},
+    identity_make};
+
 const lt_type lt_identity_type = {
     .name = "identity",
+    .constructor = &identity_constructor,
     .matmul = identity_matmul,
     .t_matmul = identity_matmul,
     .entry = identity_entry,

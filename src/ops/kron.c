@@ -245,8 +245,17 @@ static int kron_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return rc;
 }
 
+static lt_tensor *kron_make(lt_context *ctx, const lt_arg *args) {
+  return lt_kron_new(ctx, args[0].list, (int)args[0].count);
+}
+
+/* lt.kron(A, B, ...) */
+static const lt_constructor kron_constructor = {
+    1, {{.kind = LT_PARAM_TENSORS, .name = "factor"}}, kron_make};
+
 const lt_type lt_kron_type = {
     .name = "kron",
+    .constructor = &kron_constructor,
     .matmul = kron_matmul,
     .t_matmul = kron_t_matmul,
     .entry = kron_entry,

@@ -76,8 +76,20 @@ static int lowrank_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) 
   return LT_OK;
 }
 
+static lt_tensor *lowrank_make(lt_context *ctx, const lt_arg *args) {
+  return lt_lowrank_new(ctx, args[0].t, args[1].t);
+}
+
+/* lt.lowrank(U [, V]) */
+static const lt_constructor lowrank_constructor = {
+    2,
+    {{.kind = LT_PARAM_TENSOR, .name = "the factor U"},
+     {.kind = LT_PARAM_TENSOR, .name = "the factor V", .optional = 1}},
+    lowrank_make};
+
 const lt_type lt_lowrank_type = {
     .name = "lowrank",
+    .constructor = &lowrank_constructor,
     .matmul = lowrank_matmul,
     .t_matmul = lowrank_t_matmul,
     .entry = lowrank_entry,

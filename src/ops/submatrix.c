@@ -87,8 +87,22 @@ static void submatrix_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, p, sizeof *p);
 }
 
+static lt_tensor *submatrix_make(lt_context *ctx, const lt_arg *args) {
+  return lt_submatrix_new(ctx, args[0].t, args[1].index, args[1].count, args[2].index,
+                          args[2].count);
+}
+
+/* lt.submatrix(A, rows [, cols]) */
+static const lt_constructor submatrix_constructor = {
+    3,
+    {{.kind = LT_PARAM_TENSOR, .name = "the matrix A"},
+     {.kind = LT_PARAM_INDICES, .name = "rows"},
+     {.kind = LT_PARAM_INDICES, .name = "cols", .optional = 1}},
+    submatrix_make};
+
 const lt_type lt_submatrix_type = {
     .name = "submatrix",
+    .constructor = &submatrix_constructor,
     .matmul = submatrix_matmul,
     .t_matmul = submatrix_t_matmul,
     .entry = submatrix_entry,

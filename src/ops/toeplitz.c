@@ -387,8 +387,20 @@ static size_t toeplitz_payload_bytes(const lt_tensor *self) {
   return sizeof *p + vectors * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
 }
 
+static lt_tensor *toeplitz_make(lt_context *ctx, const lt_arg *args) {
+  return lt_toeplitz_new(ctx, args[0].t, args[1].t);
+}
+
+/* lt.toeplitz(c [, r]) */
+static const lt_constructor toeplitz_constructor = {
+    2,
+    {{.kind = LT_PARAM_TENSOR, .name = "the first column c"},
+     {.kind = LT_PARAM_TENSOR, .name = "the first row r", .optional = 1}},
+    toeplitz_make};
+
 const lt_type lt_toeplitz_type = {
     .name = "toeplitz",
+    .constructor = &toeplitz_constructor,
     .matmul = toeplitz_matmul,
     .t_matmul = toeplitz_t_matmul,
     .entry = toeplitz_entry,

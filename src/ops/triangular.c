@@ -71,8 +71,21 @@ static void tri_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(tri_payload));
 }
 
+static lt_tensor *triangular_make(lt_context *ctx, const lt_arg *args) {
+  return lt_triangular_new(ctx, args[0].t, args[1].choice);
+}
+
+/* lt.triangular(A [, "lower"|"upper"]) */
+static const char *const triangles[] = {"lower", "upper", NULL};
+static const lt_constructor triangular_constructor = {
+    2,
+    {{.kind = LT_PARAM_TENSOR, .name = "the matrix A"},
+     {.kind = LT_PARAM_CHOICE, .name = "the triangle", .optional = 1, .choices = triangles}},
+    triangular_make};
+
 const lt_type lt_triangular_type = {
     .name = "triangular",
+    .constructor = &triangular_constructor,
     .matmul = tri_matmul,
     .t_matmul = tri_t_matmul,
     .entry = tri_entry,
