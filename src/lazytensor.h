@@ -619,6 +619,12 @@ lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, s
  * (lt_type_id(ctx, "permutation")). */
 lt_tensor *lt_permutation_new(lt_context *ctx, const size_t *p, size_t n);
 
+/* The n blocks side by side (dim 1: [A B ...], blocks of one height) or
+ * stacked (dim 0: [A; B; ...], blocks of one width), kept lazy; the blocks
+ * are retained, not copied. Its type has no fixed id (lt_type_id(ctx,
+ * "cat")). */
+lt_tensor *lt_cat_new(lt_context *ctx, lt_tensor *const *blocks, int n, int dim);
+
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with
  * the error set. free_ud (may be NULL) is called when the operator dies. */
