@@ -101,7 +101,8 @@ typedef struct lt_settings {
   int max_cg_iterations;           /* (1000) */
   int num_trace_samples;           /* probes for SLQ / Hutchinson (10) */
   int max_lanczos_iterations;      /* (100) */
-  double cholesky_jitter;          /* first jitter tried, relative (1e-8) */
+  double cholesky_jitter;          /* first jitter tried, relative (1e-8); at most
+                                      LT_CHOLESKY_MAX_JITTER */
   int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
   int preconditioner_size;         /* pivoted Cholesky rank (15) */
   int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
@@ -384,7 +385,8 @@ enum {
   LT_OP_EIGH,
   LT_OP_SVD,
   LT_OP_INVERSE,
-  LT_OP_EQUAL, /* same shape and entries */
+  LT_OP_EQUAL,   /* same shape and entries */
+  LT_OP_SLOGDET, /* x[0] = sign of det (-1, 0, 1), x[1] = log |det| */
   LT_OP_BUILTIN_COUNT
 };
 
@@ -452,7 +454,10 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged; /* 1 or 0 */
+  int converged;    /* 1 or 0 */
+  double jitter;    /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error; /* stochastic estimates (SLQ logdet): standard error of
+                       the mean over probes; 0 for deterministic results */
 } lt_info;
 
 typedef struct lt_args {
@@ -547,9 +552,19 @@ lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d);
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info);
 int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info);
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info);
+/* sign(det A) (1, -1, 0; NaN for NaN entries) and log |det A|. logdet is
+ * log|det A| when the sign is 1, -inf when 0 and NaN when -1. */
+int lt_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs, lt_info *info);
 int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
                        double *logdet, lt_info *info);
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper);
+/* lt_cholesky with info: info->jitter is what the retries added to the
+ * diagonal (0 when the matrix was factored as it is). */
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info);
+/* Cholesky jitter is a repair of rounding, never a change of the matrix: a
+ * retry may add at most this times the mean |diagonal| (and the setting
+ * cholesky_jitter may not exceed it). */
+#define LT_CHOLESKY_MAX_JITTER 1e-3
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info);
 lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info);
 int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info);

@@ -267,13 +267,14 @@ static const lt_op_row OPS[LT_OP_BUILTIN_COUNT] = {
   OP(INV_QUAD,        "inv_quad",        2, RHS,   NONE,   R1(N),       1, check_rhs,         NULL,              1),
   OP(LOGDET,          "logdet",          1, NULL,  NONE,   R1(N),       1, check_square,      NULL,              0),
   OP(INV_QUAD_LOGDET, "inv_quad_logdet", 2, RHS,   NONE,   R2(N, N),    1, check_rhs,         NULL,              1),
-  OP(CHOLESKY,        "cholesky",        1, NULL,  FLAG,   R1(T),       0, check_square,      shape_like_a,      0),
+  OP(CHOLESKY,        "cholesky",        1, NULL,  FLAG,   R1(T),       1, check_square,      shape_like_a,      0),
   OP(ROOT,            "root",            1, NULL,  NONE,   R1(T),       1, check_square,      shape_root,        0),
   OP(ROOT_INV,        "root_inv",        1, NULL,  NONE,   R1(T),       1, check_square,      shape_root,        0),
   OP(EIGH,            "eigh",            1, NULL,  NONE,   R2(D, T),    1, check_square,      shape_eigh,        0),
   OP(SVD,             "svd",             1, NULL,  NONE,   R3(T, D, T), 0, check_matrix,      shape_svd,         0),
   OP(INVERSE,         "inverse",         1, NULL,  NONE,   R1(T),       0, check_square,      shape_like_a,      0),
   OP(EQUAL,           "equal",           2, OTHER, NONE,   R1(BOOL),    0, check_equal,       NULL,              0),
+  OP(SLOGDET,         "slogdet",         1, NULL,  NONE,   R2(N, N),    1, check_square,      NULL,              0),
 };
 /* clang-format on */
 
@@ -536,8 +537,12 @@ int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_
                       logdet, info);
 }
 
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info) {
+  return CALL_TENSOR(info, .op = LT_OP_CHOLESKY, .a = a, .flag = upper);
+}
+
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
-  return CALL_TENSOR(NULL, .op = LT_OP_CHOLESKY, .a = a, .flag = upper);
+  return lt_cholesky_info(ctx, a, upper, NULL);
 }
 
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info) {

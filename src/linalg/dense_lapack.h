@@ -72,6 +72,8 @@ void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu);
 lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu, const lt_tensor *b);
 /* log det A: -inf when singular, NaN when det A < 0 (as torch.logdet). */
 double lt_lapack_lu_logdet(const lt_lu *lu);
+/* log |det A|, and the sign of det A in *sign (1, -1, or 0 when singular). */
+double lt_lapack_lu_slogdet(const lt_lu *lu, double *sign);
 
 /* Solves T·X = B (trans == 0) or Tᵀ·X = B in place for a triangular T given
  * by a contiguous n×n buffer (its `upper` or lower triangle), B contiguous

@@ -8,6 +8,7 @@
  * eigh returns eigenvalues sorted ascending and Q as the lazy product of
  * blockdiag(Qᵢ) with a permutation; svd likewise, descending.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -276,9 +277,19 @@ static lt_tensor *op_scale(lt_context *ctx, lt_tensor *A, int i, const lt_tensor
   (void)i, (void)s;
   return lt_scale(ctx, A, *(const double *)u);
 }
+/* u: {int upper; lt_info info} — each block's jitter is reported. */
+typedef struct cholesky_ud {
+  int upper;
+  lt_info info;
+} cholesky_ud;
+
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
-  return lt_cholesky(ctx, A, *(const int *)u);
+  cholesky_ud *c = u;
+  lt_info info = {0};
+  lt_tensor *L = lt_cholesky_info(ctx, A, c->upper, &info);
+  st_merge_info(&c->info, &info);
+  return L;
 }
 static lt_tensor *op_root(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
@@ -323,8 +334,10 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  int upper = args->flag;
-  return st_done(res, map_blocks(ctx, args->a, op_cholesky, &upper));
+  cholesky_ud c = {args->flag, {0}};
+  lt_tensor *t = map_blocks(ctx, args->a, op_cholesky, &c);
+  res->info = c.info;
+  return st_done(res, t);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -455,16 +468,44 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
-/* Σ over blocks of logdet (which == LT_OP_LOGDET), inv_quad or both. A
- * block with a negative determinant (NaN) leaves the sign to the generic
- * rule. */
+/* det diag(Aᵢ) = Π det Aᵢ: signs multiply, log|det| adds. */
+static int blockdiag_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs,
+                             lt_info *all) {
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  *sign = 1;
+  *logabs = 0;
+  for (int i = 0; i < nblocks(a); i++) {
+    if (block(a, i)->shape[0] == 0) continue;
+    double si, li;
+    lt_info info = {0};
+    if (lt_slogdet(ctx, block(a, i), &si, &li, &info) != LT_OK) return LT_ERR;
+    st_merge_info(all, &info);
+    *sign *= si;
+    *logabs += li;
+  }
+  if (*sign == 0) *logabs = -INFINITY;
+  return LT_OK;
+}
+
+/* slogdet (ud set) or logdet. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  double sign, logabs;
+  int rc = blockdiag_slogdet(ctx, args->a, &sign, &logabs, &res->info);
+  if (rc != LT_OK) return rc;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return LT_OK;
+}
+
+/* Σ over blocks of inv_quad, or of inv_quad and logdet: each block's rule
+ * requires it positive definite, so every logdet is a number. */
 static int rule_sums(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
   if (!all_square(a)) return LT_NOT_IMPLEMENTED;
   int op = args->op;
-  lt_tensor *B = op == LT_OP_LOGDET ? NULL : st_rhs(ctx, args->b);
-  if (op != LT_OP_LOGDET && B == NULL) return LT_ERR;
+  lt_tensor *B = st_rhs(ctx, args->b);
+  if (B == NULL) return LT_ERR;
   double q = 0, l = 0;
   lt_info all = {0};
   int rc = LT_OK;
@@ -478,23 +519,17 @@ static int rule_sums(lt_context *ctx, const lt_args *args, lt_result *res, void 
       rc = LT_ERR;
       break;
     }
-    if (op == LT_OP_LOGDET) rc = lt_logdet(ctx, A, &li, &info);
-    else if (op == LT_OP_INV_QUAD) rc = lt_inv_quad(ctx, A, Bi, &qi, &info);
+    if (op == LT_OP_INV_QUAD) rc = lt_inv_quad(ctx, A, Bi, &qi, &info);
     else rc = lt_inv_quad_logdet(ctx, A, Bi, &qi, &li, &info);
     lt_release(ctx, Bi);
-    if (rc == LT_OK && li != li) rc = LT_NOT_IMPLEMENTED;
     st_merge_info(&all, &info);
     q += qi;
     l += li;
   }
   lt_release(ctx, B);
   if (rc != LT_OK) return rc;
-  if (op == LT_OP_LOGDET) {
-    res->x[0] = l;
-  } else {
-    res->x[0] = q;
-    res->x[1] = l;
-  }
+  res->x[0] = q;
+  res->x[1] = l;
   res->info = all;
   return LT_OK;
 }
@@ -515,6 +550,13 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
     lt_info info = {0};
     if (lt_eigh(ctx, block(a, done), &wi, &q[done], &info) != LT_OK) goto out;
     st_merge_info(&all, &info);
+    if (!st_complete_eigh(block(a, done), wi, q[done], &info)) {
+      /* a block's Lanczos Ritz pairs (above max_cholesky_size): no
+       * eigendecomposition to stack; the whole goes to the next rule */
+      lt_release(ctx, wi);
+      rc = LT_NOT_IMPLEMENTED;
+      goto out;
+    }
     lt_tensor *wc = lt_dense_contiguous(ctx, wi);
     lt_release(ctx, wi);
     if (wc == NULL) goto out;
@@ -581,7 +623,7 @@ out:
 }
 
 int lt_register_blockdiag_rules(lt_context *ctx) {
-  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY;
+  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY, SL = LT_OP_SLOGDET;
   const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
       {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},
@@ -598,7 +640,8 @@ int lt_register_blockdiag_rules(lt_context *ctx) {
       {LT_OP_DIAGONAL, B, ANY, rule_diagonal, NULL, 0, "blockdiag diagonal (blockwise)"},
       {LT_OP_TRACE, B, ANY, rule_trace, NULL, 0, "blockdiag trace (sum of blocks)"},
       {LT_OP_SOLVE, B, ANY, rule_solve, NULL, 0, "blockdiag solve (blockwise)"},
-      {LT_OP_LOGDET, B, ANY, rule_sums, NULL, 0, "blockdiag logdet (sum of blocks)"},
+      {LT_OP_LOGDET, B, ANY, rule_logdet, NULL, 0, "blockdiag logdet (blocks' signs and logdets)"},
+      {SL, B, ANY, rule_logdet, (void *)1, 0, "blockdiag slogdet (blocks' signs and logdets)"},
       {LT_OP_INV_QUAD, B, ANY, rule_sums, NULL, 0, "blockdiag inv_quad (sum of blocks)"},
       {LT_OP_INV_QUAD_LOGDET, B, ANY, rule_sums, NULL, 0,
        "blockdiag inv_quad_logdet (sum of blocks)"},

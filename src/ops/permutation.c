@@ -189,13 +189,11 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return X ? LT_OK : LT_ERR;
 }
 
-/* det P = sign of the permutation: (-1)^(n - number of cycles). logdet is
- * 0 for an even permutation, NaN for an odd one (negative determinant). */
-static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  const perm *a = perm_of(args->a);
+/* det P, the sign of the permutation: (-1)^(n - number of cycles); 0 when
+ * memory runs out (the error set). */
+static double sign_of(lt_context *ctx, const perm *a) {
   unsigned char *seen = lt_calloc(ctx, a->n ? a->n : 1, 1);
-  if (seen == NULL) return LT_ERR;
+  if (seen == NULL) return 0;
   size_t cycles = 0;
   for (size_t i = 0; i < a->n; i++) {
     if (seen[i]) continue;
@@ -203,7 +201,16 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
     for (size_t j = i; !seen[j]; j = a->p[j]) seen[j] = 1;
   }
   lt_free(ctx, seen, a->n ? a->n : 1);
-  res->x[0] = (a->n - cycles) % 2 == 0 ? 0.0 : NAN;
+  return (a->n - cycles) % 2 == 0 ? 1.0 : -1.0;
+}
+
+/* logdet (ud NULL): 0 for an even permutation, NaN for an odd one (a
+ * negative determinant); slogdet (ud set): the sign and log |det| = 0. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  double sign = sign_of(ctx, perm_of(args->a));
+  if (sign == 0) return LT_ERR;
+  if (ud) lt_slogdet_result(res, sign, 0.0);
+  else res->x[0] = sign > 0 ? 0.0 : NAN;
   res->info.method = "permutation";
   res->info.converged = 1;
   return LT_OK;
@@ -238,6 +245,7 @@ int lt_register_permutation_rules(lt_context *ctx) {
       {LT_OP_MATMUL, P, P, rule_compose, NULL, 0, "permutation * permutation (composed)"},
       {LT_OP_SOLVE, P, ANY, rule_solve, NULL, 0, "permutation solve (rows scattered)"},
       {LT_OP_LOGDET, P, ANY, rule_logdet, NULL, 0, "permutation logdet (its sign)"},
+      {LT_OP_SLOGDET, P, ANY, rule_logdet, (void *)1, 0, "permutation slogdet (its sign)"},
       {LT_OP_DIAGONAL, P, ANY, rule_diagonal, NULL, 0, "permutation diagonal (fixed points)"},
       {LT_OP_TRACE, P, ANY, rule_trace, NULL, 0, "permutation trace (fixed points)"},
   };

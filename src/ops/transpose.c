@@ -52,6 +52,15 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
   return lt_logdet(ctx, args->a->children[0], &res->x[0], &res->info);
 }
 
+/* det Aᵀ = det A. */
+static int rule_slogdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  double sign, logabs;
+  if (lt_slogdet(ctx, args->a->children[0], &sign, &logabs, &res->info) != LT_OK) return LT_ERR;
+  lt_slogdet_result(res, sign, logabs);
+  return LT_OK;
+}
+
 int lt_register_transpose_rules(lt_context *ctx) {
   const int T = LT_TYPE_TRANSPOSE, ANY = LT_TYPE_ANY;
   if (lt_register_rule(ctx, LT_OP_DIAGONAL, T, ANY, "transpose diagonal (the child's)",
@@ -59,6 +68,8 @@ int lt_register_transpose_rules(lt_context *ctx) {
       lt_register_rule(ctx, LT_OP_TRACE, T, ANY, "transpose trace (the child's)", rule_trace, NULL,
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, T, ANY, "transpose logdet (the child's)", rule_logdet,
+                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SLOGDET, T, ANY, "transpose slogdet (the child's)", rule_slogdet,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;
   return LT_OK;
