@@ -126,14 +126,11 @@ static int l_construct(lua_State *L) {
   int id = (int)lua_tointeger(L, lua_upvalueindex(LTB_NUPVALUES + 1));
   const lt_type *type = lt_type_descriptor(ctx, id);
   const lt_constructor *c = type->constructor;
-  /* Trailing nils are absent arguments; anything else past the last
-   * parameter is a mistake. */
+  /* Trailing nils are absent arguments; arguments past the last parameter
+   * are ignored, as Lua's own functions do (lt.chol(A:cholesky()) passes
+   * the info table too). */
   int nargs = lua_gettop(L);
   while (nargs > 0 && lua_isnil(L, nargs)) nargs--;
-  int takes_rest = c->nparams > 0 && c->params[c->nparams - 1].kind == LT_PARAM_TENSORS;
-  if (!takes_rest && nargs > c->nparams)
-    return ltb_error(L, type->name, "expected at most %d argument%s, got %d", c->nparams,
-                     c->nparams == 1 ? "" : "s", nargs);
   /* Every parameter gets a slot (nil when absent) before values are pushed
    * above them. */
   lua_settop(L, nargs > c->nparams ? nargs : c->nparams);
