@@ -111,6 +111,11 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
 lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);
 
 /* Arguments. */
+/* Every key of the table at idx is one of the NULL-terminated names, else
+ * raises "lazytensor: <op>: <what>: unknown key 'k' (expected a, b or c)"
+ * (also for a key that is not a string). */
+void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
+                    const char *const *names);
 /* A name (an operation's, a type's): a non-empty string without zero bytes. */
 const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what);
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what);

@@ -259,6 +259,39 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
 
 /* ------------------------------------------------------------- arguments */
 
+/* "a, b or c" for the NULL-terminated names, pushed. */
+static void push_listing(lua_State *L, const char *const *names) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; names[i] != NULL; i++) {
+    if (i > 0) luaL_addstring(&b, names[i + 1] == NULL ? " or " : ", ");
+    luaL_addstring(&b, names[i]);
+  }
+  luaL_pushresult(&b);
+}
+
+void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
+                    const char *const *names) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1); /* the value */
+    int known = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *key = lua_tostring(L, -1);
+      for (int i = 0; !known && names[i] != NULL; i++) known = strcmp(key, names[i]) == 0;
+    }
+    if (!known) {
+      const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      const char *type = luaL_typename(L, -1);
+      push_listing(L, names);
+      if (key != NULL)
+        ltb_error(L, op, "%s: unknown key '%s' (expected %s)", what, key, lua_tostring(L, -1));
+      ltb_error(L, op, "%s: a key must be a name (%s), got a %s", what, lua_tostring(L, -1), type);
+    }
+  }
+}
+
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what) {
   if (lua_type(L, idx) != LUA_TNUMBER)
     ltb_error(L, op, "%s must be a number, got %s", what, luaL_typename(L, idx));
