@@ -10,7 +10,7 @@
 /* A:add_jitter([eps]): A + eps·I, eps 1e-6 by default (add_diag). */
 static int l_add_jitter(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_check_tensor(L, 1, "add_jitter");
+  lt_tensor *a = ltb_operand(L, 1, "add_jitter");
   double eps = lua_isnoneornil(L, 2) ? 1e-6 : ltb_check_number(L, 2, "add_jitter", "the jitter");
   lua_settop(L, 1);
   lua_pushnumber(L, eps);

@@ -683,7 +683,7 @@ static int l_is_lazy(lua_State *L) {
 }
 
 static int l_shape(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "shape");
+  lt_tensor *t = ltb_operand(L, 1, "shape");
   int n = lt_ndim(t);
   lua_createtable(L, n, 0);
   for (int d = 0; d < n; d++) {
@@ -694,7 +694,7 @@ static int l_shape(lua_State *L) {
 }
 
 static int l_size(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "size");
+  lt_tensor *t = ltb_operand(L, 1, "size");
   if (lua_isnoneornil(L, 2)) return l_shape(L);
   if (!ltb_isinteger(L, 2) || lua_tonumber(L, 2) < 1 || lua_tonumber(L, 2) > lt_ndim(t))
     return ltb_error(L, "size", "dimension must be an integer in 1..%d", lt_ndim(t));
@@ -703,12 +703,12 @@ static int l_size(lua_State *L) {
 }
 
 static int l_dim(lua_State *L) {
-  lua_pushinteger(L, lt_ndim(ltb_check_tensor(L, 1, "dim")));
+  lua_pushinteger(L, lt_ndim(ltb_operand(L, 1, "dim")));
   return 1;
 }
 
 static int l_numel(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_check_tensor(L, 1, "numel")));
+  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_operand(L, 1, "numel")));
   return 1;
 }
 
@@ -720,12 +720,12 @@ static int push_tristate(lua_State *L, lt_tristate v) {
 
 static int l_is_psd(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_psd(ctx, ltb_check_tensor(L, 1, "is_psd")));
+  return push_tristate(L, lt_is_psd(ctx, ltb_operand(L, 1, "is_psd")));
 }
 
 static int l_is_symmetric(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_symmetric(ctx, ltb_check_tensor(L, 1, "is_symmetric")));
+  return push_tristate(L, lt_is_symmetric(ctx, ltb_operand(L, 1, "is_symmetric")));
 }
 
 /* -------------------------------------------------- settings and memory */

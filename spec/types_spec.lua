@@ -109,3 +109,34 @@ describe("constructors from the descriptors", function()
     assert.same({{9, 7}, {3, 1}}, lt.submatrix(A, lt.tensor{3, 1}, {3, 1}):dense():totable())
   end)
 end)
+
+describe("operands", function()
+  -- Everywhere a tensor is expected, a number or a (nested) table of numbers
+  -- is one (as LPeg's getpatt makes patterns): constructors (above), the
+  -- operations of the table, introspection, get, add_jitter, lt.mvn.
+  it("are converted from tables and numbers by every entry point", function()
+    local M = {{4, 1}, {1, 3}}
+    assert.same({2, 2}, lt.shape(M))
+    assert.equal(2, lt.size(M, 1))
+    assert.equal(2, lt.dim(M))
+    assert.equal(4, lt.numel(M))
+    assert.equal(0, lt.dim(5))
+    assert.is_true(lt.is_symmetric(M))
+    assert.equal(1, lt.get(M, 2, 1))
+    assert.same({{5, 1}, {1, 4}}, lt.add_jitter(M, 1):totable())
+    assert.same({{2, 0}, {0, math.sqrt(3)}}, lt.cholesky{{4, 0}, {0, 3}}:dense():totable())
+    assert.is_true(math.abs(lt.logdet{{4, 0}, {0, 3}} - math.log(12)) < 1e-14)
+    assert.same({{1, 3}, {2, 4}}, lt.t{{1, 2}, {3, 4}}:totable())
+    local d = lt.mvn({0, 0}, {{2, 0}, {0, 1}})
+    local want = -math.log(2 * math.pi) - 0.5 * math.log(2) - 0.5 * (1 / 2 + 1)
+    assert.is_true(math.abs(d:log_prob{1, 1} - want) < 1e-12)
+  end)
+
+  it("still name the operation when a value is no tensor at all", function()
+    assert.matches("^lazytensor: shape: argument #1: expected a tensor, a number or a table, got "
+      .. "string", message(lt.shape, "x"))
+    assert.matches("^lazytensor: is_psd: argument #1", message(lt.is_psd, true))
+    assert.is_nil(lt.type{{1}}) -- lt.type names tensors only (the contract)
+    assert.is_false(lt.is_tensor{{1}})
+  end)
+end)
