@@ -3,7 +3,7 @@
  * normalisation, errors, metamethods and the arithmetic functions.
  *
  * Metamethods and module functions are the same registry calls: `a + b` and
- * lt.add(a, b) both run ltb_binary, which turns numbers and tables into
+ * lt.add(a, b) both run binary(), which turns numbers and tables into
  * tensors through one helper (ltb_operand), as LPeg's getpatt does.
  */
 #include <math.h>

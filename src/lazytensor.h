@@ -133,8 +133,10 @@ double lt_random_normal(lt_context *ctx);  /* standard normal */
 /* Types, properties                                                   */
 /* ------------------------------------------------------------------ */
 
-/* Built-in type ids. 0 is "any" in the registry. Types added at run time
- * (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on. */
+/* Built-in type ids. 0 is "any" in the registry. The built-in types not in
+ * this enum (newer ones: "permutation", "cat") and the types added at run
+ * time (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on, in a
+ * context: find them by name (lt_type_id). */
 enum {
   LT_TYPE_ANY = 0,
   LT_TYPE_DENSE,

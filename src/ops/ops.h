@@ -24,7 +24,7 @@ void lt_slogdet_result(lt_result *res, double sign, double logabs);
 /* logdet as torch.logdet gives it: logabs, -inf (sign 0) or NaN (sign < 0). */
 double lt_logdet_of_sign(double sign, double logabs);
 
-/* ops-a constructors used across files (no copies: children are retained). */
+/* Constructors used across files (no copies: children are retained). */
 /* U·Vᵀ from contiguous private factors; v NULL for U·Uᵀ. */
 lt_tensor *lt_lowrank_from(lt_context *ctx, lt_tensor *u, lt_tensor *v);
 /* D + L for a square lowrank L and a diag D. */
