@@ -238,6 +238,15 @@ typedef struct lt_type {
   void (*destroy)(lt_context *ctx, lt_tensor *self);
   /* Bytes the payload holds, for reports. Optional. */
   size_t (*payload_bytes)(const lt_tensor *self);
+  /* The flags that follow from the children's flags (read them with
+   * lt_prop_get), written into props[LT_PROP_COUNT], which arrives holding
+   * what the shape says (LT_NO for symmetric and PSD when not square) and
+   * LT_UNKNOWN elsewhere. Run again whenever dense data beneath has been
+   * written, so the flags always describe the current matrix. Optional:
+   * without it, the flags a constructor set directly are facts of the type
+   * that hold whatever the children hold, and flags set with lt_prop_set
+   * lapse when data beneath is written. */
+  void (*derive_props)(const lt_tensor *self, unsigned char *props);
   /* How bindings make one (lt.<name>(...) in Lua). Optional: types made
    * only by rules, or with a hand-written binding, have none. */
   const lt_constructor *constructor;
@@ -273,9 +282,14 @@ const size_t *lt_shape(const lt_tensor *t);
 size_t lt_numel(const lt_tensor *t);
 size_t lt_rows(const lt_tensor *t); /* shape[0] (1 for 0-d) */
 size_t lt_cols(const lt_tensor *t); /* shape[1] (1 for 0-d, 1-d) */
-/* Property flags as stored (lt_is_symmetric / lt_is_psd derive them). Set
- * flags only on a tensor you have just created and not yet shared, and only
- * to what is true: rules rely on them (a PSD flag selects Cholesky). */
+/* Property flags (lt_is_symmetric / lt_is_psd also check a dense matrix
+ * whose flag is unknown). Flags follow the data: a dense tensor's hold until
+ * its storage is written; a lazy operator's are derived from its children's
+ * and re-derived after a write to any dense tensor beneath it. Set flags
+ * only on a tensor you have just created and not yet shared, and only to
+ * what is true: rules rely on them (a PSD flag selects Cholesky). On a lazy
+ * operator lt_prop_set records a promise, which lapses like a dense flag
+ * when data beneath is written. */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p);
 void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
 
@@ -288,6 +302,11 @@ void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
  * flags with lt_prop_set. */
 lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
                        lt_tensor *const *children, int nchildren, void *payload);
+/* Expressions nest at most this deep (a dense tensor is depth 0, a lazy
+ * operator one more than its deepest child): lt_lazy_new refuses deeper
+ * ones, so that evaluating, releasing or inspecting an expression, which
+ * recurse over it, stay well within the C stack. */
+#define LT_MAX_DEPTH 1000
 int lt_nchildren(const lt_tensor *t);
 lt_tensor *lt_child(const lt_tensor *t, int i); /* borrowed; NULL out of range */
 void *lt_payload(const lt_tensor *t);
@@ -319,13 +338,17 @@ int lt_dense_is_contiguous(const lt_tensor *t);
 double *lt_dense_ptr(const lt_tensor *t, const size_t *index);
 int lt_dense_get(lt_context *ctx, const lt_tensor *t, int n, const size_t *index, double *out);
 int lt_dense_set(lt_context *ctx, lt_tensor *t, int n, const size_t *index, double v);
+/* Call after writing entries through lt_dense_data or lt_dense_ptr: flags
+ * cached on t, on its views and on every operator built on them lapse (the
+ * lt_dense_* writers do this themselves). */
+void lt_dense_written(lt_tensor *t);
 
 /* Views share storage. */
 lt_tensor *lt_dense_select(lt_context *ctx, lt_tensor *t, int dim, size_t index);
 lt_tensor *lt_dense_narrow(lt_context *ctx, lt_tensor *t, int dim, size_t start, size_t len);
 lt_tensor *lt_dense_transpose(lt_context *ctx, lt_tensor *t); /* 2-d view */
 lt_tensor *lt_dense_reshape(lt_context *ctx, lt_tensor *t, int ndim, const size_t *shape);
-lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t); /* contiguous copy */
+lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t); /* contiguous copy, no flags */
 lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t);  /* t itself (retained) if already */
 int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst,
                        const lt_tensor *src); /* same numel, broadcasting */
@@ -587,8 +610,10 @@ lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
 lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c);
 lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a);
-/* A, marked symmetric positive semi-definite (the caller's promise); a new
- * reference sharing A's payload for dense A, a marked copy of the node else. */
+/* A, marked symmetric positive semi-definite (the caller's promise): a new
+ * view of dense A, a marked copy of a lazy A (sharing its children and
+ * payload); A itself keeps its flags. The promise lapses when data beneath
+ * is written. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_lowrank_new(lt_context *ctx, lt_tensor *u, lt_tensor *v /* NULL: U·Uᵀ */);
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n);
@@ -659,6 +684,10 @@ const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an oper
 /* The definition an operator was made with (its matmul and ud tell a binding
  * whether it is one of its own); NULL when t is not an operator. */
 const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
+/* Whether an operator made by lt_operator_new is among t's nodes (t
+ * included): a binding that keeps its callbacks alive per expression walks
+ * only the parts of a tree where one can be. */
+int lt_contains_operator(const lt_tensor *t);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

@@ -149,6 +149,28 @@ static lt_tensor *blockdiag_make(lt_context *ctx, const lt_arg *args) {
 static const lt_constructor blockdiag_constructor = {
     1, {{.kind = LT_PARAM_LIST, .name = "block"}}, blockdiag_make};
 
+/* diag(Aᵢ) of square blocks is symmetric (PSD) exactly when every block is,
+ * lower (upper) when every block is. */
+static void bd_props(const lt_tensor *t, unsigned char *props) {
+  int sym = 1, asym = 0, psd = 1, notpsd = 0, lower = 1, upper = 1;
+  for (int i = 0; i < t->nchildren; i++) {
+    const lt_tensor *b = t->children[i];
+    if (!lt_is_square(b)) return;
+    lt_tristate s = lt_prop_get(b, LT_PROP_SYMMETRIC), p = lt_prop_get(b, LT_PROP_PSD);
+    if (p == LT_UNKNOWN && s == LT_NO) p = LT_NO;
+    if (s != LT_YES) sym = 0;
+    if (s == LT_NO) asym = 1;
+    if (p != LT_YES) psd = 0;
+    if (p == LT_NO) notpsd = 1;
+    if (lt_prop_get(b, LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(b, LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  props[LT_PROP_SYMMETRIC] = sym ? LT_YES : asym ? LT_NO : LT_UNKNOWN;
+  props[LT_PROP_PSD] = psd ? LT_YES : notpsd ? LT_NO : LT_UNKNOWN;
+  if (lower) props[LT_PROP_LOWER] = LT_YES;
+  if (upper) props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_blockdiag_type = {
     .name = "blockdiag",
     .constructor = &blockdiag_constructor,
@@ -158,6 +180,7 @@ const lt_type lt_blockdiag_type = {
     .row = bd_row,
     .destroy = bd_destroy,
     .payload_bytes = bd_payload_bytes,
+    .derive_props = bd_props,
 };
 
 /* ------------------------------------------------------------ construction */
@@ -186,31 +209,7 @@ static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n) {
     }
   }
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_BLOCKDIAG, o->roff[n], o->coff[n], b, n, o);
-  if (t == NULL) {
-    offsets_free(ctx, o);
-    return NULL;
-  }
-  int square = 1, sym = 1, asym = 0, psd = 1, notpsd = 0, lower = 1, upper = 1;
-  for (int i = 0; i < n; i++) {
-    if (!lt_is_square(b[i])) {
-      square = 0;
-      break;
-    }
-    lt_tristate s = lt_is_symmetric(ctx, b[i]), p = lt_is_psd(ctx, b[i]);
-    if (s != LT_YES) sym = 0;
-    if (s == LT_NO) asym = 1;
-    if (p != LT_YES) psd = 0;
-    if (p == LT_NO) notpsd = 1;
-    if (lt_prop_get(b[i], LT_PROP_LOWER) != LT_YES) lower = 0;
-    if (lt_prop_get(b[i], LT_PROP_UPPER) != LT_YES) upper = 0;
-  }
-  if (square) {
-    /* diag(Aᵢ) is symmetric (PSD) exactly when every block is. */
-    t->props[LT_PROP_SYMMETRIC] = sym ? LT_YES : asym ? LT_NO : LT_UNKNOWN;
-    t->props[LT_PROP_PSD] = psd ? LT_YES : notpsd ? LT_NO : LT_UNKNOWN;
-    if (lower) t->props[LT_PROP_LOWER] = LT_YES;
-    if (upper) t->props[LT_PROP_UPPER] = LT_YES;
-  }
+  if (t == NULL) offsets_free(ctx, o);
   return t;
 }
 

@@ -34,24 +34,28 @@ static lt_tensor *inverse_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *
   return out;
 }
 
+/* The inverse of a symmetric (PD) matrix is symmetric (PD), of a lower
+ * (upper) triangular one lower (upper); a singular A has no inverse, which
+ * the first solve reports. */
+static void inverse_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *a = t->children[0];
+  props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
+  props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
+  props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
+  props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
+}
+
 const lt_type lt_inverse_type = {
     .name = "inverse",
     .matmul = inverse_matmul,
     .t_matmul = inverse_t_matmul,
+    .derive_props = inverse_props,
 };
 
 lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a) {
   if (lt_require_square(ctx, "inverse", a) != LT_OK) return NULL;
   if (a->type_id == LT_TYPE_INVERSE) return lt_retain(a->children[0]);
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_INVERSE, a->shape[0], a->shape[1], &a, 1, NULL);
-  if (t == NULL) return NULL;
-  /* The inverse of a symmetric (PD) matrix is symmetric (PD); a singular A
-   * has no inverse, which the first solve reports. */
-  t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-  t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-  t->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
-  t->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_INVERSE, a->shape[0], a->shape[1], &a, 1, NULL);
 }
 
 /* (A⁻¹)⁻¹ B = A·B: an exact product, so converged. */

@@ -115,7 +115,7 @@ typedef struct split_sum {
 
 static int is_diagonal_op(const lt_tensor *t) {
   return t->type_id == LT_TYPE_DIAG || t->type_id == LT_TYPE_IDENTITY ||
-         (t->props[LT_PROP_LOWER] == LT_YES && t->props[LT_PROP_UPPER] == LT_YES);
+         (lt_prop_get(t, LT_PROP_LOWER) == LT_YES && lt_prop_get(t, LT_PROP_UPPER) == LT_YES);
 }
 
 static int diag_of(lt_context *ctx, lt_tensor *t, double *d) {

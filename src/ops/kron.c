@@ -253,6 +253,23 @@ static lt_tensor *kron_make(lt_context *ctx, const lt_arg *args) {
 static const lt_constructor kron_constructor = {
     1, {{.kind = LT_PARAM_TENSORS, .name = "factor"}}, kron_make};
 
+/* ⊗ of symmetric (PSD, lower, upper) square factors is symmetric (PSD,
+ * lower, upper). */
+static void kron_props(const lt_tensor *t, unsigned char *props) {
+  int sym = 1, psd = 1, lower = 1, upper = 1;
+  for (int i = 0; i < t->nchildren; i++) {
+    const lt_tensor *f = t->children[i];
+    if (!lt_is_square(f) || lt_prop_get(f, LT_PROP_SYMMETRIC) != LT_YES) sym = 0;
+    if (!lt_is_square(f) || lt_prop_get(f, LT_PROP_PSD) != LT_YES) psd = 0;
+    if (lt_prop_get(f, LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(f, LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  if (sym) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (psd) props[LT_PROP_PSD] = LT_YES;
+  if (lower) props[LT_PROP_LOWER] = LT_YES;
+  if (upper) props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_kron_type = {
     .name = "kron",
     .constructor = &kron_constructor,
@@ -260,6 +277,7 @@ const lt_type lt_kron_type = {
     .t_matmul = kron_t_matmul,
     .entry = kron_entry,
     .row = kron_row,
+    .derive_props = kron_props,
 };
 
 /* ------------------------------------------------------------ construction */
@@ -271,20 +289,7 @@ static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
     if (!lt_mul_size(ctx, "kron", rows, f[i]->shape[0], &rows) ||
         !lt_mul_size(ctx, "kron", cols, f[i]->shape[1], &cols))
       return NULL;
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON, rows, cols, f, n, NULL);
-  if (t == NULL) return NULL;
-  int sym = 1, psd = 1, lower = 1, upper = 1;
-  for (int i = 0; i < n; i++) {
-    if (!lt_is_square(f[i]) || lt_is_symmetric(ctx, f[i]) != LT_YES) sym = 0;
-    if (!lt_is_square(f[i]) || lt_is_psd(ctx, f[i]) != LT_YES) psd = 0;
-    if (lt_prop_get(f[i], LT_PROP_LOWER) != LT_YES) lower = 0;
-    if (lt_prop_get(f[i], LT_PROP_UPPER) != LT_YES) upper = 0;
-  }
-  if (sym) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (psd) t->props[LT_PROP_PSD] = LT_YES; /* ⊗ of PSD factors is PSD */
-  if (lower) t->props[LT_PROP_LOWER] = LT_YES;
-  if (upper) t->props[LT_PROP_UPPER] = LT_YES;
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_KRON, rows, cols, f, n, NULL);
 }
 
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
@@ -832,6 +837,13 @@ static void kpi_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+/* K + s·I is symmetric when K is, PSD when K is and s ≥ 0. */
+static void kpi_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *kron = kron_part(t);
+  if (lt_prop_get(kron, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && shift_of(t) >= 0) props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_kron_identity_type = {
     .name = "kron_plus_identity",
     .matmul = kpi_matmul,
@@ -839,6 +851,7 @@ const lt_type lt_kron_identity_type = {
     .entry = kpi_entry,
     .row = kpi_row,
     .destroy = kpi_destroy,
+    .derive_props = kpi_props,
 };
 
 lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
@@ -855,8 +868,7 @@ lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
     lt_free(ctx, payload, sizeof(double));
     return NULL;
   }
-  if (lt_prop_get(kron, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && s >= 0) t->props[LT_PROP_PSD] = LT_YES;
+  lt_note_payload_values(t, payload, 1);
   return t;
 }
 

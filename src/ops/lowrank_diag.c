@@ -60,12 +60,21 @@ static int lrd_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* L + D is symmetric when L is (D is), PSD when both are. */
+static void lrd_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *lowrank = t->children[0], *diag = t->children[1];
+  if (lt_prop_get(lowrank, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(lowrank, LT_PROP_PSD) == LT_YES && lt_prop_get(diag, LT_PROP_PSD) == LT_YES)
+    props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_lowrank_diag_type = {
     .name = "lowrank_plus_diag",
     .matmul = lrd_matmul,
     .t_matmul = lrd_t_matmul,
     .entry = lrd_entry,
     .row = lrd_row,
+    .derive_props = lrd_props,
 };
 
 /* D + L for a lowrank L and a diag D (both square, same size). */
@@ -76,13 +85,8 @@ lt_tensor *lt_lowrank_diag_new(lt_context *ctx, lt_tensor *lowrank, lt_tensor *d
     return NULL;
   }
   lt_tensor *children[2] = {lowrank, diag};
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_LOWRANK_DIAG, lowrank->shape[0], lowrank->shape[1],
-                             children, 2, NULL);
-  if (t == NULL) return NULL;
-  if (lt_prop_get(lowrank, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (lt_prop_get(lowrank, LT_PROP_PSD) == LT_YES && lt_prop_get(diag, LT_PROP_PSD) == LT_YES)
-    t->props[LT_PROP_PSD] = LT_YES;
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_LOWRANK_DIAG, lowrank->shape[0], lowrank->shape[1], children, 2,
+                     NULL);
 }
 
 /* diag(d) for d a 1-d dense or a 0-d (constant) of size n. */

@@ -21,10 +21,22 @@ static lt_tensor *product_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *
   return out;
 }
 
+/* Products of lower (upper) triangular factors stay lower (upper); nothing
+ * else follows from the factors' flags (a product of symmetric or PSD
+ * factors is in general neither). */
+static void product_props(const lt_tensor *p, unsigned char *props) {
+  const lt_tensor *a = p->children[0], *b = p->children[1];
+  if (lt_prop_get(a, LT_PROP_LOWER) == LT_YES && lt_prop_get(b, LT_PROP_LOWER) == LT_YES)
+    props[LT_PROP_LOWER] = LT_YES;
+  if (lt_prop_get(a, LT_PROP_UPPER) == LT_YES && lt_prop_get(b, LT_PROP_UPPER) == LT_YES)
+    props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_product_type = {
     .name = "product",
     .matmul = product_matmul,
     .t_matmul = product_t_matmul,
+    .derive_props = product_props,
 };
 
 lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
@@ -37,14 +49,7 @@ lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
     return NULL;
   }
   lt_tensor *children[2] = {a, b};
-  lt_tensor *p = lt_lazy_new(ctx, LT_TYPE_PRODUCT, a->shape[0], b->shape[1], children, 2, NULL);
-  if (p == NULL) return NULL;
-  /* Products of lower (upper) triangular factors stay lower (upper). */
-  if (lt_prop_get(a, LT_PROP_LOWER) == LT_YES && lt_prop_get(b, LT_PROP_LOWER) == LT_YES)
-    p->props[LT_PROP_LOWER] = LT_YES;
-  if (lt_prop_get(a, LT_PROP_UPPER) == LT_YES && lt_prop_get(b, LT_PROP_UPPER) == LT_YES)
-    p->props[LT_PROP_UPPER] = LT_YES;
-  return p;
+  return lt_lazy_new(ctx, LT_TYPE_PRODUCT, a->shape[0], b->shape[1], children, 2, NULL);
 }
 
 /* det(AB) = det A · det B for square factors: signs multiply and log|det|

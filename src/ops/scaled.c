@@ -43,6 +43,24 @@ static void scaled_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+static void scaled_props(const lt_tensor *s, unsigned char *props) {
+  const lt_tensor *a = s->children[0];
+  double c = factor(s);
+  if (c == 0) { /* the zero matrix: everything, whatever A is */
+    if (s->shape[0] == s->shape[1]) props[LT_PROP_SYMMETRIC] = props[LT_PROP_PSD] = LT_YES;
+    props[LT_PROP_LOWER] = props[LT_PROP_UPPER] = LT_YES;
+    return;
+  }
+  if (s->shape[0] == s->shape[1]) {
+    props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
+    /* c > 0 keeps PSD; a negative multiple of a PSD operator is not PSD
+     * (unless it is zero, which we do not know), so unknown. */
+    if (c > 0) props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
+  }
+  props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
+  props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
+}
+
 const lt_type lt_scaled_type = {
     .name = "scaled",
     .matmul = scaled_matmul,
@@ -50,6 +68,7 @@ const lt_type lt_scaled_type = {
     .entry = scaled_entry,
     .row = scaled_row,
     .destroy = scaled_destroy,
+    .derive_props = scaled_props,
 };
 
 lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c) {
@@ -66,15 +85,7 @@ lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c) {
     lt_free(ctx, payload, sizeof(double));
     return NULL;
   }
-  if (a->shape[0] == a->shape[1]) {
-    s->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-    /* c ≥ 0 keeps PSD; a negative multiple of a PSD operator is not PSD
-     * (unless it is zero, which we do not know), so unknown. */
-    if (c > 0) s->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-    else if (c == 0) s->props[LT_PROP_PSD] = LT_YES;
-  }
-  s->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
-  s->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
+  lt_note_payload_values(s, payload, 1);
   return s;
 }
 

@@ -315,6 +315,8 @@ static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, cons
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TOEPLITZ, m, n, NULL, 0, p);
   if (t == NULL) goto fail;
   set_props(t, p);
+  lt_note_payload_values(t, p->c, m);
+  lt_note_payload_values(t, p->r, n);
   return t;
 fail:
   payload_free(ctx, p);

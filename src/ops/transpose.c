@@ -17,23 +17,27 @@ static int transpose_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j,
   return lt_get(ctx, self->children[0], j, i, out);
 }
 
+/* Aᵀ is symmetric (PSD) when A is; lower when A is upper. */
+static void transpose_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *a = t->children[0];
+  props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
+  props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
+  props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
+  props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
+}
+
 const lt_type lt_transpose_type = {
     .name = "transpose",
     .matmul = transpose_matmul,
     .t_matmul = transpose_t_matmul,
     .entry = transpose_entry,
+    .derive_props = transpose_props,
 };
 
 lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a) {
   if (lt_require_matrix(ctx, "t", a) != LT_OK) return NULL;
   if (a->type_id == LT_TYPE_TRANSPOSE) return lt_retain(a->children[0]);
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TRANSPOSE, a->shape[1], a->shape[0], &a, 1, NULL);
-  if (t == NULL) return NULL;
-  t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-  t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-  t->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_UPPER);
-  t->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_LOWER);
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_TRANSPOSE, a->shape[1], a->shape[0], &a, 1, NULL);
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
