@@ -94,6 +94,7 @@ static int choice_arg(lua_State *L, int idx, const char *op, const lt_param *p) 
 static int read_param(lua_State *L, int idx, int last, const char *op, const lt_param *p,
                       lt_arg *arg) {
   int absent = lua_isnoneornil(L, idx);
+  arg->present = !absent;
   if (absent && !p->optional && p->kind != LT_PARAM_TENSORS)
     ltb_error(L, op, "missing %s", p->name);
   switch (p->kind) {

@@ -199,6 +199,7 @@ typedef struct lt_param {
 
 /* A parameter's value; the fields its kind uses. */
 typedef struct lt_arg {
+  int present;            /* given (an optional one may be absent) */
   lt_tensor *t;           /* TENSOR: NULL when absent */
   lt_tensor *const *list; /* TENSORS, LIST */
   const size_t *index;    /* INDICES: NULL when absent */

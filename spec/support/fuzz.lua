@@ -345,6 +345,11 @@ leaves.kron_plus_identity = function(r, m, n)
             mat_text(A), mat_text(B), n, c)}
 end
 
+leaves.zeros_operator = function(_, m, n)
+  return {op = lt.zeros_operator(m, n), ref = ref.new(m, n, function() return 0 end),
+          s = ("lt.zeros_operator(%d, %d)"):format(m, n)}
+end
+
 leaves.constant = function(r, m, n)
   local c = r.normal()
   return {op = lt.constant(m, n, c), ref = ref.new(m, n, function() return c end),
