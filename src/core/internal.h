@@ -228,6 +228,12 @@ lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X);
 int lt_for_column_blocks(lt_context *ctx, lt_tensor *A,
                          int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols), void *ud);
 /* Helpers for rules ------------------------------------------------------- */
+/* A rule's one tensor result: res->t[0] = t, a new reference, or NULL when
+ * making it failed (the error set); LT_OK or LT_ERR accordingly. */
+static inline int lt_result_tensor(lt_result *res, lt_tensor *t) {
+  res->t[0] = t;
+  return t ? LT_OK : LT_ERR;
+}
 static inline int lt_is_square(const lt_tensor *t) {
   return t->ndim == 2 && t->shape[0] == t->shape[1];
 }

@@ -179,10 +179,10 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   int ok = 1;
   for (int b = 0; ok && b < a->nchildren; b++)
     ok = (t[b] = lt_transpose(ctx, a->children[b])) != NULL;
-  res->t[0] = ok ? lt_cat_new(ctx, t, a->nchildren, 1 - cat_of(a)->dim) : NULL;
+  lt_tensor *out = ok ? lt_cat_new(ctx, t, a->nchildren, 1 - cat_of(a)->dim) : NULL;
   for (int b = 0; b < a->nchildren; b++) lt_release(ctx, t[b]);
   lt_free(ctx, t, (size_t)a->nchildren * sizeof *t);
-  return res->t[0] ? LT_OK : LT_ERR;
+  return lt_result_tensor(res, out);
 }
 
 int lt_register_cat_rules(lt_context *ctx) {

@@ -152,8 +152,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   if (q == NULL) return LT_ERR;
   memcpy(q->p, a->inv, a->n * sizeof(size_t));
   memcpy(q->inv, a->p, a->n * sizeof(size_t));
-  res->t[0] = perm_wrap(ctx, q);
-  return res->t[0] ? LT_OK : LT_ERR;
+  return lt_result_tensor(res, perm_wrap(ctx, q));
 }
 
 /* (P_a·P_b·x)ᵢ = (P_b·x)[a.p[i]] = x[b.p[a.p[i]]]: a permutation again. */
@@ -166,8 +165,7 @@ static int rule_compose(lt_context *ctx, const lt_args *args, lt_result *res, vo
     q->p[i] = b->p[a->p[i]];
     q->inv[q->p[i]] = i;
   }
-  res->t[0] = perm_wrap(ctx, q);
-  return res->t[0] ? LT_OK : LT_ERR;
+  return lt_result_tensor(res, perm_wrap(ctx, q));
 }
 
 /* P⁻¹B = PᵀB: exact, no factorisation. */
@@ -185,8 +183,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   }
   res->info.method = "permutation";
   res->info.converged = 1;
-  res->t[0] = X;
-  return X ? LT_OK : LT_ERR;
+  return lt_result_tensor(res, X);
 }
 
 /* det P, the sign of the permutation: (-1)^(n - number of cycles); 0 when
@@ -223,8 +220,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *d = lt_dense_vector(ctx, a->n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < a->n; i++) lt_dense_data(d)[i] = a->p[i] == i ? 1.0 : 0.0;
-  res->t[0] = d;
-  return LT_OK;
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {

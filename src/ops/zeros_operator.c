@@ -67,11 +67,6 @@ static lt_tensor *zeros_new(lt_context *ctx, size_t rows, size_t cols) {
 
 /* ---------------------------------------------------------------- rules */
 
-static int answer(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static int same_shape(const lt_tensor *a, const lt_tensor *b) {
   return b->ndim == 2 && a->shape[0] == b->shape[0] && a->shape[1] == b->shape[1];
 }
@@ -81,15 +76,15 @@ static int same_shape(const lt_tensor *a, const lt_tensor *b) {
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ctx, (void)ud;
   if (!same_shape(args->a, args->b)) return LT_NOT_IMPLEMENTED;
-  return answer(res, lt_retain(args->b));
+  return lt_result_tensor(res, lt_retain(args->b));
 }
 
 /* A − 0 = A and 0 − A = −A. */
 static int rule_sub(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!same_shape(args->a, args->b) || !same_shape(args->b, args->a)) return LT_NOT_IMPLEMENTED;
-  if (args->b->type == &lt_zeros_operator_type) return answer(res, lt_retain(args->a));
-  return answer(res, lt_neg(ctx, args->b));
+  if (args->b->type == &lt_zeros_operator_type) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, lt_neg(ctx, args->b));
 }
 
 /* 0·B, A·0, 0 ∘ B, c·0, 0ᵀ: zero of the result's shape. */
@@ -101,20 +96,20 @@ static int rule_product(lt_context *ctx, const lt_args *args, lt_result *res, vo
   if (args->op == LT_OP_TRANSPOSE) rows = a->shape[1], cols = a->shape[0];
   if (args->op == LT_OP_MATMUL && b->ndim != 2) return LT_NOT_IMPLEMENTED;   /* a vector: dense */
   if (args->op == LT_OP_MUL && !same_shape(a, b)) return LT_NOT_IMPLEMENTED; /* broadcasting */
-  return answer(res, zeros_new(ctx, rows, cols));
+  return lt_result_tensor(res, zeros_new(ctx, rows, cols));
 }
 
 /* A·0 (called with a = A, b = the zero). */
 static int rule_times_zeros(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (args->a->ndim != 2) return LT_NOT_IMPLEMENTED;
-  return answer(res, zeros_new(ctx, args->a->shape[0], args->b->shape[1]));
+  return lt_result_tensor(res, zeros_new(ctx, args->a->shape[0], args->b->shape[1]));
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   size_t n = args->a->shape[0] < args->a->shape[1] ? args->a->shape[0] : args->a->shape[1];
-  return answer(res, lt_dense_zeros(ctx, 1, &n));
+  return lt_result_tensor(res, lt_dense_zeros(ctx, 1, &n));
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
