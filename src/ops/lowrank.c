@@ -257,7 +257,7 @@ static lt_tensor *scale_rows(lt_context *ctx, const lt_tensor *diag, const lt_te
   lt_tensor *out = lt_dense_clone(ctx, f);
   if (out == NULL) return NULL;
   size_t n = f->shape[0], k = f->shape[1];
-  const double *d = lt_dense_data(diag->children[0]);
+  const double *d = lt_diag_values(diag);
   double *o = lt_dense_data(out);
   for (size_t i = 0; i < n; i++)
     for (size_t l = 0; l < k; l++) o[i * k + l] *= d[i];

@@ -18,9 +18,7 @@
 
 static lt_tensor *lr_part(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *diag_part(const lt_tensor *self) { return self->children[1]; }
-static const double *diag_values(const lt_tensor *self) {
-  return lt_dense_data(diag_part(self)->children[0]);
-}
+static const double *diag_values(const lt_tensor *self) { return lt_diag_values(diag_part(self)); }
 
 static lt_tensor *lrd_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *out = lt_apply(ctx, lr_part(self), X);

@@ -24,6 +24,19 @@ void lt_slogdet_result(lt_result *res, double sign, double logabs);
 /* logdet as torch.logdet gives it: logabs, -inf (sign 0) or NaN (sign < 0). */
 double lt_logdet_of_sign(double sign, double logabs);
 
+/* The diagonal types (diag.c, identity.c, diagonal.c). */
+/* The diagonal of a diag operator: n contiguous values. */
+const double *lt_diag_values(const lt_tensor *diag);
+/* A new n×n diag whose values (uninitialised) are *values: write them, then
+ * lt_diag_finish (its flags; NULL passes through). One allocation holds
+ * both (lt_lazy_new_with_dense). */
+lt_tensor *lt_diag_alloc(lt_context *ctx, size_t n, double **values);
+lt_tensor *lt_diag_finish(lt_tensor *t);
+/* c of an identity operator c·I. */
+double lt_identity_value(const lt_tensor *identity);
+/* Registers the closed forms diag and identity share for type_id. */
+int lt_register_diagonal_forms(lt_context *ctx, int type_id);
+
 /* Constructors used across files (no copies: children are retained). */
 /* U·Vᵀ from contiguous private factors; v NULL for U·Uᵀ. */
 lt_tensor *lt_lowrank_from(lt_context *ctx, lt_tensor *u, lt_tensor *v);
