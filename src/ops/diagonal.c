@@ -1,7 +1,8 @@
 /*
  * ops/diagonal.c — the closed forms of the diagonal types, diag and
  * identity (c·I): Cholesky, roots and inverses stay diagonal, solves divide
- * rows, log-determinants sum logs, eigh and svd sort the diagonal, and
+ * rows, log-determinants sum logs, eigh and svd sort the diagonal (their
+ * vectors a lazy permutation: nothing n×n from n numbers), and
  * products with dense matrices scale rows or columns. A view gives the
  * diagonal as an array (diag) or one repeated value (identity); each type's
  * file registers these rules for itself (lt_register_diagonal_forms).
@@ -233,25 +234,33 @@ static keyed *order(lt_context *ctx, const dview *v, int absolute, int desc) {
   return k;
 }
 
-/* An n×n matrix with column j equal to sign_j·e_{perm_j}. */
-static lt_tensor *permutation(lt_context *ctx, const dview *v, const keyed *k, int signs) {
-  size_t n = v->n;
-  lt_tensor *m = lt_dense_zeros(ctx, 2, (size_t[]){n, n});
-  if (m == NULL) return NULL;
-  for (size_t j = 0; j < n; j++)
-    lt_dense_data(m)[k[j].i * n + j] = signs && at(v, k[j].i) < 0 ? -1.0 : 1.0;
-  return m;
+/* The permutation P whose column j is e_{k[j].i}, so that D·P = P·diag(w)
+ * for the sorted w: lazy, O(n) (row k[j].i holds its 1 in column j). */
+static lt_tensor *sorting_permutation(lt_context *ctx, const keyed *k, size_t n) {
+  size_t *p = lt_malloc(ctx, (n ? n : 1) * sizeof *p);
+  if (p == NULL) return NULL;
+  for (size_t j = 0; j < n; j++) p[k[j].i] = j;
+  lt_tensor *P = lt_permutation_new(ctx, p, n);
+  lt_free(ctx, p, (n ? n : 1) * sizeof *p);
+  return P;
 }
 
+/* The sorted values k[j].v as a new 1-d dense. */
+static lt_tensor *sorted_values(lt_context *ctx, const keyed *k, size_t n) {
+  lt_tensor *w = lt_dense_vector(ctx, n);
+  if (w != NULL)
+    for (size_t j = 0; j < n; j++) lt_dense_data(w)[j] = k[j].v;
+  return w;
+}
+
+/* D = Q·diag(w)·Qᵀ with Q a permutation: nothing n×n is formed. */
 static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   dview v = view_of(args->a);
   keyed *k = order(ctx, &v, 0, 0);
   if (k == NULL) return LT_ERR;
-  res->t[0] = lt_dense_vector(ctx, v.n);
-  res->t[1] = res->t[0] ? permutation(ctx, &v, k, 0) : NULL;
-  if (res->t[1] != NULL)
-    for (size_t j = 0; j < v.n; j++) lt_dense_data(res->t[0])[j] = k[j].v;
+  res->t[0] = sorted_values(ctx, k, v.n);
+  res->t[1] = res->t[0] ? sorting_permutation(ctx, k, v.n) : NULL;
   lt_free(ctx, k, (v.n ? v.n : 1) * sizeof *k);
   closed_form(res);
   if (res->t[1] == NULL) {
@@ -262,19 +271,33 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
   return LT_OK;
 }
 
-/* D = U·diag(|d|)·Vᵀ with U = V·sign(d), both permutations. */
+/* U = V·diag(sign dₖ₍ⱼ₎): V itself when no entry is negative, else a lazy
+ * product with the signs. */
+static lt_tensor *signed_columns(lt_context *ctx, const dview *v, const keyed *k, lt_tensor *V) {
+  int negative = 0;
+  for (size_t j = 0; j < v->n; j++) negative |= at(v, k[j].i) < 0;
+  if (!negative) return lt_retain(V);
+  double *s;
+  lt_tensor *signs = lt_diag_alloc(ctx, v->n, &s);
+  if (signs == NULL) return NULL;
+  for (size_t j = 0; j < v->n; j++) s[j] = at(v, k[j].i) < 0 ? -1.0 : 1.0;
+  lt_tensor *d = lt_diag_finish(signs);
+  lt_tensor *U = lt_product_new(ctx, V, d);
+  lt_release(ctx, d);
+  return U;
+}
+
+/* D = U·diag(|d|)·Vᵀ, sorted descending: V a permutation, U = V·sign(d). */
 static int rule_svd(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   dview v = view_of(args->a);
   keyed *k = order(ctx, &v, 1, 1);
   if (k == NULL) return LT_ERR;
-  res->t[0] = permutation(ctx, &v, k, 1);
-  res->t[1] = res->t[0] ? lt_dense_vector(ctx, v.n) : NULL;
-  res->t[2] = res->t[1] ? permutation(ctx, &v, k, 0) : NULL;
-  if (res->t[2] != NULL)
-    for (size_t j = 0; j < v.n; j++) lt_dense_data(res->t[1])[j] = k[j].v;
+  res->t[2] = sorting_permutation(ctx, k, v.n);
+  res->t[1] = res->t[2] ? sorted_values(ctx, k, v.n) : NULL;
+  res->t[0] = res->t[1] ? signed_columns(ctx, &v, k, res->t[2]) : NULL;
   lt_free(ctx, k, (v.n ? v.n : 1) * sizeof *k);
-  if (res->t[2] == NULL) {
+  if (res->t[0] == NULL) {
     for (int i = 0; i < 3; i++) {
       lt_release(ctx, res->t[i]);
       res->t[i] = NULL;
