@@ -672,12 +672,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   if (X == NULL || lt_linop_of_tensor(ctx, a, &A) != LT_OK) {
     rc = LT_ERR;
   } else {
-    lt_cg_opts o;
-    memset(&o, 0, sizeof o);
-    o.tol = ctx->settings.cg_tolerance;
-    o.max_iter = ctx->settings.max_cg_iterations;
-    o.progress = ctx->settings.progress;
-    o.progress_ud = ctx->settings.progress_ud;
+    lt_cg_opts o = lt_cg_options(ctx);
     rc = lt_mbcg(ctx, &A, &Minv, k, lt_dense_data(B), lt_dense_data(X), &o, NULL, &info);
     if (rc == LT_INDEFINITE) {
       lt_clear_error(ctx);
