@@ -456,17 +456,13 @@ done:
 
 /* -------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* Tᵀ is the Toeplitz matrix with c and r exchanged. */
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const toeplitz_payload *p = args->a->payload;
-  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return done(res, lt_retain(args->a));
-  return done(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m));
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES)
+    return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m));
 }
 
 /* The diagonal is constant: c[0]. */
@@ -474,7 +470,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   (void)ud;
   const toeplitz_payload *p = args->a->payload;
   size_t len = p->m < p->n ? p->m : p->n;
-  return done(res, lt_dense_full(ctx, 1, &len, p->c[0]));
+  return lt_result_tensor(res, lt_dense_full(ctx, 1, &len, p->c[0]));
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -494,7 +490,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   for (size_t i = 0; i < p->m; i++)
     for (size_t j = 0; j < p->n; j++) o[i * p->n + j] = value_at(p, i, j);
   if (p->m == p->n) lt_prop_mark(out, LT_PROP_SYMMETRIC, lt_prop_get(args->a, LT_PROP_SYMMETRIC));
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* How two Toeplitz matrices (same shape) combine entry by entry. */
@@ -537,9 +533,9 @@ static int is_psd_flagged(const lt_tensor *t) { return lt_prop_get(t, LT_PROP_PS
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (args->scalar == 1.0) return done(res, lt_retain(args->a));
+  if (args->scalar == 1.0) return lt_result_tensor(res, lt_retain(args->a));
   lt_tensor *t = combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD);
-  return done(res, psd_if(t, is_psd_flagged(args->a) && args->scalar >= 0));
+  return lt_result_tensor(res, psd_if(t, is_psd_flagged(args->a) && args->scalar >= 0));
 }
 
 /* T ± T', T ∘ T' (ud: the combine_op). */
@@ -547,7 +543,7 @@ static int rule_combine(lt_context *ctx, const lt_args *args, lt_result *res, vo
   combine_op op = (combine_op)(intptr_t)ud;
   lt_tensor *t = combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op);
   int psd = op != COMBINE_SUB && is_psd_flagged(args->a) && is_psd_flagged(args->b);
-  return done(res, psd_if(t, psd));
+  return lt_result_tensor(res, psd_if(t, psd));
 }
 
 /* T + c·I: c added to c[1] and r[1] (add_diag and add_jitter with a number
@@ -557,7 +553,7 @@ static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *re
   double v;
   if (lt_get(ctx, args->b, 0, 0, &v) != LT_OK) return LT_ERR;
   lt_tensor *t = combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD);
-  return done(res, psd_if(t, is_psd_flagged(args->a) && v >= 0));
+  return lt_result_tensor(res, psd_if(t, is_psd_flagged(args->a) && v >= 0));
 }
 
 /* ------------------------------------------------------------- solves */
