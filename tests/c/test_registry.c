@@ -182,9 +182,42 @@ static void test_type_states(void) {
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
 }
 
+/* ------------------------------------------------ types without an enum id */
+
+static lt_tensor *copy_product(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
+  (void)self;
+  return lt_dense_clone(ctx, X);
+}
+
+static void test_next_ids(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  CHECK(ctx != NULL, "lt_context_new");
+  if (ctx == NULL) return;
+  /* Built-in types added after the enum (LT_TYPE_NEXT in units.def) take
+   * ids from LT_TYPE_BUILTIN_COUNT on, findable by name and descriptor. */
+  const char *names[] = {"permutation", "cat", "zeros_operator"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    int id = lt_type_id(ctx, names[i]);
+    CHECK(id >= LT_TYPE_BUILTIN_COUNT, "%s has id %d", names[i], id);
+    const lt_type *t = lt_type_descriptor(ctx, id);
+    CHECK(t != NULL && lt_type_id_of(ctx, t) == id && t->constructor != NULL,
+          "%s: descriptor, id and constructor", names[i]);
+  }
+  /* A host's type comes after every built-in one. */
+  static const lt_type host_type = {.name = "host_type"};
+  static const lt_type host_type_ok = {.name = "host_type_ok", .matmul = copy_product};
+  CHECK(lt_register_type(ctx, &host_type) == LT_ERR, "a type without matmul is refused");
+  int id = lt_register_type(ctx, &host_type_ok);
+  CHECK(id == lt_type_count(ctx) - 1 && id > lt_type_id(ctx, "zeros_operator"),
+        "the host's type is the last (%d)", id);
+  CHECK(lt_type_id_of(ctx, &host_type) == LT_ERR, "an unregistered descriptor has no id");
+  lt_context_free(ctx);
+}
+
 int main(void) {
   test_builtins_register();
   test_priorities();
   test_type_states();
+  test_next_ids();
   return check_summary();
 }
