@@ -1,7 +1,7 @@
 /*
  * bind_types.c — the types of the registry in Lua: lt.types(), and
  * lt.<type>(...) for every type whose descriptor has a constructor (the
- * parameters it lists, read in order: tensors from numbers and tables as
+ * arguments it lists, read in order: tensors from numbers and tables as
  * everywhere, lists, sizes, numbers, indices, words). Types with a
  * hand-written constructor (lt.kernel's spec table, lt.operator's
  * functions) keep it, so a new type needs no binding code.
@@ -72,7 +72,7 @@ static size_t *indices_arg(lua_State *L, int idx, const char *op, const char *wh
   return out;
 }
 
-static int choice_arg(lua_State *L, int idx, const char *op, const lt_param *p) {
+static int choice_arg(lua_State *L, int idx, const char *op, const lt_arg_spec *p) {
   const char *word = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
   int n = 0;
   for (; p->choices[n] != NULL; n++)
@@ -89,34 +89,33 @@ static int choice_arg(lua_State *L, int idx, const char *op, const lt_param *p) 
                    word ? word : luaL_typename(L, idx));
 }
 
-/* Reads parameter p from stack slot idx into *arg (last: the slot of the
+/* Reads argument p from stack slot idx into *arg (last: the slot of the
  * last argument given); returns the next slot. */
-static int read_param(lua_State *L, int idx, int last, const char *op, const lt_param *p,
-                      lt_arg *arg) {
+static int read_arg(lua_State *L, int idx, int last, const char *op, const lt_arg_spec *p,
+                    lt_arg *arg) {
   int absent = lua_isnoneornil(L, idx);
   arg->present = !absent;
-  if (absent && !p->optional && p->kind != LT_PARAM_TENSORS)
-    ltb_error(L, op, "missing %s", p->name);
+  if (absent && !p->optional && p->kind != LT_ARG_TENSORS) ltb_error(L, op, "missing %s", p->name);
   switch (p->kind) {
-    case LT_PARAM_TENSOR: arg->t = absent ? NULL : ltb_operand(L, idx, op); break;
-    case LT_PARAM_TENSORS:
+    case LT_ARG_TENSOR: arg->t = absent ? NULL : ltb_operand(L, idx, op); break;
+    case LT_ARG_TENSORS:
       arg->count = last >= idx ? (size_t)(last - idx + 1) : 0;
       if (arg->count < 1) ltb_error(L, op, "needs at least one %s", p->name);
       arg->list = tensor_list(L, idx, arg->count, op, p->name);
       return last + 1;
-    case LT_PARAM_LIST:
+    case LT_ARG_LIST:
       if (!absent) arg->list = list_arg(L, idx, op, p->name, &arg->count);
       break;
-    case LT_PARAM_SIZE:
+    case LT_ARG_SIZE:
       arg->size = absent ? (size_t)p->fallback : ltb_check_size(L, idx, op, p->name);
       break;
-    case LT_PARAM_NUMBER:
+    case LT_ARG_NUMBER:
       arg->number = absent ? p->fallback : ltb_check_number(L, idx, op, p->name);
       break;
-    case LT_PARAM_INDICES:
+    case LT_ARG_INDICES:
       if (!absent) arg->index = indices_arg(L, idx, op, p->name, &arg->count);
       break;
-    case LT_PARAM_CHOICE: arg->choice = absent ? 0 : choice_arg(L, idx, op, p); break;
+    case LT_ARG_CHOICE: arg->choice = absent ? 0 : choice_arg(L, idx, op, p); break;
   }
   return idx + 1;
 }
@@ -127,21 +126,21 @@ static int l_construct(lua_State *L) {
   int id = (int)lua_tointeger(L, lua_upvalueindex(LTB_NUPVALUES + 1));
   const lt_type *type = lt_type_descriptor(ctx, id);
   const lt_constructor *c = type->constructor;
-  /* Trailing nils are absent arguments; arguments past the last parameter
+  /* Trailing nils are absent arguments; arguments past the last one
    * are ignored, as Lua's own functions do (lt.chol(A:cholesky()) passes
    * the info table too). */
-  int nargs = lua_gettop(L);
-  while (nargs > 0 && lua_isnil(L, nargs)) nargs--;
-  /* Every parameter gets a slot (nil when absent) before values are pushed
+  int given = lua_gettop(L);
+  while (given > 0 && lua_isnil(L, given)) given--;
+  /* Every argument gets a slot (nil when absent) before values are pushed
    * above them. */
-  lua_settop(L, nargs > c->nparams ? nargs : c->nparams);
-  lt_arg args[LT_MAX_PARAMS];
-  memset(args, 0, sizeof args);
+  lua_settop(L, given > c->nargs ? given : c->nargs);
+  lt_arg values[LT_MAX_ARGS];
+  memset(values, 0, sizeof values);
   int idx = 1;
-  for (int i = 0; i < c->nparams; i++)
-    idx = read_param(L, idx, nargs, type->name, &c->params[i], &args[i]);
+  for (int i = 0; i < c->nargs; i++)
+    idx = read_arg(L, idx, given, type->name, &c->args[i], &values[i]);
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, c->make(ctx, args));
+  return ltb_fill(L, box, c->make(ctx, values));
 }
 
 /* lt.types(): the names of the registered types, by id ("dense" first). */

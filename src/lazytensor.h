@@ -175,29 +175,30 @@ typedef enum {
 
 /*
  * How a binding makes an operator of a type (the Lua binding's
- * lt.<type name>(...)): the parameters, read in order, and a function
+ * lt.<type name>(...)): its arguments, read in order, and a function
  * taking their values. Like the operation table for operations: a type
- * with a constructor needs no binding code.
+ * with a constructor needs no binding code. (Arguments, not "parameters":
+ * those are the gradients' values of an operator.)
  */
 typedef enum {
-  LT_PARAM_TENSOR,  /* a tensor (bindings turn numbers and tables into one) */
-  LT_PARAM_TENSORS, /* one or more tensors: the remaining arguments */
-  LT_PARAM_LIST,    /* a list of one or more tensors ({A, B, ...} in Lua) */
-  LT_PARAM_SIZE,    /* a non-negative integer */
-  LT_PARAM_NUMBER,  /* a number */
-  LT_PARAM_INDICES, /* indices: 0-based here, 1-based in Lua (a table or a 1-d tensor) */
-  LT_PARAM_CHOICE   /* one of the words in choices */
-} lt_param_kind;
+  LT_ARG_TENSOR,  /* a tensor (bindings turn numbers and tables into one) */
+  LT_ARG_TENSORS, /* one or more tensors: the remaining arguments */
+  LT_ARG_LIST,    /* a list of one or more tensors ({A, B, ...} in Lua) */
+  LT_ARG_SIZE,    /* a non-negative integer */
+  LT_ARG_NUMBER,  /* a number */
+  LT_ARG_INDICES, /* indices: 0-based here, 1-based in Lua (a table or a 1-d tensor) */
+  LT_ARG_CHOICE   /* one of the words in choices */
+} lt_arg_kind;
 
-typedef struct lt_param {
-  lt_param_kind kind;
+typedef struct lt_arg_spec {
+  lt_arg_kind kind;
   const char *name; /* in messages: "the factor U"; for TENSORS and LIST one item: "block" */
   int optional;     /* may be absent (nil, or not given) */
   double fallback;  /* NUMBER, SIZE: the value when absent */
   const char *const *choices; /* CHOICE: NULL-terminated; when absent, the first */
-} lt_param;
+} lt_arg_spec;
 
-/* A parameter's value; the fields its kind uses. */
+/* An argument's value; the fields its kind uses. */
 typedef struct lt_arg {
   int present;            /* given (an optional one may be absent) */
   lt_tensor *t;           /* TENSOR: NULL when absent */
@@ -209,14 +210,14 @@ typedef struct lt_arg {
   int choice;             /* CHOICE: the word's position */
 } lt_arg;
 
-#define LT_MAX_PARAMS 4
+#define LT_MAX_ARGS 4
 
 typedef struct lt_constructor {
-  int nparams;
-  lt_param params[LT_MAX_PARAMS];
-  /* The operator for args[i] of params[i] (borrowed), or NULL with the
-   * error set. */
-  lt_tensor *(*make)(lt_context *ctx, const lt_arg *args);
+  int nargs;
+  lt_arg_spec args[LT_MAX_ARGS];
+  /* The operator for values[i] of args[i] (tensors borrowed), or NULL
+   * with the error set. */
+  lt_tensor *(*make)(lt_context *ctx, const lt_arg *values);
 } lt_constructor;
 
 /*
@@ -248,8 +249,8 @@ typedef struct lt_type {
    * that hold whatever the children hold, and flags set with lt_prop_set
    * lapse when data beneath is written. */
   void (*derive_props)(const lt_tensor *self, unsigned char *props);
-  /* How bindings make one (lt.<name>(...) in Lua). Optional: types made
-   * only by rules, or with a hand-written binding, have none. */
+  /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
+   * types made only by rules, or with a hand-written binding, have none. */
   const lt_constructor *constructor;
 } lt_type;
 

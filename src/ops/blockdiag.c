@@ -147,7 +147,7 @@ static lt_tensor *blockdiag_make(lt_context *ctx, const lt_arg *args) {
 
 /* lt.blockdiag{A, B, ...} */
 static const lt_constructor blockdiag_constructor = {
-    1, {{.kind = LT_PARAM_LIST, .name = "block"}}, blockdiag_make};
+    1, {{.kind = LT_ARG_LIST, .name = "block"}}, blockdiag_make};
 
 /* diag(Aᵢ) of square blocks is symmetric (PSD) exactly when every block is,
  * lower (upper) when every block is. */

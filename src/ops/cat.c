@@ -109,8 +109,8 @@ static lt_tensor *cat_make(lt_context *ctx, const lt_arg *args) {
 
 static const lt_constructor cat_constructor = {
     2,
-    {{.kind = LT_PARAM_LIST, .name = "block"},
-     {.kind = LT_PARAM_SIZE, .name = "dim", .optional = 1, .fallback = 1}},
+    {{.kind = LT_ARG_LIST, .name = "block"},
+     {.kind = LT_ARG_SIZE, .name = "dim", .optional = 1, .fallback = 1}},
     cat_make};
 
 const lt_type lt_cat_type = {

@@ -65,7 +65,7 @@ static lt_tensor *chol_make(lt_context *ctx, const lt_arg *args) {
 
 /* lt.chol(L) */
 static const lt_constructor chol_constructor = {
-    1, {{.kind = LT_PARAM_TENSOR, .name = "the factor L"}}, chol_make};
+    1, {{.kind = LT_ARG_TENSOR, .name = "the factor L"}}, chol_make};
 
 const lt_type lt_chol_type = {
     .name = "chol",

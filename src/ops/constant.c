@@ -54,9 +54,9 @@ static lt_tensor *constant_make(lt_context *ctx, const lt_arg *args) {
 /* lt.constant(m, n, c) */
 static const lt_constructor constant_constructor = {
     3,
-    {{.kind = LT_PARAM_SIZE, .name = "the number of rows"},
-     {.kind = LT_PARAM_SIZE, .name = "the number of columns"},
-     {.kind = LT_PARAM_NUMBER, .name = "the value"}},
+    {{.kind = LT_ARG_SIZE, .name = "the number of rows"},
+     {.kind = LT_ARG_SIZE, .name = "the number of columns"},
+     {.kind = LT_ARG_NUMBER, .name = "the value"}},
     constant_make};
 
 const lt_type lt_constant_type = {

@@ -46,8 +46,8 @@ static lt_tensor *identity_make(lt_context *ctx, const lt_arg *args) {
 /* lt.identity(n [, c]) */
 static const lt_constructor identity_constructor = {
     2,
-    {{.kind = LT_PARAM_SIZE, .name = "the size"},
-     {.kind = LT_PARAM_NUMBER, .name = "the scale", .optional = 1, .fallback = 1.0}},
+    {{.kind = LT_ARG_SIZE, .name = "the size"},
+     {.kind = LT_ARG_NUMBER, .name = "the scale", .optional = 1, .fallback = 1.0}},
     identity_make};
 
 const lt_type lt_identity_type = {

@@ -251,7 +251,7 @@ static lt_tensor *kron_make(lt_context *ctx, const lt_arg *args) {
 
 /* lt.kron(A, B, ...) */
 static const lt_constructor kron_constructor = {
-    1, {{.kind = LT_PARAM_TENSORS, .name = "factor"}}, kron_make};
+    1, {{.kind = LT_ARG_TENSORS, .name = "factor"}}, kron_make};
 
 /* ⊗ of symmetric (PSD, lower, upper) square factors is symmetric (PSD,
  * lower, upper). */

@@ -83,8 +83,8 @@ static lt_tensor *lowrank_make(lt_context *ctx, const lt_arg *args) {
 /* lt.lowrank(U [, V]) */
 static const lt_constructor lowrank_constructor = {
     2,
-    {{.kind = LT_PARAM_TENSOR, .name = "the factor U"},
-     {.kind = LT_PARAM_TENSOR, .name = "the factor V", .optional = 1}},
+    {{.kind = LT_ARG_TENSOR, .name = "the factor U"},
+     {.kind = LT_ARG_TENSOR, .name = "the factor V", .optional = 1}},
     lowrank_make};
 
 const lt_type lt_lowrank_type = {

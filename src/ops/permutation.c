@@ -72,7 +72,7 @@ static lt_tensor *perm_make(lt_context *ctx, const lt_arg *args) {
 
 /* lt.permutation(p) */
 static const lt_constructor perm_constructor = {
-    1, {{.kind = LT_PARAM_INDICES, .name = "p"}}, perm_make};
+    1, {{.kind = LT_ARG_INDICES, .name = "p"}}, perm_make};
 
 const lt_type lt_permutation_type = {
     .name = "permutation",

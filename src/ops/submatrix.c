@@ -95,9 +95,9 @@ static lt_tensor *submatrix_make(lt_context *ctx, const lt_arg *args) {
 /* lt.submatrix(A, rows [, cols]) */
 static const lt_constructor submatrix_constructor = {
     3,
-    {{.kind = LT_PARAM_TENSOR, .name = "the matrix A"},
-     {.kind = LT_PARAM_INDICES, .name = "rows"},
-     {.kind = LT_PARAM_INDICES, .name = "cols", .optional = 1}},
+    {{.kind = LT_ARG_TENSOR, .name = "the matrix A"},
+     {.kind = LT_ARG_INDICES, .name = "rows"},
+     {.kind = LT_ARG_INDICES, .name = "cols", .optional = 1}},
     submatrix_make};
 
 /* A principal submatrix P·A·Pᵀ of a symmetric (PSD) A is symmetric (PSD). */

@@ -79,8 +79,8 @@ static lt_tensor *triangular_make(lt_context *ctx, const lt_arg *args) {
 static const char *const triangles[] = {"lower", "upper", NULL};
 static const lt_constructor triangular_constructor = {
     2,
-    {{.kind = LT_PARAM_TENSOR, .name = "the matrix A"},
-     {.kind = LT_PARAM_CHOICE, .name = "the triangle", .optional = 1, .choices = triangles}},
+    {{.kind = LT_ARG_TENSOR, .name = "the matrix A"},
+     {.kind = LT_ARG_CHOICE, .name = "the triangle", .optional = 1, .choices = triangles}},
     triangular_make};
 
 const lt_type lt_triangular_type = {

@@ -41,8 +41,8 @@ static lt_tensor *zeros_make(lt_context *ctx, const lt_arg *args) {
 /* lt.zeros_operator(m [, n]): n = m when omitted. */
 static const lt_constructor zeros_constructor = {
     2,
-    {{.kind = LT_PARAM_SIZE, .name = "the number of rows"},
-     {.kind = LT_PARAM_SIZE, .name = "the number of columns", .optional = 1}},
+    {{.kind = LT_ARG_SIZE, .name = "the number of rows"},
+     {.kind = LT_ARG_SIZE, .name = "the number of columns", .optional = 1}},
     zeros_make};
 
 const lt_type lt_zeros_operator_type = {
