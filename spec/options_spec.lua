@@ -146,7 +146,7 @@ describe("definition tables", function()
 
   it("reject unknown keys and mistyped flags in an operator definition", function()
     assert.matches("lazytensor: operator: the definition: unknown key 'symetric' (expected shape, "
-      .. "matmul, t_matmul, psd, symmetric or name)",
+      .. "matmul, t_matmul, psd, symmetric",
       message(function() return lt.operator{shape = {3, 3}, matmul = id, symetric = true} end),
       1, true)
     assert.matches("lazytensor: operator: psd must be true, false or nil, got string",
