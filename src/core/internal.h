@@ -175,6 +175,9 @@ int lt_type_id_of(lt_context *ctx, const lt_type *type);
  * out (the caller may go on without its cache). */
 void *lt_type_state(lt_context *ctx, int type_id, size_t size,
                     void (*free_state)(lt_context *ctx, void *state));
+/* The bytes of the type states made so far (part of lt_memory: a leak
+ * check inside a live context subtracts them, as caches stay). */
+size_t lt_type_state_bytes(const lt_context *ctx);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);

@@ -57,6 +57,13 @@ void *lt_type_state(lt_context *ctx, int type_id, size_t size,
   return slot->state;
 }
 
+size_t lt_type_state_bytes(const lt_context *ctx) {
+  size_t bytes = 0;
+  for (int i = 0; ctx->type_states && i < ctx->ntypes; i++)
+    if (ctx->type_states[i].state != NULL) bytes += ctx->type_states[i].size;
+  return bytes;
+}
+
 /* Before anything else goes: a state's free function may use the context. */
 static void free_type_states(lt_context *ctx) {
   for (int i = 0; ctx->type_states && i < ctx->ntypes; i++) {

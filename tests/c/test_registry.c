@@ -168,6 +168,8 @@ static void test_type_states(void) {
   CHECK(lt_type_state(ctx, LT_TYPE_KRON, sizeof(cache), cache_free) != c,
         "each type its own state");
   CHECK(cnt.current > base, "states are allocated through the context");
+  CHECK(lt_type_state_bytes(ctx) == 2 * sizeof(cache), "the states' bytes: %zu",
+        lt_type_state_bytes(ctx));
   CHECK(lt_type_state(ctx, 9999, 8, NULL) == NULL && strstr(lt_last_error(ctx), "unknown type"),
         "an unknown type id: %s", lt_last_error(ctx));
   /* Memory runs out: NULL with a message, nothing kept, a later call works. */
