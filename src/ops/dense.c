@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -34,12 +35,36 @@ static int dense_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* Gradients: a dense matrix's parameter is itself, {values = A}; the
+ * gradient of <W, A> is W. */
+static int dense_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_tensor(ctx, out, self, "values", self);
+}
+
+static int dense_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                            lt_paramset *grads) {
+  lt_tensor *W = ltg_dense_of(ctx, w, self->shape[0], self->shape[1]);
+  return W ? lt_paramset_add_owned(ctx, grads, self, "values", W) : LT_ERR;
+}
+
+static lt_tensor *dense_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                const lt_paramset *values) {
+  (void)children;
+  lt_tensor *v = ltg_tensor_value(ctx, values, self, "values", self);
+  lt_tensor *out = v ? lt_dense_clone(ctx, v) : NULL;
+  lt_release(ctx, v);
+  return out;
+}
+
 const lt_type lt_dense_type = {
     .name = "dense",
     .matmul = dense_matmul,
     .t_matmul = dense_t_matmul,
     .entry = dense_entry,
     .row = dense_row,
+    .params = dense_params,
+    .bilinear_derivative = dense_derivative,
+    .rebuild = dense_rebuild,
 };
 
 /* ---------------------------------------------------------------- rules */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../linalg/dense_lapack.h"
 #include "ops.h"
 #include "structured.h"
@@ -270,6 +271,182 @@ static void kron_props(const lt_tensor *t, unsigned char *props) {
   if (upper) props[LT_PROP_UPPER] = LT_YES;
 }
 
+/* ------------------------------------------------------------ gradients */
+
+/* <W, ⊗F> = Σ W[(i₁..i_p), (j₁..j_p)] Π_g F_g[i_g, j_g], so factor f gets
+ * the small weights W_f[a, b] = Σ_{i_f = a, j_f = b} W_ij Π_{g≠f} F_g[i_g, j_g]
+ * (a contraction per factor, from the other factors' dense forms; factors
+ * are small). W = L·Rᵀ never forms W: R's columns, viewed as arrays of the
+ * factors' column sizes (the column index one more axis), are multiplied
+ * by F_g along every axis g ≠ f, then contracted with L over every axis
+ * but f. A diagonal W of square factors gives each factor a diagonal. */
+
+/* Y[a, o, b] = Σ_i D[o, i] X[a, i, b] for X viewed as (A, in, B). */
+static void mode_product(const double *X, size_t A, size_t in, size_t B, const double *D,
+                         size_t out, double *Y) {
+  if (A == 0 || B == 0 || out == 0) return;
+  if (in == 0) {
+    memset(Y, 0, A * out * B * sizeof(double));
+    return;
+  }
+  if (B == 1) { /* Y (A × out) = X (A × in) · Dᵀ */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)A, (int)out, (int)in, 1.0, X, (int)in,
+                D, (int)in, 0.0, Y, (int)out);
+    return;
+  }
+  for (size_t a = 0; a < A; a++)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)out, (int)B, (int)in, 1.0, D,
+                (int)in, X + a * in * B, (int)B, 0.0, Y + a * out * B, (int)B);
+}
+
+/* The factors' dense forms (contiguous), new references. */
+static int dense_factors(lt_context *ctx, const lt_tensor *self, lt_tensor **D) {
+  for (int g = 0; g < nfactors(self); g++) {
+    lt_tensor *d = lt_to_dense(ctx, factor(self, g));
+    D[g] = d ? lt_dense_contiguous(ctx, d) : NULL;
+    lt_release(ctx, d);
+    if (D[g] == NULL) return LT_ERR;
+  }
+  return LT_OK;
+}
+
+static size_t product_of(const size_t *dims, int from, int to) {
+  size_t n = 1;
+  for (int g = from; g < to; g++) n *= dims[g];
+  return n;
+}
+
+/* W_f += contraction of L and R (k columns) for every factor f. */
+static int kron_lowrank_weights(lt_context *ctx, const lt_tensor *self, lt_tensor *const *D,
+                                const lt_cotangent *w, lt_tensor **Wf) {
+  int p = nfactors(self);
+  size_t rows[KRON_MAX_FACTORS + 1], cols[KRON_MAX_FACTORS + 1], k = w->L->shape[1];
+  factor_dims(self, rows, cols);
+  size_t most = 1; /* the largest intermediate array: mixed row and column sizes */
+  for (int g = 0; g < p; g++) most *= rows[g] > cols[g] ? rows[g] : cols[g];
+  if (!lt_mul_size(ctx, "bilinear_derivative", most, k, &most)) return LT_ERR;
+  double *a = lt_malloc(ctx, most * sizeof(double)),
+         *b = a ? lt_malloc(ctx, most * sizeof(double)) : NULL;
+  if (b == NULL) {
+    lt_free(ctx, a, most * sizeof(double));
+    return LT_ERR;
+  }
+  for (int f = 0; f < p; f++) {
+    size_t shape[KRON_MAX_FACTORS];
+    memcpy(shape, cols, (size_t)p * sizeof *shape);
+    memcpy(a, lt_dense_data(w->R), lt_numel(w->R) * sizeof(double));
+    for (int g = 0; g < p; g++) { /* R along axis g ≠ f times F_g: its size becomes rows[g] */
+      if (g == f) continue;
+      mode_product(a, product_of(shape, 0, g), shape[g], product_of(shape, g + 1, p) * k,
+                   lt_dense_data(D[g]), rows[g], b);
+      shape[g] = rows[g];
+      double *t = a;
+      a = b, b = t;
+    }
+    /* W_f[x, y] += Σ L[.., x, .., c] Z[.., y, .., c], slab by slab of the leading axes */
+    size_t lead = product_of(rows, 0, f), tail = product_of(rows, f + 1, p) * k;
+    for (size_t s = 0; s < lead && tail > 0; s++)
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows[f], (int)cols[f], (int)tail,
+                  1.0, lt_dense_data(w->L) + s * rows[f] * tail, (int)tail, a + s * cols[f] * tail,
+                  (int)tail, 1.0, lt_dense_data(Wf[f]), (int)cols[f]);
+  }
+  lt_free(ctx, a, most * sizeof(double));
+  lt_free(ctx, b, most * sizeof(double));
+  return LT_OK;
+}
+
+/* W_f += Σ_ij W_ij Π_{g≠f} F_g[i_g, j_g], entry by entry of W. */
+static int kron_dense_weights(lt_context *ctx, const lt_tensor *self, lt_tensor *const *D,
+                              const lt_tensor *W, lt_tensor **Wf) {
+  int p = nfactors(self);
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS], ii[KRON_MAX_FACTORS], jj[KRON_MAX_FACTORS];
+  double vals[KRON_MAX_FACTORS], before[KRON_MAX_FACTORS + 1], after[KRON_MAX_FACTORS + 1];
+  factor_dims(self, rows, cols);
+  size_t m = self->shape[0], n = self->shape[1];
+  const double *x = lt_dense_data(W);
+  for (size_t i = 0; i < m; i++) {
+    split_index(i, p, rows, ii);
+    for (size_t j = 0; j < n; j++) {
+      double wij = x[i * n + j];
+      if (wij == 0.0) continue;
+      split_index(j, p, cols, jj);
+      for (int g = 0; g < p; g++) vals[g] = lt_dense_data(D[g])[ii[g] * cols[g] + jj[g]];
+      before[0] = after[p] = 1.0; /* products of the others: prefix · suffix */
+      for (int g = 0; g < p; g++) before[g + 1] = before[g] * vals[g];
+      for (int g = p - 1; g >= 0; g--) after[g] = after[g + 1] * vals[g];
+      for (int f = 0; f < p; f++)
+        lt_dense_data(Wf[f])[ii[f] * cols[f] + jj[f]] += wij * before[f] * after[f + 1];
+    }
+  }
+  (void)ctx;
+  return LT_OK;
+}
+
+/* Square factors: factor f gets diag(v_f), v_f[a] = Σ_{i_f = a} d_i Π_{g≠f} F_g[i_g, i_g]. */
+static int kron_diag_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                                lt_paramset *grads) {
+  int p = nfactors(self), rc = LT_OK;
+  size_t rows[KRON_MAX_FACTORS], cols[KRON_MAX_FACTORS], ii[KRON_MAX_FACTORS];
+  lt_tensor *diag[KRON_MAX_FACTORS] = {0}, *v[KRON_MAX_FACTORS] = {0};
+  factor_dims(self, rows, cols);
+  for (int g = 0; g < p && rc == LT_OK; g++) {
+    lt_tensor *d = lt_diagonal(ctx, factor(self, g));
+    diag[g] = d ? lt_dense_contiguous(ctx, d) : NULL;
+    lt_release(ctx, d);
+    v[g] = diag[g] ? lt_dense_zeros(ctx, 1, &rows[g]) : NULL;
+    if (v[g] == NULL) rc = LT_ERR;
+  }
+  for (size_t i = 0; rc == LT_OK && i < self->shape[0]; i++) {
+    split_index(i, p, rows, ii);
+    for (int f = 0; f < p; f++) {
+      double prod = lt_dense_data(w->d)[i];
+      for (int g = 0; g < p; g++)
+        if (g != f) prod *= lt_dense_data(diag[g])[ii[g]];
+      lt_dense_data(v[f])[ii[f]] += prod;
+    }
+  }
+  for (int f = 0; f < p && rc == LT_OK; f++) {
+    lt_cotangent wf = ltg_diag(v[f]);
+    rc = lt_bilinear_derivative(ctx, factor(self, f), &wf, grads);
+  }
+  for (int g = 0; g < p; g++) {
+    lt_release(ctx, diag[g]);
+    lt_release(ctx, v[g]);
+  }
+  return rc;
+}
+
+static int kron_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                           lt_paramset *grads) {
+  if (ltg_kind_of(w) == LTG_DIAG)
+    return all_square(self) ? kron_diag_derivative(ctx, self, w, grads) : LT_NOT_IMPLEMENTED;
+  int p = nfactors(self), rc = LT_OK;
+  lt_tensor *D[KRON_MAX_FACTORS] = {0}, *Wf[KRON_MAX_FACTORS] = {0};
+  if (dense_factors(ctx, self, D) != LT_OK) rc = LT_ERR;
+  for (int f = 0; f < p && rc == LT_OK; f++)
+    if ((Wf[f] = lt_dense_zeros(ctx, 2, factor(self, f)->shape)) == NULL) rc = LT_ERR;
+  if (rc == LT_OK)
+    rc = w->L ? kron_lowrank_weights(ctx, self, D, w, Wf)
+              : kron_dense_weights(ctx, self, D, w->W, Wf);
+  for (int f = 0; f < p && rc == LT_OK; f++) {
+    lt_cotangent wf = ltg_dense(Wf[f]);
+    rc = lt_bilinear_derivative(ctx, factor(self, f), &wf, grads);
+  }
+  for (int g = 0; g < p; g++) {
+    lt_release(ctx, D[g]);
+    lt_release(ctx, Wf[g]);
+  }
+  return rc;
+}
+
+static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n);
+
+static lt_tensor *kron_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                               const lt_paramset *values) {
+  (void)values;
+  return kron_from(ctx, children, nfactors(self));
+}
+
 const lt_type lt_kron_type = {
     .name = "kron",
     .constructor = &kron_constructor,
@@ -278,6 +455,8 @@ const lt_type lt_kron_type = {
     .entry = kron_entry,
     .row = kron_row,
     .derive_props = kron_props,
+    .bilinear_derivative = kron_derivative,
+    .rebuild = kron_rebuild,
 };
 
 /* ------------------------------------------------------------ construction */
@@ -844,6 +1023,25 @@ static void kpi_props(const lt_tensor *t, unsigned char *props) {
   if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && shift_of(t) >= 0) props[LT_PROP_PSD] = LT_YES;
 }
 
+/* Gradients: K + s·I gives the weights to K and tr W to s ({scale = s},
+ * the identity's number folded in). */
+static int kpi_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_number(ctx, out, self, "scale", shift_of(self));
+}
+
+static int kpi_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  if (lt_paramset_add_number(ctx, grads, self, "scale", ltg_trace(w)) != LT_OK) return LT_ERR;
+  return lt_bilinear_derivative(ctx, kron_part(self), w, grads);
+}
+
+static lt_tensor *kpi_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  double s = shift_of(self);
+  if (ltg_value(ctx, values, self, "scale", &s, NULL) == LT_ERR) return NULL;
+  return lt_kron_identity_new(ctx, children[0], s);
+}
+
 const lt_type lt_kron_identity_type = {
     .name = "kron_plus_identity",
     .matmul = kpi_matmul,
@@ -852,6 +1050,9 @@ const lt_type lt_kron_identity_type = {
     .row = kpi_row,
     .destroy = kpi_destroy,
     .derive_props = kpi_props,
+    .params = kpi_params,
+    .bilinear_derivative = kpi_derivative,
+    .rebuild = kpi_rebuild,
 };
 
 lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {

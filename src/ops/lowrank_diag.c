@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -66,6 +67,19 @@ static void lrd_props(const lt_tensor *t, unsigned char *props) {
     props[LT_PROP_PSD] = LT_YES;
 }
 
+/* Gradients: D + U·Vᵀ is a sum: both parts get the weights. */
+static int lrd_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  if (lt_bilinear_derivative(ctx, lr_part(self), w, grads) != LT_OK) return LT_ERR;
+  return lt_bilinear_derivative(ctx, diag_part(self), w, grads);
+}
+
+static lt_tensor *lrd_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)self, (void)values;
+  return lt_lowrank_diag_new(ctx, children[0], children[1]);
+}
+
 const lt_type lt_lowrank_diag_type = {
     .name = "lowrank_plus_diag",
     .matmul = lrd_matmul,
@@ -73,6 +87,8 @@ const lt_type lt_lowrank_diag_type = {
     .entry = lrd_entry,
     .row = lrd_row,
     .derive_props = lrd_props,
+    .bilinear_derivative = lrd_derivative,
+    .rebuild = lrd_rebuild,
 };
 
 /* D + L for a lowrank L and a diag D (both square, same size). */
@@ -524,6 +540,10 @@ static lt_tensor *diagonal_operand(lt_context *ctx, lt_tensor *t) {
 
 /* lowrank + diag / identity (either order) and (D + L) + diag / identity. */
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  /* lowrank + diag keeps the diag itself: it stays a leaf of its own (the
+   * gradients of D + U·Vᵀ are keyed by the operators the program made). */
+  if (!ud && args->b->type_id == LT_TYPE_DIAG && lt_is_square(args->a))
+    return st_done(res, lt_lowrank_diag_new(ctx, args->a, args->b));
   lt_tensor *e = diagonal_operand(ctx, args->b);
   if (e == NULL) return LT_ERR;
   lt_args a2 = *args;
