@@ -922,17 +922,12 @@ done:
 
 /* -------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* K(x1, x2)ᵀ = K(x2, x1). */
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const kernel_payload *p = args->a->payload;
-  if (p->same) return done(res, lt_retain(args->a));
-  return done(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
+  if (p->same) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
 }
 
 /* k(x, x) for these stationary kernels: the variance, and 0 for the
@@ -948,7 +943,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *a = args->a;
   const kernel_payload *p = a->payload;
   size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
-  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
+  if (p->same) return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++)
@@ -956,7 +951,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
       lt_release(ctx, d);
       return LT_ERR;
     }
-  return done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -981,7 +976,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
     return LT_ERR;
   }
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c · K with c > 0 is the same kernel with variance c · v. */
@@ -992,7 +987,8 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   if (!(args->scalar > 0) || !isfinite(v) || !(v > 0)) return LT_NOT_IMPLEMENTED;
   lt_kernel_spec spec = p->spec;
   spec.variance = v;
-  return done(res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
+  return lt_result_tensor(
+      res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
 }
 
 int lt_register_kernel_rules(lt_context *ctx) {
