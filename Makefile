@@ -153,8 +153,8 @@ clean:
 # Test hosts (tests/host/*.c) embed Lua and link the module statically; they
 # run in `make test` with the C tests. check-asan / check-valgrind /
 # check-tsan run the suite under sanitizers and memcheck (see
-# tools/reliability.sh); fuzz / fuzz-c run the long differential fuzzer and
-# the libFuzzer harness.
+# tools/reliability.sh); fuzz / fuzz-c run the long differential and
+# adversarial fuzzers and the libFuzzer harness.
 LUA_LIBS ?= $(shell pkg-config --libs $(LUA) 2>/dev/null || echo -l$(LUA))
 # Allocation-failure injection (tests/host/allocfail) runs on every Lua. It
 # opens the standard libraries before failures start (5.1's io library
@@ -204,8 +204,12 @@ check-tsan: deps
 	@sh tools/reliability.sh tsan $(LUA)
 fuzz: deps
 	@$(MAKE) --no-print-directory all
-	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} LUA_CPATH='./?.so;;' \
+	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} \
+	  LT_FUZZ_NUMERIC_CASES=$${LT_FUZZ_NUMERIC_CASES:-30000} LT_FUZZ_LARGE_CASES=$${LT_FUZZ_LARGE_CASES:-600} \
+	  LT_FUZZ_DEFAULT_CASES=$${LT_FUZZ_DEFAULT_CASES:-40} LUA_CPATH='./?.so;;' \
 	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
+	LT_ADV_CASES=$${LT_ADV_CASES:-20000} LT_ADV_DEEP_CASES=$${LT_ADV_DEEP_CASES:-200} LUA_CPATH='./?.so;;' \
+	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_adversarial_spec.lua
 fuzz-c: deps
 	@sh tools/deps.sh clang libclang-rt-14-dev
 	@sh tools/reliability.sh fuzz-c $(LUA)

@@ -425,7 +425,7 @@ static void collect_anchors(lua_State *L, lt_tensor *t) {
   while (lua_gettop(L) > base) {
     lt_tensor *u = lua_touserdata(L, -1);
     lua_pop(L, 1);
-    if (lt_is_dense(u)) continue;
+    if (lt_is_dense(u) || !lt_contains_operator(u)) continue;
     lua_rawgetp(L, seen, u);
     int was_seen = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -445,7 +445,8 @@ static void collect_anchors(lua_State *L, lt_tensor *t) {
     }
     int n = lt_nchildren(u);
     luaL_checkstack(L, n, "lazytensor: an expression too deep to walk");
-    for (int i = 0; i < n; i++) lua_pushlightuserdata(L, lt_child(u, i));
+    for (int i = 0; i < n; i++)
+      if (lt_contains_operator(lt_child(u, i))) lua_pushlightuserdata(L, lt_child(u, i));
   }
   lua_settop(L, found);
 }
@@ -453,7 +454,7 @@ static void collect_anchors(lua_State *L, lt_tensor *t) {
 void ltb_anchor(lua_State *L, ltb_state *S, int idx) {
   if (S->lua_operators == 0) return;
   lt_tensor *t = ltb_slot_tensor(lua_touserdata(L, idx));
-  if (t == NULL || lt_is_dense(t)) return;
+  if (t == NULL || lt_is_dense(t) || !lt_contains_operator(t)) return;
   idx = lua_absindex(L, idx);
   lua_newtable(L);
   collect_anchors(L, t);

@@ -301,7 +301,7 @@ void ltb_set_functions(lua_State *L, int table, const luaL_Reg *funcs) {
 }
 
 void ltb_push_info(lua_State *L, const lt_info *info) {
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, info->method ? info->method : "exact");
   lua_setfield(L, -2, "method");
   lua_pushinteger(L, info->iterations);
@@ -310,6 +310,16 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   lua_setfield(L, -2, "residual");
   lua_pushboolean(L, info->method ? info->converged : 1);
   lua_setfield(L, -2, "converged");
+  /* only when there is something to say: jitter added by cholesky, the
+   * standard error of a stochastic estimate */
+  if (info->method && info->jitter > 0) {
+    lua_pushnumber(L, info->jitter);
+    lua_setfield(L, -2, "jitter");
+  }
+  if (info->method && info->std_error > 0) {
+    lua_pushnumber(L, info->std_error);
+    lua_setfield(L, -2, "stderr");
+  }
   ltb_check_pending(L);
 }
 

@@ -630,10 +630,12 @@ describe("gp LOVE predictive variances", function()
     local model = gp.exact{x = cols.time, y = cols.ppm, kernel = kernel, noise = 0.0336}
     local _, exact = model:predict(cols.time)
     lt.manual_seed(5)
-    -- rank 100: Lanczos's residual is tiny, the variances are not
+    -- rank 100: the variances are off; root_inv's residual (measured on
+    -- random vectors since issue 19, no longer Lanczos's last coupling,
+    -- 8e-8 here) says the root is too
     local _, love, info = model:predict(cols.time, {love = true})
     local true_error = (love - exact):abs():cdiv(exact):max()
-    assert.is_true(info.residual < 1e-6)
+    assert.is_true(info.residual > 1e-2)
     assert.is_true(true_error > 0.5)
     assert.is_false(info.converged)
     assert.is_true(info.variance_error > 0.3 * true_error and info.variance_error <= true_error)

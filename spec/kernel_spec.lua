@@ -272,23 +272,76 @@ describe("kernel", function()
       end
     end
 
+    -- Runs fn with an empty store (matrices other specs' live operators
+    -- keep would be evicted during fn and blur its memory counts) and the
+    -- given budget, restoring the setting afterwards.
+    local function with_budget(bytes, fn)
+      lt.with_settings({kernel_cache_bytes = 0}, function()
+        lt.settings.kernel_cache_bytes = bytes
+        collectgarbage()
+        collectgarbage()
+        fn()
+      end)
+    end
+
+    -- The library's memory once the garbage of the products is collected.
+    local function held()
+      collectgarbage()
+      collectgarbage()
+      return lt.memory()
+    end
+
     it("keeps all stored matrices of the state within the budget, least recently used out", function()
       local one = 150 * 300 * 8 + 64 * 64 * 8 -- about half of a 300×300 K
-      lt.settings.kernel_cache_bytes = math.floor(1.5 * one)
-      collectgarbage()
-      local m0 = lt.memory()
-      local Ka, Kb = lt.kernel(P1, specs[1]), lt.kernel(P1, specs[2])
-      local ya = use(Ka, B1, 12)
-      local held_a = lt.memory() - m0
-      assert.is_true(held_a >= 0.9 * one, "first operator stored " .. held_a)
-      local yb = use(Kb, B1, 12)
-      assert.is_true(lt.memory() - m0 <= lt.settings.kernel_cache_bytes + 65536,
-        "two stored matrices over the budget")
-      -- Ka (evicted) still multiplies right
-      assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
-      assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
-      lt.settings.kernel_cache_bytes = 0 -- nothing new is kept; what is kept stays valid
-      assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+      with_budget(math.floor(1.5 * one), function()
+        local m0 = held()
+        local Ka, Kb = lt.kernel(P1, specs[1]), lt.kernel(P1, specs[2])
+        local ya = use(Ka, B1, 12)
+        local held_a = held() - m0
+        assert.is_true(held_a >= 0.9 * one, "first operator stored " .. held_a)
+        local yb = use(Kb, B1, 12)
+        assert.is_true(held() - m0 <= lt.settings.kernel_cache_bytes + 65536,
+          "two stored matrices over the budget")
+        -- Ka (evicted) still multiplies right
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        -- a lowered budget frees what no longer fits; what is kept stays valid
+        local before = held()
+        lt.settings.kernel_cache_bytes = math.floor(0.5 * one)
+        assert.is_true(before - held() >= 0.9 * one, "lowering the budget freed nothing")
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        lt.settings.kernel_cache_bytes = 0 -- nothing new is kept
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+      end)
+    end)
+
+    it("evicts the least recently used of three stored matrices (the list of stored matrices stays whole)", function()
+      -- Regression: a newly stored matrix was linked by a "touch" that first
+      -- unlinked it, which emptied the list's head: older matrices were lost
+      -- to eviction while still counted, so the wrong one was evicted and,
+      -- once the head was lost again, later operators stored nothing.
+      local one = 150 * 300 * 8 + 64 * 64 * 8
+      with_budget(math.floor(2.5 * one), function()
+        local Ks, ys = {}, {}
+        for m = 1, 3 do Ks[m] = lt.kernel(P1, specs[m]) end
+        local m0 = held()
+        for m = 1, 3 do
+          ys[m] = use(Ks[m], B1, 12)
+          assert.is_true(held() - m0 <= 2.5 * one + 65536, "over the budget after operator " .. m)
+        end
+        assert.is_true(held() - m0 >= 1.8 * one, "two matrices should be stored")
+        -- (the first operator is not multiplied again: it would store its matrix anew)
+        for m = 2, 3 do assert.is_true(max_rel(Ks[m] * B1, ys[m]) <= 1e-14) end
+        local function release(m)
+          local before = held()
+          Ks[m] = nil
+          return before - held()
+        end
+        -- (what goes with it besides a matrix — points, rows — is well under one)
+        assert.is_true(release(1) < 0.75 * one, "the first operator's matrix should have been evicted")
+        assert.is_true(release(3) >= 0.9 * one, "the last operator's matrix should be kept")
+        assert.is_true(release(2) >= 0.9 * one, "the second operator's matrix should be kept")
+      end)
     end)
 
     it("keeps the properties when a sum with a kernel is made dense", function()

@@ -101,7 +101,8 @@ typedef struct lt_settings {
   int max_cg_iterations;           /* (1000) */
   int num_trace_samples;           /* probes for SLQ / Hutchinson (10) */
   int max_lanczos_iterations;      /* (100) */
-  double cholesky_jitter;          /* first jitter tried, relative (1e-8) */
+  double cholesky_jitter;          /* first jitter tried, relative (1e-8); at most
+                                      LT_CHOLESKY_MAX_JITTER */
   int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
   int preconditioner_size;         /* pivoted Cholesky rank (15) */
   int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
@@ -194,6 +195,15 @@ typedef struct lt_type {
   void (*destroy)(lt_context *ctx, lt_tensor *self);
   /* Bytes the payload holds, for reports. Optional. */
   size_t (*payload_bytes)(const lt_tensor *self);
+  /* The flags that follow from the children's flags (read them with
+   * lt_prop_get), written into props[LT_PROP_COUNT], which arrives holding
+   * what the shape says (LT_NO for symmetric and PSD when not square) and
+   * LT_UNKNOWN elsewhere. Run again whenever dense data beneath has been
+   * written, so the flags always describe the current matrix. Optional:
+   * without it, the flags a constructor set directly are facts of the type
+   * that hold whatever the children hold, and flags set with lt_prop_set
+   * lapse when data beneath is written. */
+  void (*derive_props)(const lt_tensor *self, unsigned char *props);
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -226,9 +236,14 @@ const size_t *lt_shape(const lt_tensor *t);
 size_t lt_numel(const lt_tensor *t);
 size_t lt_rows(const lt_tensor *t); /* shape[0] (1 for 0-d) */
 size_t lt_cols(const lt_tensor *t); /* shape[1] (1 for 0-d, 1-d) */
-/* Property flags as stored (lt_is_symmetric / lt_is_psd derive them). Set
- * flags only on a tensor you have just created and not yet shared, and only
- * to what is true: rules rely on them (a PSD flag selects Cholesky). */
+/* Property flags (lt_is_symmetric / lt_is_psd also check a dense matrix
+ * whose flag is unknown). Flags follow the data: a dense tensor's hold until
+ * its storage is written; a lazy operator's are derived from its children's
+ * and re-derived after a write to any dense tensor beneath it. Set flags
+ * only on a tensor you have just created and not yet shared, and only to
+ * what is true: rules rely on them (a PSD flag selects Cholesky). On a lazy
+ * operator lt_prop_set records a promise, which lapses like a dense flag
+ * when data beneath is written. */
 lt_tristate lt_prop_get(const lt_tensor *t, lt_prop p);
 void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
 
@@ -241,6 +256,11 @@ void lt_prop_set(lt_tensor *t, lt_prop p, lt_tristate v);
  * flags with lt_prop_set. */
 lt_tensor *lt_lazy_new(lt_context *ctx, int type_id, size_t rows, size_t cols,
                        lt_tensor *const *children, int nchildren, void *payload);
+/* Expressions nest at most this deep (a dense tensor is depth 0, a lazy
+ * operator one more than its deepest child): lt_lazy_new refuses deeper
+ * ones, so that evaluating, releasing or inspecting an expression, which
+ * recurse over it, stay well within the C stack. */
+#define LT_MAX_DEPTH 1000
 int lt_nchildren(const lt_tensor *t);
 lt_tensor *lt_child(const lt_tensor *t, int i); /* borrowed; NULL out of range */
 void *lt_payload(const lt_tensor *t);
@@ -272,13 +292,17 @@ int lt_dense_is_contiguous(const lt_tensor *t);
 double *lt_dense_ptr(const lt_tensor *t, const size_t *index);
 int lt_dense_get(lt_context *ctx, const lt_tensor *t, int n, const size_t *index, double *out);
 int lt_dense_set(lt_context *ctx, lt_tensor *t, int n, const size_t *index, double v);
+/* Call after writing entries through lt_dense_data or lt_dense_ptr: flags
+ * cached on t, on its views and on every operator built on them lapse (the
+ * lt_dense_* writers do this themselves). */
+void lt_dense_written(lt_tensor *t);
 
 /* Views share storage. */
 lt_tensor *lt_dense_select(lt_context *ctx, lt_tensor *t, int dim, size_t index);
 lt_tensor *lt_dense_narrow(lt_context *ctx, lt_tensor *t, int dim, size_t start, size_t len);
 lt_tensor *lt_dense_transpose(lt_context *ctx, lt_tensor *t); /* 2-d view */
 lt_tensor *lt_dense_reshape(lt_context *ctx, lt_tensor *t, int ndim, const size_t *shape);
-lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t); /* contiguous copy */
+lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t); /* contiguous copy, no flags */
 lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t);  /* t itself (retained) if already */
 int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst,
                        const lt_tensor *src); /* same numel, broadcasting */
@@ -340,7 +364,8 @@ enum {
   LT_OP_EIGH,
   LT_OP_SVD,
   LT_OP_INVERSE,
-  LT_OP_EQUAL, /* same shape and entries */
+  LT_OP_EQUAL,   /* same shape and entries */
+  LT_OP_SLOGDET, /* x[0] = sign of det (-1, 0, 1), x[1] = log |det| */
   LT_OP_BUILTIN_COUNT
 };
 
@@ -408,7 +433,10 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged; /* 1 or 0 */
+  int converged;    /* 1 or 0 */
+  double jitter;    /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error; /* stochastic estimates (SLQ logdet): standard error of
+                       the mean over probes; 0 for deterministic results */
 } lt_info;
 
 typedef struct lt_args {
@@ -503,9 +531,19 @@ lt_tensor *lt_add_diag(lt_context *ctx, lt_tensor *a, lt_tensor *d);
 lt_tensor *lt_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_info *info);
 int lt_inv_quad(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *out, lt_info *info);
 int lt_logdet(lt_context *ctx, lt_tensor *a, double *out, lt_info *info);
+/* sign(det A) (1, -1, 0; NaN for NaN entries) and log |det A|. logdet is
+ * log|det A| when the sign is 1, -inf when 0 and NaN when -1. */
+int lt_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs, lt_info *info);
 int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_quad,
                        double *logdet, lt_info *info);
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper);
+/* lt_cholesky with info: info->jitter is what the retries added to the
+ * diagonal (0 when the matrix was factored as it is). */
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info);
+/* Cholesky jitter is a repair of rounding, never a change of the matrix: a
+ * retry may add at most this times the mean |diagonal| (and the setting
+ * cholesky_jitter may not exceed it). */
+#define LT_CHOLESKY_MAX_JITTER 1e-3
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info);
 lt_tensor *lt_root_inv(lt_context *ctx, lt_tensor *a, lt_info *info);
 int lt_eigh(lt_context *ctx, lt_tensor *a, lt_tensor **w, lt_tensor **q, lt_info *info);
@@ -526,8 +564,10 @@ lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
 lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c);
 lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a);
-/* A, marked symmetric positive semi-definite (the caller's promise); a new
- * reference sharing A's payload for dense A, a marked copy of the node else. */
+/* A, marked symmetric positive semi-definite (the caller's promise): a new
+ * view of dense A, a marked copy of a lazy A (sharing its children and
+ * payload); A itself keeps its flags. The promise lapses when data beneath
+ * is written. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a);
 lt_tensor *lt_lowrank_new(lt_context *ctx, lt_tensor *u, lt_tensor *v /* NULL: U·Uᵀ */);
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n);
@@ -599,6 +639,10 @@ const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an oper
 /* The definition an operator was made with (its matmul and ud tell a binding
  * whether it is one of its own); NULL when t is not an operator. */
 const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
+/* Whether an operator made by lt_operator_new is among t's nodes (t
+ * included): a binding that keeps its callbacks alive per expression walks
+ * only the parts of a tree where one can be. */
+int lt_contains_operator(const lt_tensor *t);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

@@ -20,8 +20,13 @@ local function parse(line)
         if ch == '"' then break end
         if ch == "\\" then
           local e = line:sub(i + 1, i + 1)
-          out[#out + 1] = ({n = "\n", t = "\t"})[e] or (e == "u" and "?" or e)
-          i = i + (e == "u" and 6 or 2)
+          if e == "u" then -- \uXXXX (Python's json escapes non-ASCII): UTF-8
+            out[#out + 1] = utf8.char(tonumber(line:sub(i + 2, i + 5), 16) or 63)
+            i = i + 6
+          else
+            out[#out + 1] = ({n = "\n", t = "\t"})[e] or e
+            i = i + 2
+          end
         else
           out[#out + 1] = ch
           i = i + 1

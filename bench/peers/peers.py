@@ -59,7 +59,7 @@ W8 = {"lengthscale": 1.0, "variance": 1.0, "noise": 0.1}
 def emit(rec):
     rec.setdefault("system", SYSTEM)
     rec["threads"] = THREADS
-    print(json.dumps(rec), flush=True)
+    print(json.dumps(rec, ensure_ascii=False), flush=True)
 
 
 def measure(fn, repeats):

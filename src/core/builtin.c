@@ -43,6 +43,7 @@ int lt_register_builtins(lt_context *ctx) {
   int (*const steps[])(lt_context *) = {
       register_types,
       lt_register_generic_rules,
+      lt_register_slogdet_rules,
       lt_register_iterative_rules,
       lt_register_dense_rules,
       lt_register_dense_linalg_rules,

@@ -56,6 +56,7 @@ lt_context *lt_context_new(lt_alloc_fn alloc, void *alloc_ud) {
   memset(ctx, 0, sizeof *ctx);
   ctx->alloc = alloc;
   ctx->alloc_ud = alloc_ud;
+  ctx->write_clock = 1; /* 0 is "never checked" for a lazy node's flags */
   lt_settings_default(&ctx->settings);
   lt_manual_seed(ctx, 0x5eed);
   if (lt_registry_init(ctx) != LT_OK || lt_register_builtins(ctx) != LT_OK) {

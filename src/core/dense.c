@@ -193,11 +193,13 @@ int lt_dense_get(lt_context *ctx, const lt_tensor *t, int n, const size_t *index
 int lt_dense_set(lt_context *ctx, lt_tensor *t, int n, const size_t *index, double v) {
   if (check_index(ctx, "set", t, n, index) != LT_OK) return LT_ERR;
   *lt_dense_ptr(t, index) = v;
-  lt_dense_forget_props(t);
+  lt_dense_written(t);
   return LT_OK;
 }
 
-void lt_dense_forget_props(lt_tensor *t) { t->storage->version++; }
+/* The storage's version becomes the clock's next reading: flags of every
+ * view of it, and of every lazy node above them, see the write (tensor.c). */
+void lt_dense_written(lt_tensor *t) { t->storage->version = ++*t->clock; }
 
 /* --------------------------------------------------------------- views */
 
@@ -323,14 +325,24 @@ lt_tensor *lt_dense_clone(lt_context *ctx, const lt_tensor *t) {
   if (lt_dense_is_contiguous(t))
     memcpy(c->storage->data, lt_dense_data(t), lt_numel(t) * sizeof(double));
   else copy_strided(c->storage->data, c->strides, lt_dense_data(t), t->strides, t->shape, t->ndim);
-  /* Only properties still valid for t's storage carry over. */
-  for (int p = 0; p < LT_PROP_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
+  /* No flags: a clone is usually scratch space about to be overwritten (a
+   * product computed in place), and flags copied from t would then describe
+   * a different matrix. A result gets the flags its own rule proves. */
   return c;
 }
 
+lt_tensor *lt_dense_copy(lt_context *ctx, const lt_tensor *t) {
+  lt_tensor *c = lt_dense_clone(ctx, t);
+  if (c == NULL) return NULL;
+  /* The same matrix: t's flags that still hold for its storage hold here. */
+  for (int p = 0; p < LT_FACT_COUNT; p++) c->props[p] = (unsigned char)lt_prop_get(t, (lt_prop)p);
+  return c;
+}
+
+/* Callers read the result and never write it (it may be t itself). */
 lt_tensor *lt_dense_contiguous(lt_context *ctx, lt_tensor *t) {
   if (lt_dense_is_contiguous(t)) return lt_retain(t);
-  return lt_dense_clone(ctx, t);
+  return lt_dense_copy(ctx, t);
 }
 
 int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src) {
@@ -366,7 +378,7 @@ int lt_dense_copy_into(lt_context *ctx, lt_tensor *dst, const lt_tensor *src) {
     }
     lt_release(ctx, flat);
   }
-  lt_dense_forget_props(dst);
+  lt_dense_written(dst);
   return LT_OK;
 }
 
@@ -381,7 +393,7 @@ int lt_dense_fill(lt_context *ctx, lt_tensor *t, double v) {
       idx[d] = 0;
     }
   }
-  lt_dense_forget_props(t);
+  lt_dense_written(t);
   return LT_OK;
 }
 

@@ -182,13 +182,13 @@ lt_tensor *lt_dense_scale(lt_context *ctx, const lt_tensor *a, double c) {
   double *po = lt_dense_data(out);
   size_t k = 0;
   FOR_EACH_ELEMENT(a, p, po[k++] = c * *p);
-  /* Scaling keeps symmetry and triangularity; PSD only for c >= 0. */
-  out->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-  out->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
-  out->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
-  if (c >= 0) out->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-  else if (lt_prop_get(a, LT_PROP_PSD) == LT_YES && c < 0 && lt_numel(a) > 0)
-    out->props[LT_PROP_PSD] = LT_UNKNOWN; /* -A is PSD only if A = 0 */
+  /* Scaling keeps symmetry and triangularity, and PSD for c >= 0: only the
+   * "yes" flags carry over. A "no" does not: c·x and c·y may be equal when
+   * x and y are not (c = 0, underflow). */
+  for (int q = 0; q < LT_PROP_COUNT; q++) {
+    if (q == LT_PROP_PSD && !(c >= 0)) continue;
+    if (lt_prop_get(a, (lt_prop)q) == LT_YES) out->props[q] = LT_YES;
+  }
   return out;
 }
 
@@ -198,7 +198,8 @@ lt_tensor *lt_dense_add_scalar(lt_context *ctx, const lt_tensor *a, double c) {
   double *po = lt_dense_data(out);
   size_t k = 0;
   FOR_EACH_ELEMENT(a, p, po[k++] = *p + c);
-  out->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
+  /* x + c and y + c may round to equal values: only "symmetric" carries. */
+  if (lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES) out->props[LT_PROP_SYMMETRIC] = LT_YES;
   return out;
 }
 

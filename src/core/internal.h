@@ -4,14 +4,22 @@
 #ifndef LT_INTERNAL_H
 #define LT_INTERNAL_H
 
+#include <stdint.h>
+
 #include "../lazytensor.h"
 
 #define LT_ERRMSG_SIZE 512
 
+/* Facts cached on a tensor: the public properties, then whether the data it
+ * is built from (dense entries, scalars in payloads) is finite. */
+#define LT_FACT_FINITE LT_PROP_COUNT
+#define LT_FACT_COUNT (LT_PROP_COUNT + 1)
+
 /* Storage of a dense tensor: shared by views, reference counted. */
 typedef struct lt_storage {
   int refcount;
-  unsigned version; /* bumped on every write through the API */
+  uint64_t version; /* the context's write clock at the last write through
+                       the API (0: never written since it was filled) */
   size_t count;     /* doubles */
   double *data;     /* right after this header, in the same allocation */
   size_t lead;      /* bytes of the block before this header: the dense
@@ -28,8 +36,18 @@ struct lt_tensor {
   int heads_block; /* lazy: this header starts the block of child 0 (see
                       lt_lazy_new_with_dense); freed with that child's storage */
   size_t shape[LT_MAX_DIM];
-  unsigned char props[LT_PROP_COUNT]; /* lt_tristate; read with lt_prop_get */
-  unsigned props_version;             /* dense: storage version the props hold for */
+  int depth;                             /* 0 for dense; lazy: 1 + its deepest child's */
+  unsigned char has_operator;            /* lazy: an lt_operator_new node is in its tree */
+  unsigned char props[LT_FACT_COUNT];    /* lt_tristate; read with lt_prop_get */
+  unsigned char promised[LT_PROP_COUNT]; /* lazy: the caller's flags (lt_psd, lt_prop_set) */
+  unsigned char own_nonfinite;           /* lazy: its payload holds a NaN or an infinity */
+  uint64_t props_version;                /* dense: storage version the props hold for */
+  uint64_t *clock;                       /* the context's write clock */
+  /* lazy: facts are validated against the data beneath (see tensor.c) */
+  uint64_t checked_at;      /* clock reading at the last validation (0: never) */
+  uint64_t stamp;           /* latest write time of the dense data beneath */
+  uint64_t promise_stamp;   /* the stamp when the promises were made */
+  lt_tensor *payload_owner; /* a marked copy (lt_psd): the node whose payload it shares */
   /* dense */
   lt_storage *storage;
   size_t offset;                 /* elements */
@@ -91,12 +109,19 @@ struct lt_context {
   lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
   unsigned long fft_tick;
   void (*fft_plans_free)(lt_context *ctx);
+  /* Counts writes to dense storage through the API (starts at 1): every
+   * tensor points here, see "Properties follow the data" in tensor.c. */
+  uint64_t write_clock;
   /* Kernel matrices stored by ops/kernel.c within settings.kernel_cache_bytes:
    * the most recently used operator's payload (a list through the payloads),
    * and the bytes they hold together. */
   void *kernel_caches;
   size_t kernel_cache_used;
 };
+
+/* Evicts stored kernel matrices down to settings.kernel_cache_bytes
+ * (ops/kernel.c; settings.c calls it when the budget is set). */
+void lt_kernel_cache_trim(lt_context *ctx);
 
 /* The operation table (ops.c) ------------------------------------------- */
 /* A check's answer when it decides the call itself (res filled): equal of
@@ -157,13 +182,29 @@ lt_tensor *lt_dense_new_prefixed(lt_context *ctx, size_t prefix, int ndim, const
 lt_tensor *lt_lazy_new_with_dense(lt_context *ctx, int type_id, size_t rows, size_t cols, int ndim,
                                   const size_t *shape, void *payload);
 int lt_check_shape(lt_context *ctx, const char *op, int ndim, const size_t *shape, size_t *numel);
+/* A contiguous copy of t keeping t's valid flags, for copies that are read,
+ * never written (lt_dense_clone keeps none). */
+lt_tensor *lt_dense_copy(lt_context *ctx, const lt_tensor *t);
 /* Contiguous dense 2-d view of a dense 1-d (n → n×1) or 2-d tensor. */
 lt_tensor *lt_as_matrix(lt_context *ctx, lt_tensor *t);
-/* Records that a dense tensor's entries changed: every view's cached
- * properties of the shared storage become unknown. */
-void lt_dense_forget_props(lt_tensor *t);
-/* Sets a property on a freshly computed tensor (records the storage version). */
+/* Sets a property on a freshly computed dense tensor (records the storage
+ * version); p may be LT_FACT_FINITE. */
 void lt_prop_mark(lt_tensor *t, lt_prop p, lt_tristate v);
+/* Whether the data t is built from is finite: a dense tensor's entries
+ * (scanned once per version), a lazy node's dense leaves and payload
+ * scalars (cached until the data beneath is written). */
+lt_tristate lt_inputs_finite(lt_tensor *t);
+/* For constructors: records that the payload holds n values (scalars or a
+ * private copy) that the matrix is built from; a NaN or infinity among them
+ * makes lt_inputs_finite say no. */
+void lt_note_payload_values(lt_tensor *t, const double *v, size_t n);
+/* The latest write time of the dense data a tensor is built from. A cache
+ * kept on an operator (a factorisation, a table of values) is valid while
+ * this is unchanged. */
+uint64_t lt_data_stamp(lt_tensor *t);
+/* A new lazy node of a's type sharing a's children and payload, with a's
+ * flags: lt_psd marks it instead of the shared a. */
+lt_tensor *lt_lazy_share(lt_context *ctx, lt_tensor *a);
 /* Products through type descriptors (apply.c) ---------------------------- */
 /* A·X for a dense 2-d X; checks the operator's answer. */
 lt_tensor *lt_apply(lt_context *ctx, lt_tensor *A, lt_tensor *X);

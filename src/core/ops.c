@@ -105,14 +105,35 @@ static int check_add_diag(lt_context *ctx, const lt_args *args, lt_result *res) 
   return LT_OK;
 }
 
-/* b: a vector of n or an n×k matrix, for an n×n operator a. */
+/* Linear algebra refuses NaN and infinite input, on every type and path
+ * (arithmetic stays IEEE): checked here, where the operands enter, from
+ * facts cached on the tensors (lt_inputs_finite), so a rule calling back
+ * into these operations for its parts costs a lookup, not a scan. */
+static int check_finite(lt_context *ctx, const lt_args *args, lt_tensor *t, const char *what) {
+  if (lt_inputs_finite(t) == LT_NO)
+    return lt_error(ctx, "%s: %s has NaN or infinite entries", op_name(args), what);
+  return LT_OK;
+}
+
+static int check_square_finite(lt_context *ctx, const lt_args *args, lt_result *res) {
+  if (check_square(ctx, args, res) != LT_OK) return LT_ERR;
+  return check_finite(ctx, args, args->a, "matrix");
+}
+
+static int check_matrix_finite(lt_context *ctx, const lt_args *args, lt_result *res) {
+  if (check_matrix(ctx, args, res) != LT_OK) return LT_ERR;
+  return check_finite(ctx, args, args->a, "matrix");
+}
+
+/* b: a vector of n or an n×k matrix, for an n×n operator a; both finite. */
 static int check_rhs(lt_context *ctx, const lt_args *args, lt_result *res) {
   (void)res;
-  const lt_tensor *a = args->a, *b = args->b;
+  lt_tensor *a = args->a, *b = args->b;
   if (lt_require_square(ctx, op_name(args), a) != LT_OK) return LT_ERR;
   if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0])
     return shape_error(ctx, op_name(args), "right-hand side does not conform", a, b);
-  return LT_OK;
+  if (check_finite(ctx, args, a, "matrix") != LT_OK) return LT_ERR;
+  return check_finite(ctx, args, b, "right-hand side");
 }
 
 /* Tensors of different shapes are not equal: no rule needs to say so. */
@@ -249,31 +270,32 @@ static void shape_svd(const lt_args *args, const lt_result *res, lt_expect *out)
 /* operands: 1 (a) or 2 (a, b); results: T tensor, D dense tensor, N number;
  * info: reports lt_info; dense b: a lazy b is made dense first. */
 static const lt_op_row OPS[LT_OP_BUILTIN_COUNT] = {
-/*   id               name              operands, b  extra   results   info check              shapes             dense b */
-  OP(ADD,             "add",             2, OTHER, NONE,   R1(T),       0, check_elementwise, shape_elementwise, 0),
-  OP(SUB,             "sub",             2, OTHER, NONE,   R1(T),       0, check_elementwise, shape_elementwise, 0),
-  OP(MUL,             "mul",             2, OTHER, NONE,   R1(T),       0, check_elementwise, shape_elementwise, 0),
-  OP(MATMUL,          "matmul",          2, OTHER, NONE,   R1(T),       0, check_matmul,      shape_matmul,      0),
-  OP(SCALE,           "scale",           1, NULL,  SCALAR, R1(T),       0, NULL,              shape_like_a,      0),
-  OP(NEG,             "neg",             1, NULL,  NONE,   R1(T),       0, NULL,              shape_like_a,      0),
-  OP(TRANSPOSE,       "transpose",       1, NULL,  NONE,   R1(T),       0, check_matrix,      shape_transposed,  0),
-  OP(DENSE,           "dense",           1, NULL,  NONE,   R1(D),       0, NULL,              shape_like_a,      0),
-  OP(DIAGONAL,        "diagonal",        1, NULL,  NONE,   R1(D),       0, check_matrix,      shape_diagonal,    0),
-  OP(TRACE,           "trace",           1, NULL,  NONE,   R1(N),       0, check_square,      NULL,              0),
-  OP(GET,             "get",             1, NULL,  ENTRY,  R1(N),       0, check_entry,       NULL,              0),
-  OP(ROW,             "row",             1, NULL,  ROW,    R1(D),       0, check_row,         shape_row,         0),
-  OP(ADD_DIAG,        "add_diag",        2, DIAG,  NONE,   R1(T),       0, check_add_diag,    shape_like_a,      0),
-  OP(SOLVE,           "solve",           2, RHS,   NONE,   R1(D),       1, check_rhs,         shape_like_b,      1),
-  OP(INV_QUAD,        "inv_quad",        2, RHS,   NONE,   R1(N),       1, check_rhs,         NULL,              1),
-  OP(LOGDET,          "logdet",          1, NULL,  NONE,   R1(N),       1, check_square,      NULL,              0),
-  OP(INV_QUAD_LOGDET, "inv_quad_logdet", 2, RHS,   NONE,   R2(N, N),    1, check_rhs,         NULL,              1),
-  OP(CHOLESKY,        "cholesky",        1, NULL,  FLAG,   R1(T),       0, check_square,      shape_like_a,      0),
-  OP(ROOT,            "root",            1, NULL,  NONE,   R1(T),       1, check_square,      shape_root,        0),
-  OP(ROOT_INV,        "root_inv",        1, NULL,  NONE,   R1(T),       1, check_square,      shape_root,        0),
-  OP(EIGH,            "eigh",            1, NULL,  NONE,   R2(D, T),    1, check_square,      shape_eigh,        0),
-  OP(SVD,             "svd",             1, NULL,  NONE,   R3(T, D, T), 0, check_matrix,      shape_svd,         0),
-  OP(INVERSE,         "inverse",         1, NULL,  NONE,   R1(T),       0, check_square,      shape_like_a,      0),
-  OP(EQUAL,           "equal",           2, OTHER, NONE,   R1(BOOL),    0, check_equal,       NULL,              0),
+/*   id               name              operands, b  extra   results   info check                shapes             dense b */
+  OP(ADD,             "add",             2, OTHER, NONE,   R1(T),       0, check_elementwise,    shape_elementwise, 0),
+  OP(SUB,             "sub",             2, OTHER, NONE,   R1(T),       0, check_elementwise,    shape_elementwise, 0),
+  OP(MUL,             "mul",             2, OTHER, NONE,   R1(T),       0, check_elementwise,    shape_elementwise, 0),
+  OP(MATMUL,          "matmul",          2, OTHER, NONE,   R1(T),       0, check_matmul,         shape_matmul,      0),
+  OP(SCALE,           "scale",           1, NULL,  SCALAR, R1(T),       0, NULL,                 shape_like_a,      0),
+  OP(NEG,             "neg",             1, NULL,  NONE,   R1(T),       0, NULL,                 shape_like_a,      0),
+  OP(TRANSPOSE,       "transpose",       1, NULL,  NONE,   R1(T),       0, check_matrix,         shape_transposed,  0),
+  OP(DENSE,           "dense",           1, NULL,  NONE,   R1(D),       0, NULL,                 shape_like_a,      0),
+  OP(DIAGONAL,        "diagonal",        1, NULL,  NONE,   R1(D),       0, check_matrix,         shape_diagonal,    0),
+  OP(TRACE,           "trace",           1, NULL,  NONE,   R1(N),       0, check_square,         NULL,              0),
+  OP(GET,             "get",             1, NULL,  ENTRY,  R1(N),       0, check_entry,          NULL,              0),
+  OP(ROW,             "row",             1, NULL,  ROW,    R1(D),       0, check_row,            shape_row,         0),
+  OP(ADD_DIAG,        "add_diag",        2, DIAG,  NONE,   R1(T),       0, check_add_diag,       shape_like_a,      0),
+  OP(SOLVE,           "solve",           2, RHS,   NONE,   R1(D),       1, check_rhs,            shape_like_b,      1),
+  OP(INV_QUAD,        "inv_quad",        2, RHS,   NONE,   R1(N),       1, check_rhs,            NULL,              1),
+  OP(LOGDET,          "logdet",          1, NULL,  NONE,   R1(N),       1, check_square_finite,  NULL,              0),
+  OP(INV_QUAD_LOGDET, "inv_quad_logdet", 2, RHS,   NONE,   R2(N, N),    1, check_rhs,            NULL,              1),
+  OP(CHOLESKY,        "cholesky",        1, NULL,  FLAG,   R1(T),       1, check_square_finite,  shape_like_a,      0),
+  OP(ROOT,            "root",            1, NULL,  NONE,   R1(T),       1, check_square_finite,  shape_root,        0),
+  OP(ROOT_INV,        "root_inv",        1, NULL,  NONE,   R1(T),       1, check_square_finite,  shape_root,        0),
+  OP(EIGH,            "eigh",            1, NULL,  NONE,   R2(D, T),    1, check_square_finite,  shape_eigh,        0),
+  OP(SVD,             "svd",             1, NULL,  NONE,   R3(T, D, T), 0, check_matrix_finite,  shape_svd,         0),
+  OP(INVERSE,         "inverse",         1, NULL,  NONE,   R1(T),       0, check_square,         shape_like_a,      0),
+  OP(EQUAL,           "equal",           2, OTHER, NONE,   R1(BOOL),    0, check_equal,          NULL,              0),
+  OP(SLOGDET,         "slogdet",         1, NULL,  NONE,   R2(N, N),    1, check_square_finite,  NULL,              0),
 };
 /* clang-format on */
 
@@ -536,8 +558,12 @@ int lt_inv_quad_logdet(lt_context *ctx, lt_tensor *a, lt_tensor *b, double *inv_
                       logdet, info);
 }
 
+lt_tensor *lt_cholesky_info(lt_context *ctx, lt_tensor *a, int upper, lt_info *info) {
+  return CALL_TENSOR(info, .op = LT_OP_CHOLESKY, .a = a, .flag = upper);
+}
+
 lt_tensor *lt_cholesky(lt_context *ctx, lt_tensor *a, int upper) {
-  return CALL_TENSOR(NULL, .op = LT_OP_CHOLESKY, .a = a, .flag = upper);
+  return lt_cholesky_info(ctx, a, upper, NULL);
 }
 
 lt_tensor *lt_root(lt_context *ctx, lt_tensor *a, lt_info *info) {
@@ -620,15 +646,16 @@ lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
   return p;
 }
 
-/* lt.psd: the caller's promise. A dense matrix gets a view carrying the
- * flag (the flag lapses if the storage is written); a lazy operator is
- * immutable, so it is marked itself. */
+/* lt.psd: the caller's promise, on a new tensor so that `a` itself is left
+ * as it was: a view of a dense matrix, a marked copy of a lazy node (sharing
+ * its children and payload). The promise lapses when data beneath is
+ * written, as any flag does. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
   if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
-  lt_tensor *t =
-      a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0]) : lt_retain(a);
+  lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
+                                             : lt_lazy_share(ctx, a);
   if (t == NULL) return NULL;
-  lt_prop_mark(t, LT_PROP_SYMMETRIC, LT_YES);
-  lt_prop_mark(t, LT_PROP_PSD, LT_YES);
+  lt_prop_set(t, LT_PROP_SYMMETRIC, LT_YES);
+  lt_prop_set(t, LT_PROP_PSD, LT_YES);
   return t;
 }

@@ -95,6 +95,11 @@ int lt_setting_set(lt_context *ctx, const char *name, double value) {
     return lt_error(ctx, "settings: %s must be a finite number", name);
   if (value < d->min)
     return lt_error(ctx, "settings: %s must be at least %g (got %g)", name, d->min, value);
+  if (d->offset == offsetof(lt_settings, cholesky_jitter) && value > LT_CHOLESKY_MAX_JITTER)
+    return lt_error(ctx,
+                    "settings: cholesky_jitter must be at most %g (relative to the mean diagonal: "
+                    "more would change the matrix), got %g",
+                    LT_CHOLESKY_MAX_JITTER, value);
   char *base = (char *)&ctx->settings + d->offset;
   switch (d->kind) {
     case KIND_SIZE:
@@ -112,6 +117,8 @@ int lt_setting_set(lt_context *ctx, const char *name, double value) {
       break;
     case KIND_DOUBLE: *(double *)base = value; break;
   }
+  /* a lowered budget frees what no longer fits, as a user expects */
+  if (d->offset == offsetof(lt_settings, kernel_cache_bytes)) lt_kernel_cache_trim(ctx);
   return LT_OK;
 }
 

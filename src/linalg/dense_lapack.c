@@ -152,9 +152,19 @@ static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tenso
     return NULL;
   }
   double scale = max_tries > 0 ? mean_abs_diagonal(a) : 1;
-  double add = 0;
+  double add = 0, rel = jitter;
+  if (max_tries > 0 && jitter > LT_CHOLESKY_MAX_JITTER) {
+    if (first) lt_release(ctx, first);
+    lt_error(ctx,
+             "%s: a jitter of %g times the mean diagonal would change the matrix, not repair "
+             "rounding (at most %g)",
+             op, jitter, LT_CHOLESKY_MAX_JITTER);
+    return NULL;
+  }
   for (int t = 0; t <= max_tries; t++) {
-    if (t > 0) add = t == 1 ? jitter * scale : add * 10;
+    if (t > 1) rel *= 10;
+    if (t > 0 && rel > LT_CHOLESKY_MAX_JITTER) break; /* bounded: see lazytensor.h */
+    if (t > 0) add = rel * scale;
     int failed;
     lt_tensor *c = cholesky_once(ctx, a, first, upper, add, zero_other, &failed);
     first = NULL; /* consumed */
@@ -166,6 +176,9 @@ static lt_tensor *cholesky_tries(lt_context *ctx, const char *op, const lt_tenso
     if (!(jitter > 0)) break;
   }
   if (not_pd) *not_pd = 1; /* the caller reports it, or takes another path */
+  else if (add > 0)
+    lt_error(ctx, "%s: matrix is not positive definite (even with %g added to the diagonal)", op,
+             add);
   else lt_error(ctx, "%s: matrix is not positive definite", op);
   return NULL;
 }
@@ -333,19 +346,28 @@ fail:
   return NULL;
 }
 
-double lt_lapack_lu_logdet(const lt_lu *lu) {
+double lt_lapack_lu_slogdet(const lt_lu *lu, double *sign) {
   size_t n = lu->n;
   const lapack_int *ipiv = lu->ipiv;
   double s = 0;
   int negative = 0;
   for (size_t i = 0; i < n; i++) {
     double u = lu->lu[i * n + i];
-    if (u == 0) return -INFINITY;
+    if (u == 0) {
+      *sign = 0;
+      return -INFINITY;
+    }
     if (u < 0) negative = !negative;
     if ((size_t)ipiv[i] != i + 1) negative = !negative;
     s += log(fabs(u));
   }
-  return negative ? NAN : s;
+  *sign = negative ? -1 : 1;
+  return s;
+}
+
+double lt_lapack_lu_logdet(const lt_lu *lu) {
+  double sign, s = lt_lapack_lu_slogdet(lu, &sign);
+  return sign < 0 ? NAN : s;
 }
 
 /* ------------------------------------------------------------------ LDLᵀ */

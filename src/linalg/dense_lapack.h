@@ -72,6 +72,8 @@ void lt_lapack_lu_free(lt_context *ctx, lt_lu *lu);
 lt_tensor *lt_lapack_lu_solve(lt_context *ctx, const char *op, const lt_lu *lu, const lt_tensor *b);
 /* log det A: -inf when singular, NaN when det A < 0 (as torch.logdet). */
 double lt_lapack_lu_logdet(const lt_lu *lu);
+/* log |det A|, and the sign of det A in *sign (1, -1, or 0 when singular). */
+double lt_lapack_lu_slogdet(const lt_lu *lu, double *sign);
 
 /* A symmetric indefinite factorisation A = L·D·Lᵀ (Bunch–Kaufman
  * pivoting, LAPACK dsytrf; D has 1×1 and 2×2 blocks), of the triangle

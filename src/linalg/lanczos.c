@@ -33,6 +33,50 @@ static void reorthogonalise(const double *Q, size_t n, int j, double *w, double 
   }
 }
 
+/* Steps j = out->m .. cap-1 from the vector already in row out->m of Q:
+ * stops on an invariant subspace (β ≤ 1e-12·‖A‖ estimate). w (n) and h
+ * (cap) are scratch. */
+static int lanczos_steps(lt_context *ctx, const lt_linop *A, lt_lanczos_result *out, double *w,
+                         double *h, lt_progress_fn progress, void *progress_ud) {
+  size_t n = A->n;
+  out->invariant = 0;
+  for (int j = out->m; j < out->cap; j++) {
+    double *q = out->Q + (size_t)j * n;
+    if (lt_linop_apply(ctx, A, 1, q, w) != LT_OK) return LT_ERR;
+    out->alpha[j] = cblas_ddot((int)n, q, 1, w, 1);
+    reorthogonalise(out->Q, n, j, w, h);
+    out->beta[j] = cblas_dnrm2((int)n, w, 1);
+    out->m = j + 1;
+    if (!isfinite(out->alpha[j]) || !isfinite(out->beta[j]))
+      return lt_error(ctx, "lanczos: breakdown (non-finite coefficients)");
+    double s = fabs(out->alpha[j]) + out->beta[j] + (j > 0 ? out->beta[j - 1] : 0.0);
+    if (s > out->scale) out->scale = s;
+    if (progress) progress(progress_ud, "lanczos", j + 1, out->beta[j]);
+    if (out->beta[j] <= 1e-12 * out->scale) {
+      out->invariant = 1;
+      break;
+    }
+    if (j + 1 < out->cap) {
+      double *next = q + n;
+      for (size_t i = 0; i < n; i++) next[i] = w[i] / out->beta[j];
+    }
+  }
+  if ((size_t)out->m == n) out->invariant = 1;
+  return LT_OK;
+}
+
+/* Scratch for lanczos_steps: w (n) and h (cap). */
+static int steps_with_scratch(lt_context *ctx, const lt_linop *A, lt_lanczos_result *out,
+                              lt_progress_fn progress, void *progress_ud) {
+  size_t n = A->n, cap = (size_t)out->cap;
+  double *w = lt_linalg_alloc(ctx, "lanczos", n);
+  double *h = lt_linalg_alloc(ctx, "lanczos", cap);
+  int rc = w && h ? lanczos_steps(ctx, A, out, w, h, progress, progress_ud) : LT_ERR;
+  lt_linalg_free(ctx, w, n);
+  lt_linalg_free(ctx, h, cap);
+  return rc;
+}
+
 int lt_lanczos(lt_context *ctx, const lt_linop *A, const double *q0, int m_max,
                lt_lanczos_result *out, lt_progress_fn progress, void *progress_ud) {
   size_t n = A->n;
@@ -45,10 +89,8 @@ int lt_lanczos(lt_context *ctx, const lt_linop *A, const double *q0, int m_max,
   out->Q = lt_linalg_alloc(ctx, "lanczos", qcount);
   out->alpha = lt_linalg_alloc(ctx, "lanczos", (size_t)m_max);
   out->beta = lt_linalg_alloc(ctx, "lanczos", (size_t)m_max);
-  double *w = lt_linalg_alloc(ctx, "lanczos", n);
-  double *h = lt_linalg_alloc(ctx, "lanczos", (size_t)m_max);
   int rc = LT_OK;
-  if (!out->Q || !out->alpha || !out->beta || !w || !h) {
+  if (!out->Q || !out->alpha || !out->beta) {
     rc = LT_ERR;
     goto done;
   }
@@ -58,35 +100,62 @@ int lt_lanczos(lt_context *ctx, const lt_linop *A, const double *q0, int m_max,
     goto done;
   }
   for (size_t i = 0; i < n; i++) out->Q[i] = q0[i] / nrm;
-  double scale = 0.0; /* running estimate of ||A||, for the breakdown test */
-  for (int j = 0; j < m_max; j++) {
-    double *q = out->Q + (size_t)j * n;
-    if ((rc = lt_linop_apply(ctx, A, 1, q, w)) != LT_OK) goto done;
-    out->alpha[j] = cblas_ddot((int)n, q, 1, w, 1);
-    reorthogonalise(out->Q, n, j, w, h);
-    out->beta[j] = cblas_dnrm2((int)n, w, 1);
-    out->m = j + 1;
-    if (!isfinite(out->alpha[j]) || !isfinite(out->beta[j])) {
-      rc = lt_error(ctx, "lanczos: breakdown (non-finite coefficients)");
-      goto done;
+  rc = steps_with_scratch(ctx, A, out, progress, progress_ud);
+done:
+  if (rc != LT_OK) lt_lanczos_free(ctx, out, n);
+  return rc;
+}
+
+int lt_lanczos_extend(lt_context *ctx, const lt_linop *A, const double *q0, lt_lanczos_result *out,
+                      int *added, lt_progress_fn progress, void *progress_ud) {
+  size_t n = A->n;
+  int m = out->m;
+  *added = 0;
+  if (m >= out->cap || m == 0) return LT_OK;
+  double *q = out->Q + (size_t)m * n, *h = lt_linalg_alloc(ctx, "lanczos", (size_t)m);
+  if (h == NULL) return LT_ERR;
+  memcpy(q, q0, n * sizeof(double));
+  double before = cblas_dnrm2((int)n, q, 1);
+  reorthogonalise(out->Q, n, m - 1, q, h);
+  lt_linalg_free(ctx, h, (size_t)m);
+  double after = cblas_dnrm2((int)n, q, 1);
+  /* nothing left outside the basis (to rounding): no new direction */
+  if (!(before > 0.0) || !isfinite(before) || !(after > 1e-8 * before)) return LT_OK;
+  for (size_t i = 0; i < n; i++) q[i] /= after;
+  out->beta[m - 1] = 0.0; /* a new Krylov space: no coupling to the last one */
+  out->restarts++;
+  *added = 1;
+  int rc = steps_with_scratch(ctx, A, out, progress, progress_ud);
+  if (rc != LT_OK) lt_lanczos_free(ctx, out, n);
+  return rc;
+}
+
+int lt_lanczos_complement_mean(lt_context *ctx, const lt_linop *A, const lt_lanczos_result *r,
+                               size_t k, double *c) {
+  size_t n = A->n, m = (size_t)r->m, nk;
+  *c = 0.0;
+  if (m >= n || k == 0) return LT_OK;
+  if (!lt_mul_size(ctx, "lanczos", n, k, &nk)) return LT_ERR;
+  double *Z = lt_linalg_alloc(ctx, "lanczos", nk), *AZ = lt_linalg_alloc(ctx, "lanczos", nk);
+  double *H = lt_linalg_alloc(ctx, "lanczos", m * k);
+  int rc = LT_ERR;
+  if (Z && AZ && H) {
+    lt_fill_probes(ctx, LT_PROBE_GAUSSIAN, n, k, Z);
+    for (int pass = 0; pass < 2; pass++) { /* Z ← (I − QᵀQ) Z, twice */
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)k, (int)n, 1.0, r->Q,
+                  (int)n, Z, (int)k, 0.0, H, (int)k);
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)k, (int)m, -1.0, r->Q,
+                  (int)n, H, (int)k, 1.0, Z, (int)k);
     }
-    double s = fabs(out->alpha[j]) + out->beta[j] + (j > 0 ? out->beta[j - 1] : 0.0);
-    if (s > scale) scale = s;
-    if (progress) progress(progress_ud, "lanczos", j + 1, out->beta[j]);
-    if (out->beta[j] <= 1e-12 * scale) {
-      out->invariant = 1;
-      break;
-    }
-    if (j + 1 < m_max) {
-      double *next = q + n;
-      for (size_t i = 0; i < n; i++) next[i] = w[i] / out->beta[j];
+    rc = lt_linop_apply(ctx, A, k, Z, AZ);
+    if (rc == LT_OK) {
+      double num = cblas_ddot((int)nk, Z, 1, AZ, 1), den = cblas_ddot((int)nk, Z, 1, Z, 1);
+      *c = den > 0.0 ? num / den : 0.0;
     }
   }
-  if ((size_t)out->m == n) out->invariant = 1;
-done:
-  lt_linalg_free(ctx, w, n);
-  lt_linalg_free(ctx, h, (size_t)m_max);
-  if (rc != LT_OK) lt_lanczos_free(ctx, out, n);
+  lt_linalg_free(ctx, Z, nk);
+  lt_linalg_free(ctx, AZ, nk);
+  lt_linalg_free(ctx, H, m * k);
   return rc;
 }
 

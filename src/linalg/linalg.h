@@ -99,13 +99,30 @@ typedef struct lt_lanczos_result {
   double *Q;            /* cap × n: row j is the j-th Lanczos vector */
   double *alpha, *beta; /* cap each: T's diagonal; beta[j] couples steps j and j+1,
                            beta[m-1] is the coupling left out */
-  int invariant;        /* 1 if an invariant subspace was found */
+  int invariant;        /* 1 if the last Krylov space closed (or m = n) */
   int cap;              /* m_max actually allocated (at most n) */
+  int restarts;         /* Krylov spaces started by lt_lanczos_extend */
+  double scale;         /* running estimate of ‖A‖, the breakdown test's unit */
 } lt_lanczos_result;
 
 int lt_lanczos(lt_context *ctx, const lt_linop *A, const double *q0, int m_max,
                lt_lanczos_result *out, lt_progress_fn progress, void *progress_ud);
 void lt_lanczos_free(lt_context *ctx, lt_lanczos_result *r, size_t n);
+
+/* Deflation after an early invariant subspace: continues the run of out
+ * (same capacity) from q0 orthogonalised against the basis, a new Krylov
+ * space decoupled from the previous ones (β = 0 between them, so T stays
+ * the projection of A on the whole basis). *added = 0 when the run is full
+ * or q0 has nothing outside the basis. On error out is freed. */
+int lt_lanczos_extend(lt_context *ctx, const lt_linop *A, const double *q0, lt_lanczos_result *out,
+                      int *added, lt_progress_fn progress, void *progress_ud);
+
+/* c = the mean Rayleigh quotient of A on the orthogonal complement of the
+ * basis, from k Gaussian probes projected onto it: ≈ tr(P⊥AP⊥)/tr(P⊥).
+ * When A is K + σ²I with K's spectrum captured by the basis, c ≈ σ² and
+ * A ≈ QTQᵀ + c·P⊥. 0 when the basis spans everything. */
+int lt_lanczos_complement_mean(lt_context *ctx, const lt_linop *A, const lt_lanczos_result *r,
+                               size_t k, double *c);
 
 /* Ritz pairs of a Lanczos run: theta (m, ascending), Y (n×m row-major, the
  * Ritz vectors as columns) and bounds (m) = |beta_m · last component|, the
@@ -121,9 +138,12 @@ int lt_lanczos_root(lt_context *ctx, const lt_lanczos_result *r, size_t n, doubl
 /* ------------------------------------------------------------ slq.c */
 
 /* Σ over probes of scale · e1ᵀ log(T) e1, divided by the number of probes:
- * the SLQ estimate of log det(M⁻¹A). LT_ERR when a T has a non-positive
- * eigenvalue (A not positive definite). */
-int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out);
+ * the SLQ estimate of log det(M⁻¹A); std_error (may be NULL) gets the
+ * standard error of that mean (the spread of the per-probe estimates over
+ * √nprobe). LT_ERR when a T has a non-positive eigenvalue (A not positive
+ * definite). */
+int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out,
+                      double *std_error);
 
 /* log det A by SLQ with nprobe probes through mBCG. P (may be NULL) is a
  * pivoted-Cholesky preconditioner: its probes are then N(0, M) and its

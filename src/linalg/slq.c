@@ -50,14 +50,23 @@ done:
   return rc;
 }
 
-int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out) {
-  double sum = 0.0;
+int lt_slq_quadrature(lt_context *ctx, const lt_tridiag *T, size_t nprobe, double *out,
+                      double *std_error) {
+  double sum = 0.0, sumsq = 0.0;
   for (size_t j = 0; j < nprobe; j++) {
     double q;
     if (quadrature_one(ctx, &T[j], &q) != LT_OK) return LT_ERR;
-    sum += T[j].scale * q;
+    q *= T[j].scale;
+    sum += q;
+    sumsq += q * q;
   }
-  *out = nprobe ? sum / (double)nprobe : 0.0;
+  double mean = nprobe ? sum / (double)nprobe : 0.0;
+  *out = mean;
+  if (std_error) {
+    /* the sample variance of the per-probe estimates, over the probes */
+    double var = nprobe > 1 ? (sumsq - (double)nprobe * mean * mean) / (double)(nprobe - 1) : 0.0;
+    *std_error = nprobe > 1 && var > 0.0 ? sqrt(var / (double)nprobe) : 0.0;
+  }
   return LT_OK;
 }
 
@@ -87,7 +96,7 @@ int lt_slq_logdet(lt_context *ctx, const lt_linop *A, const lt_precond *P, size_
   o.nprobe = nprobe;
   rc = lt_mbcg(ctx, A, P ? &Minv : NULL, nprobe, Z, X, &o, T, info);
   if (rc != LT_OK) goto done;
-  rc = lt_slq_quadrature(ctx, T, nprobe, logdet);
+  rc = lt_slq_quadrature(ctx, T, nprobe, logdet, &info->std_error);
   if (rc == LT_OK && P) *logdet += P->logdet;
   info->method = "slq";
 done:

@@ -8,6 +8,7 @@
  * eigh returns eigenvalues sorted ascending and Q as the lazy product of
  * blockdiag(Qᵢ) with a permutation; svd likewise, descending.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -140,6 +141,28 @@ static size_t bd_payload_bytes(const lt_tensor *self) {
   return sizeof(offsets) + 2 * (size_t)(offs(self)->n + 1) * sizeof(size_t);
 }
 
+/* diag(Aᵢ) of square blocks is symmetric (PSD) exactly when every block is,
+ * lower (upper) when every block is. */
+static void bd_props(const lt_tensor *t, unsigned char *props) {
+  int sym = 1, asym = 0, psd = 1, notpsd = 0, lower = 1, upper = 1;
+  for (int i = 0; i < t->nchildren; i++) {
+    const lt_tensor *b = t->children[i];
+    if (!lt_is_square(b)) return;
+    lt_tristate s = lt_prop_get(b, LT_PROP_SYMMETRIC), p = lt_prop_get(b, LT_PROP_PSD);
+    if (p == LT_UNKNOWN && s == LT_NO) p = LT_NO;
+    if (s != LT_YES) sym = 0;
+    if (s == LT_NO) asym = 1;
+    if (p != LT_YES) psd = 0;
+    if (p == LT_NO) notpsd = 1;
+    if (lt_prop_get(b, LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(b, LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  props[LT_PROP_SYMMETRIC] = sym ? LT_YES : asym ? LT_NO : LT_UNKNOWN;
+  props[LT_PROP_PSD] = psd ? LT_YES : notpsd ? LT_NO : LT_UNKNOWN;
+  if (lower) props[LT_PROP_LOWER] = LT_YES;
+  if (upper) props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_blockdiag_type = {
     .name = "blockdiag",
     .matmul = bd_matmul,
@@ -148,6 +171,7 @@ const lt_type lt_blockdiag_type = {
     .row = bd_row,
     .destroy = bd_destroy,
     .payload_bytes = bd_payload_bytes,
+    .derive_props = bd_props,
 };
 
 /* ------------------------------------------------------------ construction */
@@ -176,31 +200,7 @@ static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n) {
     }
   }
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_BLOCKDIAG, o->roff[n], o->coff[n], b, n, o);
-  if (t == NULL) {
-    offsets_free(ctx, o);
-    return NULL;
-  }
-  int square = 1, sym = 1, asym = 0, psd = 1, notpsd = 0, lower = 1, upper = 1;
-  for (int i = 0; i < n; i++) {
-    if (!lt_is_square(b[i])) {
-      square = 0;
-      break;
-    }
-    lt_tristate s = lt_is_symmetric(ctx, b[i]), p = lt_is_psd(ctx, b[i]);
-    if (s != LT_YES) sym = 0;
-    if (s == LT_NO) asym = 1;
-    if (p != LT_YES) psd = 0;
-    if (p == LT_NO) notpsd = 1;
-    if (lt_prop_get(b[i], LT_PROP_LOWER) != LT_YES) lower = 0;
-    if (lt_prop_get(b[i], LT_PROP_UPPER) != LT_YES) upper = 0;
-  }
-  if (square) {
-    /* diag(Aᵢ) is symmetric (PSD) exactly when every block is. */
-    t->props[LT_PROP_SYMMETRIC] = sym ? LT_YES : asym ? LT_NO : LT_UNKNOWN;
-    t->props[LT_PROP_PSD] = psd ? LT_YES : notpsd ? LT_NO : LT_UNKNOWN;
-    if (lower) t->props[LT_PROP_LOWER] = LT_YES;
-    if (upper) t->props[LT_PROP_UPPER] = LT_YES;
-  }
+  if (t == NULL) offsets_free(ctx, o);
   return t;
 }
 
@@ -267,9 +267,19 @@ static lt_tensor *op_scale(lt_context *ctx, lt_tensor *A, int i, const lt_tensor
   (void)i, (void)s;
   return lt_scale(ctx, A, *(const double *)u);
 }
+/* u: {int upper; lt_info info} — each block's jitter is reported. */
+typedef struct cholesky_ud {
+  int upper;
+  lt_info info;
+} cholesky_ud;
+
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
-  return lt_cholesky(ctx, A, *(const int *)u);
+  cholesky_ud *c = u;
+  lt_info info = {0};
+  lt_tensor *L = lt_cholesky_info(ctx, A, c->upper, &info);
+  st_merge_info(&c->info, &info);
+  return L;
 }
 static lt_tensor *op_root(lt_context *ctx, lt_tensor *A, int i, const lt_tensor *s, void *u) {
   (void)i, (void)s;
@@ -314,8 +324,10 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  int upper = args->flag;
-  return st_done(res, map_blocks(ctx, args->a, op_cholesky, &upper));
+  cholesky_ud c = {args->flag, {0}};
+  lt_tensor *t = map_blocks(ctx, args->a, op_cholesky, &c);
+  res->info = c.info;
+  return st_done(res, t);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -446,16 +458,44 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
-/* Σ over blocks of logdet (which == LT_OP_LOGDET), inv_quad or both. A
- * block with a negative determinant (NaN) leaves the sign to the generic
- * rule. */
+/* det diag(Aᵢ) = Π det Aᵢ: signs multiply, log|det| adds. */
+static int blockdiag_slogdet(lt_context *ctx, lt_tensor *a, double *sign, double *logabs,
+                             lt_info *all) {
+  if (!all_square(a)) return LT_NOT_IMPLEMENTED;
+  *sign = 1;
+  *logabs = 0;
+  for (int i = 0; i < nblocks(a); i++) {
+    if (block(a, i)->shape[0] == 0) continue;
+    double si, li;
+    lt_info info = {0};
+    if (lt_slogdet(ctx, block(a, i), &si, &li, &info) != LT_OK) return LT_ERR;
+    st_merge_info(all, &info);
+    *sign *= si;
+    *logabs += li;
+  }
+  if (*sign == 0) *logabs = -INFINITY;
+  return LT_OK;
+}
+
+/* slogdet (ud set) or logdet. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  double sign, logabs;
+  int rc = blockdiag_slogdet(ctx, args->a, &sign, &logabs, &res->info);
+  if (rc != LT_OK) return rc;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return LT_OK;
+}
+
+/* Σ over blocks of inv_quad, or of inv_quad and logdet: each block's rule
+ * requires it positive definite, so every logdet is a number. */
 static int rule_sums(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
   if (!all_square(a)) return LT_NOT_IMPLEMENTED;
   int op = args->op;
-  lt_tensor *B = op == LT_OP_LOGDET ? NULL : st_rhs(ctx, args->b);
-  if (op != LT_OP_LOGDET && B == NULL) return LT_ERR;
+  lt_tensor *B = st_rhs(ctx, args->b);
+  if (B == NULL) return LT_ERR;
   double q = 0, l = 0;
   lt_info all = {0};
   int rc = LT_OK;
@@ -469,23 +509,17 @@ static int rule_sums(lt_context *ctx, const lt_args *args, lt_result *res, void 
       rc = LT_ERR;
       break;
     }
-    if (op == LT_OP_LOGDET) rc = lt_logdet(ctx, A, &li, &info);
-    else if (op == LT_OP_INV_QUAD) rc = lt_inv_quad(ctx, A, Bi, &qi, &info);
+    if (op == LT_OP_INV_QUAD) rc = lt_inv_quad(ctx, A, Bi, &qi, &info);
     else rc = lt_inv_quad_logdet(ctx, A, Bi, &qi, &li, &info);
     lt_release(ctx, Bi);
-    if (rc == LT_OK && li != li) rc = LT_NOT_IMPLEMENTED;
     st_merge_info(&all, &info);
     q += qi;
     l += li;
   }
   lt_release(ctx, B);
   if (rc != LT_OK) return rc;
-  if (op == LT_OP_LOGDET) {
-    res->x[0] = l;
-  } else {
-    res->x[0] = q;
-    res->x[1] = l;
-  }
+  res->x[0] = q;
+  res->x[1] = l;
   res->info = all;
   return LT_OK;
 }
@@ -506,6 +540,13 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
     lt_info info = {0};
     if (lt_eigh(ctx, block(a, done), &wi, &q[done], &info) != LT_OK) goto out;
     st_merge_info(&all, &info);
+    if (!st_complete_eigh(block(a, done), wi, q[done], &info)) {
+      /* a block's Lanczos Ritz pairs (above max_cholesky_size): no
+       * eigendecomposition to stack; the whole goes to the next rule */
+      lt_release(ctx, wi);
+      rc = LT_NOT_IMPLEMENTED;
+      goto out;
+    }
     lt_tensor *wc = lt_dense_contiguous(ctx, wi);
     lt_release(ctx, wi);
     if (wc == NULL) goto out;
@@ -572,7 +613,7 @@ out:
 }
 
 int lt_register_blockdiag_rules(lt_context *ctx) {
-  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY;
+  const int B = LT_TYPE_BLOCKDIAG, ANY = LT_TYPE_ANY, SL = LT_OP_SLOGDET;
   const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, B, ANY, rule_transpose, NULL, 0, "blockdiag transpose (blockwise)"},
       {LT_OP_SCALE, B, ANY, rule_scale, NULL, 0, "blockdiag scale (blockwise)"},
@@ -589,7 +630,8 @@ int lt_register_blockdiag_rules(lt_context *ctx) {
       {LT_OP_DIAGONAL, B, ANY, rule_diagonal, NULL, 0, "blockdiag diagonal (blockwise)"},
       {LT_OP_TRACE, B, ANY, rule_trace, NULL, 0, "blockdiag trace (sum of blocks)"},
       {LT_OP_SOLVE, B, ANY, rule_solve, NULL, 0, "blockdiag solve (blockwise)"},
-      {LT_OP_LOGDET, B, ANY, rule_sums, NULL, 0, "blockdiag logdet (sum of blocks)"},
+      {LT_OP_LOGDET, B, ANY, rule_logdet, NULL, 0, "blockdiag logdet (blocks' signs and logdets)"},
+      {SL, B, ANY, rule_logdet, (void *)1, 0, "blockdiag slogdet (blocks' signs and logdets)"},
       {LT_OP_INV_QUAD, B, ANY, rule_sums, NULL, 0, "blockdiag inv_quad (sum of blocks)"},
       {LT_OP_INV_QUAD_LOGDET, B, ANY, rule_sums, NULL, 0,
        "blockdiag inv_quad_logdet (sum of blocks)"},

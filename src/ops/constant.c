@@ -70,6 +70,7 @@ lt_tensor *lt_constant_new(lt_context *ctx, size_t rows, size_t cols, double c) 
     t->props[LT_PROP_SYMMETRIC] = LT_YES;
     t->props[LT_PROP_PSD] = c >= 0 ? LT_YES : (rows > 0 ? LT_NO : LT_YES);
   }
+  lt_note_payload_values(t, payload, 1);
   return t;
 }
 

@@ -79,12 +79,14 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   /* lt_lapack_cholesky checks the entries are finite */
   if (require_symmetric_then(ctx, "cholesky", args->a, 1) != LT_OK) return LT_ERR;
   const lt_settings *s = lt_settings_of(ctx);
+  double jitter = 0;
   lt_tensor *f = lt_lapack_cholesky(ctx, "cholesky", args->a, args->flag, s->cholesky_jitter,
-                                    s->cholesky_max_tries, NULL);
+                                    s->cholesky_max_tries, &jitter);
   if (f == NULL) return LT_ERR;
   lt_tensor *t = lt_triangular_new(ctx, f, args->flag);
   lt_release(ctx, f);
   set_info(res, "cholesky");
+  res->info.jitter = jitter; /* the factor is of A + jitter·I: say so */
   return done(res, t);
 }
 
@@ -119,7 +121,7 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
   /* bᵀA⁻¹b needs A positive definite (API.md), flagged or not: without a
    * Cholesky factor it is an error, never an LU number. */
   if (b != NULL && lt_is_symmetric(ctx, a) != LT_YES)
-    return lt_error(ctx, "%s: matrix is not symmetric (positive definite)", op);
+    return lt_error(ctx, "%s: matrix is not symmetric (not positive definite)", op);
   lt_tensor *u = b != NULL ? lt_lapack_cholesky_upper_only(ctx, op, a) : try_cholesky(ctx, op, a);
   if (u == NULL && b != NULL) return lt_error(ctx, "%s: matrix is not positive definite", op);
   if (u != NULL) {

@@ -245,15 +245,14 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return done(res, divide_rows(ctx, "solve", &v, args->b));
 }
 
-/* log det: -inf when an entry is zero, NaN when the product is negative. */
-static double logdet_of(const dview *v) {
+/* log|det| = Σ log|d_i|; *sign that of Π d_i (0 when an entry is zero). */
+static double slogdet_of(const dview *v, double *sign) {
   double s = 0;
   int negative = 0, zero = 0;
   if (v->d == NULL) {
-    if (v->n == 0) return 0;
-    if (v->c == 0) return -INFINITY;
-    if (v->c < 0 && v->n % 2 == 1) return NAN;
-    return (double)v->n * log(fabs(v->c));
+    *sign = v->n == 0 ? 1 : v->c == 0 ? 0 : v->c < 0 && v->n % 2 == 1 ? -1 : 1;
+    if (v->c != v->c) *sign = NAN;
+    return v->n == 0 ? 0 : (double)v->n * log(fabs(v->c));
   }
   for (size_t i = 0; i < v->n; i++) {
     double x = v->d[i];
@@ -261,13 +260,30 @@ static double logdet_of(const dview *v) {
     else if (x < 0) negative = !negative;
     s += log(fabs(x));
   }
-  return zero ? -INFINITY : negative ? NAN : s;
+  *sign = s != s ? NAN : zero ? 0 : negative ? -1 : 1;
+  return s;
+}
+
+/* log det as torch.logdet: -inf when an entry is zero, NaN when the
+ * product is negative. */
+static double logdet_of(const dview *v) {
+  double sign, s = slogdet_of(v, &sign);
+  return lt_logdet_of_sign(sign, s);
 }
 
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ctx, (void)ud;
   dview v = view_of(args->a);
   res->x[0] = logdet_of(&v);
+  closed_form(res);
+  return LT_OK;
+}
+
+static int rule_slogdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ctx, (void)ud;
+  dview v = view_of(args->a);
+  double sign, s = slogdet_of(&v, &sign);
+  lt_slogdet_result(res, sign, s);
   closed_form(res);
   return LT_OK;
 }
@@ -554,6 +570,10 @@ int lt_register_diag_rules(lt_context *ctx) {
           LT_OK)
         return LT_ERR;
     }
+    snprintf(name, sizeof name, "%s slogdet (closed form)", names[t]);
+    if (lt_register_rule(ctx, LT_OP_SLOGDET, types[t], ANY, name, rule_slogdet, NULL, NULL, 0) !=
+        LT_OK)
+      return LT_ERR;
     snprintf(name, sizeof name, "%s * dense (row scaling)", names[t]);
     if (lt_register_rule(ctx, LT_OP_MATMUL, types[t], DN, name, rule_matmul_dense, NULL, NULL, 0) !=
         LT_OK)

@@ -297,13 +297,27 @@ static int rule_inv_quad_logdet(lt_context *ctx, const lt_args *args, lt_result 
   return LT_OK;
 }
 
-/* bᵀA⁻¹b summed over b's columns, from a solve. */
+/* bᵀA⁻¹b summed over b's columns. It needs A positive definite, for every
+ * type alike (API.md): an operator known PSD (flagged, or by its
+ * structure) is solved by its own rule, and a negative result exposes a
+ * false flag; any other is proven definite by the Cholesky factorisation
+ * of its dense matrix, whose rule raises "not positive definite". (Above
+ * max_cholesky_size the iterative rule runs first; CG's curvature is its
+ * proof.) A solve alone would give a number for any non-singular A. */
 static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  lt_tensor *x = lt_solve(ctx, args->a, args->b, &res->info);
+  lt_tensor *a = args->a;
+  if (lt_is_psd(ctx, a) != LT_YES) {
+    if (lt_is_symmetric(ctx, a) == LT_NO)
+      return lt_error(ctx, "inv_quad: the operator is not symmetric (not positive definite)");
+    return rule_densify(ctx, args, res, ud);
+  }
+  lt_tensor *x = lt_solve(ctx, a, args->b, &res->info);
   if (x == NULL) return LT_ERR;
   int rc = lt_dense_dot(ctx, args->b, x, &res->x[0]);
   lt_release(ctx, x);
+  if (rc == LT_OK && res->x[0] < 0)
+    return lt_error(ctx, "inv_quad: the operator is not positive definite (bᵀA⁻¹b = %g < 0)",
+                    res->x[0]);
   return rc;
 }
 

@@ -80,25 +80,28 @@ static int hadamard_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, 
   return LT_OK;
 }
 
+/* Symmetric ∘ symmetric is symmetric; PSD ∘ PSD is PSD (Schur). */
+static void hadamard_props(const lt_tensor *h, unsigned char *props) {
+  const lt_tensor *a = h->children[0], *b = h->children[1];
+  if (h->shape[0] != h->shape[1]) return;
+  if (lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES && lt_prop_get(b, LT_PROP_SYMMETRIC) == LT_YES)
+    props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(a, LT_PROP_PSD) == LT_YES && lt_prop_get(b, LT_PROP_PSD) == LT_YES)
+    props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_hadamard_type = {
     .name = "hadamard",
     .matmul = hadamard_matmul,
     .t_matmul = hadamard_t_matmul,
     .entry = hadamard_entry,
     .row = hadamard_row,
+    .derive_props = hadamard_props,
 };
 
 static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
   lt_tensor *children[2] = {a, b};
-  lt_tensor *h = lt_lazy_new(ctx, LT_TYPE_HADAMARD, a->shape[0], a->shape[1], children, 2, NULL);
-  if (h == NULL) return NULL;
-  if (a->shape[0] == a->shape[1]) {
-    if (lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES && lt_prop_get(b, LT_PROP_SYMMETRIC) == LT_YES)
-      h->props[LT_PROP_SYMMETRIC] = LT_YES;
-    if (lt_prop_get(a, LT_PROP_PSD) == LT_YES && lt_prop_get(b, LT_PROP_PSD) == LT_YES)
-      h->props[LT_PROP_PSD] = LT_YES;
-  }
-  return h;
+  return lt_lazy_new(ctx, LT_TYPE_HADAMARD, a->shape[0], a->shape[1], children, 2, NULL);
 }
 
 /* ---------------------------------------------------------------- rules */

@@ -55,6 +55,7 @@ lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c) {
   }
   t->props[LT_PROP_SYMMETRIC] = t->props[LT_PROP_LOWER] = t->props[LT_PROP_UPPER] = LT_YES;
   t->props[LT_PROP_PSD] = c >= 0 ? LT_YES : (c < 0 && n > 0) ? LT_NO : LT_UNKNOWN;
+  lt_note_payload_values(t, payload, 1);
   return t;
 }
 

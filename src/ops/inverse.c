@@ -4,53 +4,79 @@
 #include "../core/internal.h"
 #include "ops.h"
 
+/* A product has no info to report: a solve that did not converge would be
+ * a silently wrong product, so it is an error. */
+static lt_tensor *converged_solve(lt_context *ctx, lt_tensor *a, lt_tensor *X) {
+  lt_info info = {0};
+  lt_tensor *out = lt_solve(ctx, a, X, &info);
+  if (out != NULL && info.method != NULL && !info.converged) {
+    lt_release(ctx, out);
+    lt_error(ctx,
+             "inverse: the solve behind the product did not converge (%s, residual %g); raise "
+             "max_cg_iterations or max_cholesky_size",
+             info.method, info.residual);
+    return NULL;
+  }
+  return out;
+}
+
 static lt_tensor *inverse_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  return lt_solve(ctx, self->children[0], X, NULL);
+  return converged_solve(ctx, self->children[0], X);
 }
 
 static lt_tensor *inverse_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *a = self->children[0];
-  if (lt_is_symmetric(ctx, a) == LT_YES) return lt_solve(ctx, a, X, NULL);
+  if (lt_is_symmetric(ctx, a) == LT_YES) return converged_solve(ctx, a, X);
   lt_tensor *at = lt_transpose(ctx, a);
   if (at == NULL) return NULL;
-  lt_tensor *out = lt_solve(ctx, at, X, NULL);
+  lt_tensor *out = converged_solve(ctx, at, X);
   lt_release(ctx, at);
   return out;
+}
+
+/* The inverse of a symmetric (PD) matrix is symmetric (PD), of a lower
+ * (upper) triangular one lower (upper); a singular A has no inverse, which
+ * the first solve reports. */
+static void inverse_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *a = t->children[0];
+  props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
+  props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
+  props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
+  props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
 }
 
 const lt_type lt_inverse_type = {
     .name = "inverse",
     .matmul = inverse_matmul,
     .t_matmul = inverse_t_matmul,
+    .derive_props = inverse_props,
 };
 
 lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a) {
   if (lt_require_square(ctx, "inverse", a) != LT_OK) return NULL;
   if (a->type_id == LT_TYPE_INVERSE) return lt_retain(a->children[0]);
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_INVERSE, a->shape[0], a->shape[1], &a, 1, NULL);
-  if (t == NULL) return NULL;
-  /* The inverse of a symmetric (PD) matrix is symmetric (PD); a singular A
-   * has no inverse, which the first solve reports. */
-  t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-  t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-  t->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
-  t->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_INVERSE, a->shape[0], a->shape[1], &a, 1, NULL);
 }
 
-/* (A⁻¹)⁻¹ B = A·B. */
+/* (A⁻¹)⁻¹ B = A·B: an exact product, so converged. */
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   res->t[0] = lt_matmul(ctx, args->a->children[0], args->b);
   res->info.method = "product";
+  res->info.converged = 1;
   return res->t[0] ? LT_OK : LT_ERR;
 }
 
-/* log det A⁻¹ = −log det A. */
+/* det A⁻¹ = 1 / det A: the same sign, −log|det A|. A singular A has no
+ * inverse. slogdet when ud is set, else logdet. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  if (lt_logdet(ctx, args->a->children[0], &res->x[0], &res->info) != LT_OK) return LT_ERR;
-  res->x[0] = -res->x[0];
+  double sign, logabs;
+  if (lt_slogdet(ctx, args->a->children[0], &sign, &logabs, &res->info) != LT_OK) return LT_ERR;
+  if (sign == 0)
+    return lt_error(ctx, "%s: the matrix is singular (it has no inverse)",
+                    ud ? "slogdet" : "logdet");
+  if (ud) lt_slogdet_result(res, sign, -logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, -logabs);
   return LT_OK;
 }
 
@@ -66,6 +92,8 @@ int lt_register_inverse_rules(lt_context *ctx) {
                        NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_LOGDET, I, ANY, "inverse logdet (minus the child's)", rule_logdet,
                        NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SLOGDET, I, ANY, "inverse slogdet (the child's sign)",
+                       rule_logdet, (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_INVERSE, I, ANY, "inverse of inverse", rule_inverse, NULL, NULL,
                        0) != LT_OK)
     return LT_ERR;

@@ -115,7 +115,7 @@ typedef struct split_sum {
 
 static int is_diagonal_op(const lt_tensor *t) {
   return t->type_id == LT_TYPE_DIAG || t->type_id == LT_TYPE_IDENTITY ||
-         (t->props[LT_PROP_LOWER] == LT_YES && t->props[LT_PROP_UPPER] == LT_YES);
+         (lt_prop_get(t, LT_PROP_LOWER) == LT_YES && lt_prop_get(t, LT_PROP_UPPER) == LT_YES);
 }
 
 static int diag_of(lt_context *ctx, lt_tensor *t, double *d) {
@@ -322,9 +322,10 @@ static int run_gmres(lt_context *ctx, const lt_linop *A, size_t k, const double 
 }
 
 /* X = A⁻¹B by the method A's properties allow; info reports it, with the
- * true residual. */
-static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind, size_t k,
-                         const double *B, double *X, lt_info *info) {
+ * true residual. need_pd (inv_quad): CG's non-positive curvature is an
+ * error, never a reason to switch to GMRES. */
+static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind kind, int need_pd,
+                         size_t k, const double *B, double *X, lt_info *info) {
   lt_linop A;
   if (lt_linop_of_tensor(ctx, a, &A) != LT_OK) return LT_ERR;
   int rc;
@@ -339,9 +340,14 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
     lt_cg_opts o = cg_options(ctx);
     rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
     if (have) lt_precond_free(ctx, &P);
-    if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC) {
+    if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC && !need_pd) {
       lt_clear_error(ctx);
       rc = run_gmres(ctx, &A, k, B, X, info);
+    } else if (rc == LT_INDEFINITE && need_pd) {
+      return lt_error(ctx,
+                      "%s: the operator is not positive definite (CG found a direction of "
+                      "non-positive curvature)",
+                      op);
     } else if (rc == LT_INDEFINITE) {
       return lt_error(ctx,
                       "%s: the operator is marked positive semi-definite but CG found a "
@@ -368,7 +374,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_tensor *x = lt_dense_new(ctx, args->b->ndim, args->b->shape);
   int rc = LT_ERR;
   if (x != NULL)
-    rc = solve_columns(ctx, "solve", a, classify(ctx, a), k, B, lt_dense_data(x), &res->info);
+    rc = solve_columns(ctx, "solve", a, classify(ctx, a), 0, k, B, lt_dense_data(x), &res->info);
   lt_linalg_free(ctx, B, n * k);
   if (rc != LT_OK) {
     lt_release(ctx, x);
@@ -378,16 +384,20 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return LT_OK;
 }
 
+/* bᵀA⁻¹b needs A symmetric positive definite (API.md): CG, whose
+ * non-positive curvature is an error. */
 static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
   if (args->b == NULL || !wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
+  op_kind kind = classify(ctx, a);
+  if (require_symmetric(ctx, "inv_quad", a, kind) != LT_OK) return LT_ERR;
   size_t n = a->shape[0], k;
   double *B = rhs_array(ctx, "inv_quad", args->b, n, &k);
   if (B == NULL) return LT_ERR;
   double *X = lt_linalg_alloc(ctx, "inv_quad", n * k);
   int rc = LT_ERR;
-  if (X != NULL) rc = solve_columns(ctx, "inv_quad", a, classify(ctx, a), k, B, X, &res->info);
+  if (X != NULL) rc = solve_columns(ctx, "inv_quad", a, kind, 1, k, B, X, &res->info);
   if (rc == LT_OK) {
     double q = 0.0;
     for (size_t i = 0; i < n * k; i++) q += B[i] * X[i];
@@ -440,7 +450,7 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
     goto done;
   }
   if (rc != LT_OK) goto done;
-  if ((rc = lt_slq_quadrature(ctx, T, np, logdet)) != LT_OK) {
+  if ((rc = lt_slq_quadrature(ctx, T, np, logdet, &info->std_error)) != LT_OK) {
     if (strstr(lt_last_error(ctx), "positive definite"))
       lt_error(ctx,
                "%s: the operator is not positive definite (a Lanczos Ritz value is not "
@@ -499,33 +509,219 @@ static int run_lanczos(lt_context *ctx, const char *op, lt_tensor *a, int m_max,
   return rc;
 }
 
-/* info for a Lanczos approximation: the coupling β_m left out, relative to
- * the largest |α|, is how far Q T Qᵀ is from A on the Krylov space. */
-static void lanczos_info(lt_context *ctx, const lt_lanczos_result *r, lt_info *info) {
-  double top = 0.0;
-  for (int i = 0; i < r->m; i++) top = fmax(top, fabs(r->alpha[i]));
-  double left = r->invariant ? 0.0 : r->beta[r->m - 1];
-  info->method = "lanczos";
-  info->iterations = r->m;
-  info->residual = top > 0.0 ? left / top : left;
-  info->converged = r->invariant || info->residual <= ctx->settings.cg_tolerance;
+/* Probes for a root's remainder fit and for its verification. */
+#define ROOT_PROBES 4
+
+/* Ritz pairs (θ ascending, Y n×m) of a run, checked: a clearly negative θ
+ * means A is not PSD (root) and a non-positive one not PD (root_inv). */
+static int root_ritz(lt_context *ctx, const char *op, const lt_lanczos_result *r, size_t n,
+                     double power, double *theta, double *Y) {
+  int m = r->m;
+  if (lt_lanczos_ritz(ctx, r, n, theta, Y, NULL) != LT_OK) return LT_ERR;
+  double top = fmax(fabs(theta[0]), fabs(theta[m - 1]));
+  for (int i = 0; i < m; i++) {
+    /* rounding leaves a PSD operator's zero eigenvalues slightly negative */
+    if (theta[i] < -1e-10 * top || (power < 0 && !(theta[i] > 0.0)))
+      return lt_error(ctx, "%s: the operator is not positive %s (eigenvalue %g)", op,
+                      power < 0 ? "definite" : "semi-definite", theta[i]);
+    if (theta[i] < 0.0) theta[i] = 0.0;
+  }
+  return LT_OK;
 }
 
+/* √c·I + U·Yᵀ as a lowrank_plus_diag, symmetric and PSD by construction
+ * (U = Y·diag(f(θ) − √c) with Y orthonormal). Takes U and Y. */
+static lt_tensor *identity_plus_lowrank(lt_context *ctx, size_t n, double sqrt_c, lt_tensor *U,
+                                        lt_tensor *Y) {
+  lt_tensor *lr = lt_lowrank_from(ctx, U, Y);
+  lt_release(ctx, U);
+  lt_release(ctx, Y);
+  lt_tensor *v = lr ? lt_dense_full(ctx, 1, &n, sqrt_c) : NULL;
+  lt_tensor *d = v ? lt_diag_new(ctx, v) : NULL;
+  lt_tensor *R = d ? lt_lowrank_diag_new(ctx, lr, d) : NULL;
+  lt_release(ctx, lr);
+  lt_release(ctx, v);
+  lt_release(ctx, d);
+  if (R != NULL) R->props[LT_PROP_SYMMETRIC] = R->props[LT_PROP_PSD] = LT_YES;
+  return R;
+}
+
+/* The root (power ½) or root_inv (−½) a Lanczos run gives, with Ritz pairs
+ * (θ, Y):
+ *   Y·diag(θ^p)                       the Galerkin root (complete = 0): A on
+ *                                     the Krylov space only — all of A when
+ *                                     A has rank m, and what LOVE-style uses
+ *                                     of root_inv (k*ᵀ·S·Sᵀ·k* for k* in the
+ *                                     space) rely on;
+ *   c^p·I + Y·diag(θ^p − c^p)·Yᵀ      complete = 1, with c A's mean on the
+ *                                     complement of the basis: its square
+ *                                     is YΘ^{2p}Yᵀ + c^{2p}(I − YYᵀ), the
+ *                                     part of A off the Krylov space that a
+ *                                     rank-m root drops (σ²I of K + σ²I).
+ * A negligible c (≤ 1e-12·θmax) leaves the Galerkin root, or for root_inv
+ * is an error: A is singular. The caller verifies the result. */
+static lt_tensor *lanczos_root(lt_context *ctx, const char *op, const lt_lanczos_result *r,
+                               size_t n, double c, double power, int complete) {
+  size_t m = (size_t)r->m;
+  double *theta = lt_linalg_alloc(ctx, op, m);
+  lt_tensor *Y = lt_dense_matrix(ctx, n, m), *U = NULL;
+  if (theta == NULL || Y == NULL ||
+      root_ritz(ctx, op, r, n, power, theta, lt_dense_data(Y)) != LT_OK)
+    goto fail;
+  double top = theta[m - 1], floor = 1e-12 * top;
+  if (complete && c < -1e-10 * top) {
+    lt_error(ctx,
+             "%s: the operator is not positive semi-definite (its mean off the Lanczos "
+             "space is %g)",
+             op, c);
+    goto fail;
+  }
+  if (complete && !(c > floor)) {
+    if (power < 0) {
+      lt_error(ctx, "%s: the operator is singular (rank about %zu < %zu: not positive definite)",
+               op, m, n);
+      goto fail;
+    }
+    complete = 0;
+  }
+  double cp = complete ? pow(c, power) : 0.0;
+  if (!complete) {
+    double *y = lt_dense_data(Y);
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < m; j++) y[i * m + j] *= pow(theta[j], power);
+    lt_linalg_free(ctx, theta, m);
+    return Y;
+  }
+  U = lt_dense_matrix(ctx, n, m);
+  if (U == NULL) goto fail;
+  const double *y = lt_dense_data(Y);
+  double *u = lt_dense_data(U);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < m; j++) u[i * m + j] = y[i * m + j] * (pow(theta[j], power) - cp);
+  lt_linalg_free(ctx, theta, m);
+  return identity_plus_lowrank(ctx, n, cp, U, Y);
+fail:
+  lt_linalg_free(ctx, theta, m);
+  lt_release(ctx, Y);
+  return NULL;
+}
+
+/* The worst relative reconstruction error of R over ROOT_PROBES Gaussian
+ * probes v: ‖R·Rᵀv − Av‖/‖Av‖ (root) or ‖R·Rᵀ·Av − v‖/‖v‖ (root_inv). */
+static int root_residual(lt_context *ctx, const lt_linop *A, lt_tensor *R, double power,
+                         double *out) {
+  size_t n = A->n, k = ROOT_PROBES;
+  lt_tensor *V = lt_dense_matrix(ctx, n, k), *AV = lt_dense_matrix(ctx, n, k);
+  lt_tensor *W = NULL, *RRW = NULL;
+  int rc = LT_ERR;
+  if (V == NULL || AV == NULL) goto done;
+  lt_fill_probes(ctx, LT_PROBE_GAUSSIAN, n, k, lt_dense_data(V));
+  if (lt_linop_apply(ctx, A, k, lt_dense_data(V), lt_dense_data(AV)) != LT_OK) goto done;
+  lt_tensor *in = power > 0 ? V : AV, *want = power > 0 ? AV : V;
+  W = lt_apply_t(ctx, R, in);
+  RRW = W ? lt_apply(ctx, R, W) : NULL;
+  if (RRW == NULL) goto done;
+  const double *got = lt_dense_data(RRW), *w = lt_dense_data(want);
+  *out = 0.0;
+  for (size_t j = 0; j < k; j++) {
+    double e = 0.0, s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+      double d = got[i * k + j] - w[i * k + j];
+      e += d * d;
+      s += w[i * k + j] * w[i * k + j];
+    }
+    double rel = s > 0.0 ? sqrt(e / s) : sqrt(e);
+    if (!(rel <= *out)) *out = rel; /* NaN sticks */
+  }
+  rc = LT_OK;
+done:
+  lt_release(ctx, V);
+  lt_release(ctx, AV);
+  lt_release(ctx, W);
+  lt_release(ctx, RRW);
+  return rc;
+}
+
+/* A fresh start for a new Krylov space (deflation): Gaussian, so that it
+ * has a part outside the basis (a ±1 vector can lie in it, e.g. in the
+ * symmetric vectors a symmetric Toeplitz matrix keeps invariant). */
+static int restart_lanczos(lt_context *ctx, const lt_linop *A, lt_lanczos_result *r, int *added) {
+  double *q0 = lt_linalg_alloc(ctx, "lanczos", A->n);
+  if (q0 == NULL) return LT_ERR;
+  lt_fill_probes(ctx, LT_PROBE_GAUSSIAN, A->n, 1, q0);
+  int rc =
+      lt_lanczos_extend(ctx, A, q0, r, added, ctx->settings.progress, ctx->settings.progress_ud);
+  lt_linalg_free(ctx, q0, A->n);
+  return rc;
+}
+
+/* A candidate root of the run (lanczos_root), and its verified residual. */
+static lt_tensor *verified_root(lt_context *ctx, const char *op, const lt_linop *A,
+                                const lt_lanczos_result *r, double power, int complete,
+                                double *resid) {
+  double c = 0.0;
+  if (complete && lt_lanczos_complement_mean(ctx, A, r, ROOT_PROBES, &c) != LT_OK) return NULL;
+  lt_tensor *R = lanczos_root(ctx, op, r, A->n, c, power, complete);
+  if (R != NULL && root_residual(ctx, A, R, power, resid) != LT_OK) {
+    lt_release(ctx, R);
+    return NULL;
+  }
+  return R;
+}
+
+/* root (power ½) and root_inv (−½) above max_cholesky_size. Lanczos (at
+ * most max_root_decomposition_size steps) gives A on a Krylov space; every
+ * candidate is verified on random probes (root_residual) before it may say
+ * converged (≤ 10·cg_tolerance). The Galerkin root comes first (a dense
+ * n×m matrix: exact when A has rank m) — except for root_inv on a Krylov
+ * space that closed before n, which surely lacks A⁻¹ off the space. When
+ * the space closed early and that is not enough, the root is completed by
+ * the part of A off the space (c·(I − YYᵀ), an n×n lowrank_plus_diag); if
+ * that fails too, the run continues from a new start orthogonal to the
+ * basis (deflation) until a check passes or the steps run out. Then the
+ * last candidate is returned with converged = false and its measured
+ * residual. */
 static int root_rule(lt_context *ctx, const lt_args *args, lt_result *res, double power) {
   lt_tensor *a = args->a;
   if (!wants_iterative(ctx, a)) return LT_NOT_IMPLEMENTED;
   const char *op = power > 0 ? "root" : "root_inv";
   size_t n = a->shape[0];
+  double tol = 10.0 * ctx->settings.cg_tolerance, resid = INFINITY;
+  lt_linop A;
   lt_lanczos_result r;
-  if (run_lanczos(ctx, op, a, ctx->settings.max_root_decomposition_size, &r) != LT_OK)
+  if (lt_linop_of_tensor(ctx, a, &A) != LT_OK ||
+      run_lanczos(ctx, op, a, ctx->settings.max_root_decomposition_size, &r) != LT_OK)
     return LT_ERR;
-  lt_tensor *R = lt_dense_matrix(ctx, n, (size_t)r.m);
-  int rc = R ? lt_lanczos_root(ctx, &r, n, power, lt_dense_data(R)) : LT_ERR;
-  if (rc == LT_OK) {
-    lanczos_info(ctx, &r, &res->info);
-    res->t[0] = R;
-  } else {
+  lt_tensor *R = NULL;
+  int rc = LT_ERR;
+  for (;;) {
+    int closed = r.invariant && (size_t)r.m < n, added = 0;
     lt_release(ctx, R);
+    R = NULL;
+    rc = LT_ERR; /* until this pass has a candidate */
+    if (!(closed && power < 0)) {
+      if ((R = verified_root(ctx, op, &A, &r, power, 0, &resid)) == NULL) break;
+      if (resid <= tol || !closed) {
+        rc = LT_OK;
+        break;
+      }
+      lt_release(ctx, R);
+    }
+    if ((R = verified_root(ctx, op, &A, &r, power, 1, &resid)) == NULL) break;
+    rc = LT_OK;
+    if (resid <= tol) break;
+    if (restart_lanczos(ctx, &A, &r, &added) != LT_OK) {
+      lt_release(ctx, R);
+      return LT_ERR; /* r freed */
+    }
+    if (!added) break;
+  }
+  if (rc == LT_OK) {
+    res->info.method = "lanczos";
+    res->info.iterations = r.m;
+    res->info.residual = resid;
+    res->info.converged = resid <= tol;
+    res->t[0] = R;
   }
   lt_lanczos_free(ctx, &r, n);
   return rc;
@@ -580,7 +776,10 @@ static int rule_eigh(lt_context *ctx, const lt_args *args, lt_result *res, void 
   res->info.method = "lanczos";
   res->info.iterations = r.m;
   res->info.residual = top > 0.0 ? worst / top : worst;
-  res->info.converged = res->info.residual <= ctx->settings.cg_tolerance;
+  /* All pairs asked for (flag 0) but fewer than n found: no eigendecomposition
+   * (kron and blockdiag rules must not use it as one), so not converged. */
+  res->info.converged =
+      res->info.residual <= ctx->settings.cg_tolerance && (args->flag != 0 || (size_t)count == n);
   res->t[0] = w;
   res->t[1] = q;
   w = q = NULL;

@@ -13,8 +13,8 @@
  * K(x1, x2) — and later products read them instead of evaluating: the
  * context keeps the stored matrices of all its kernel operators within
  * that budget, evicting the least recently used. Prepared points and the
- * stored matrix carry the versions of the points' storage they were made
- * from, and are made again when a write has changed it.
+ * stored matrix carry the data stamp of the points they were made from
+ * (lt_data_stamp), and are made again when a write has changed it.
  *
  * With spec.derivative set the entries are ∂k/∂log θ instead (formulas in
  * kernel_eval.c): lengthscale, period (periodic only), or variance (k
@@ -35,11 +35,11 @@ typedef struct kernel_payload kernel_payload;
 struct kernel_payload {
   lt_kernel_spec spec;
   int same; /* x2 omitted: K(x1, x1), symmetric PSD */
-  /* points prepared for evaluation (b unused when same), and the versions
-   * of the points' storage they were prepared from */
+  /* points prepared for evaluation (b unused when same), and the data
+   * stamp of the points they were prepared from (lt_data_stamp) */
   lt_kpoints a, b;
   int prepared;
-  unsigned version1, version2;
+  uint64_t stamp;
   /* the stored n1×n2 matrix (NULL when not kept), its bytes, and its
    * neighbours in the context's list, most recently used first */
   double *K;
@@ -52,7 +52,6 @@ static lt_tensor *points1(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
-static unsigned version_of(const lt_tensor *x) { return x->storage->version; }
 
 /* ------------------------------------------------------ prepared points */
 
@@ -80,21 +79,25 @@ static void cache_drop(lt_context *ctx, kernel_payload *p) {
   p->K_bytes = 0;
 }
 
-/* Marks p's matrix the most recently used. */
-static void cache_touch(lt_context *ctx, kernel_payload *p) {
-  if (ctx->kernel_caches == p) return;
-  cache_unlink(ctx, p);
+/* Puts p, not in the list, at its front (the most recently used). */
+static void cache_push(lt_context *ctx, kernel_payload *p) {
+  p->newer = NULL;
   p->older = ctx->kernel_caches;
   if (p->older) p->older->newer = p;
   ctx->kernel_caches = p;
 }
 
-/* Room for bytes more within the budget, evicting the least recently used
- * matrices of other operators; 0 when it cannot fit. */
-static int cache_make_room(lt_context *ctx, size_t bytes) {
-  size_t budget = ctx->settings.kernel_cache_bytes;
-  if (bytes > budget) return 0;
-  while (ctx->kernel_cache_used > budget - bytes) {
+/* Marks p's matrix, already in the list, the most recently used. */
+static void cache_touch(lt_context *ctx, kernel_payload *p) {
+  if (ctx->kernel_caches == p) return;
+  cache_unlink(ctx, p);
+  cache_push(ctx, p);
+}
+
+/* Evicts the least recently used matrices until at most limit bytes are
+ * stored; 0 when the list runs out first. */
+static int cache_evict_to(lt_context *ctx, size_t limit) {
+  while (ctx->kernel_cache_used > limit) {
     kernel_payload *last = ctx->kernel_caches;
     while (last && last->older) last = last->older;
     if (last == NULL) return 0;
@@ -103,12 +106,26 @@ static int cache_make_room(lt_context *ctx, size_t bytes) {
   return 1;
 }
 
+/* Room for bytes more within the budget, evicting the least recently used
+ * matrices of other operators; 0 when it cannot fit. */
+static int cache_make_room(lt_context *ctx, size_t bytes) {
+  size_t budget = ctx->settings.kernel_cache_bytes;
+  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+}
+
+/* Evicts stored matrices, least recently used first, until the context's
+ * kernel_cache_bytes holds them all (called when the budget is lowered). */
+void lt_kernel_cache_trim(lt_context *ctx) {
+  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
+}
+
 /* Prepared points (and an unchanged stored matrix) for the current
  * contents of the points. */
 static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
   kernel_payload *p = self->payload;
   lt_tensor *x1 = points1(self), *x2 = points2(self);
-  if (p->prepared && p->version1 == version_of(x1) && p->version2 == version_of(x2)) return LT_OK;
+  uint64_t stamp = lt_data_stamp(self); /* the latest write to the points */
+  if (p->prepared && p->stamp == stamp) return LT_OK;
   drop_prepared(ctx, p);
   cache_drop(ctx, p);
   size_t n = x1->shape[0], d = x1->shape[1];
@@ -129,8 +146,7 @@ static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
     return LT_ERR;
   }
   p->prepared = 1;
-  p->version1 = version_of(x1);
-  p->version2 = version_of(x2);
+  p->stamp = stamp;
   return LT_OK;
 }
 
@@ -192,7 +208,7 @@ static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   p->K = K;
   p->K_bytes = bytes;
   ctx->kernel_cache_used += bytes;
-  cache_touch(ctx, p);
+  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
   return K;
 }
 

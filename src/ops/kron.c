@@ -245,12 +245,30 @@ static int kron_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return rc;
 }
 
+/* ⊗ of symmetric (PSD, lower, upper) square factors is symmetric (PSD,
+ * lower, upper). */
+static void kron_props(const lt_tensor *t, unsigned char *props) {
+  int sym = 1, psd = 1, lower = 1, upper = 1;
+  for (int i = 0; i < t->nchildren; i++) {
+    const lt_tensor *f = t->children[i];
+    if (!lt_is_square(f) || lt_prop_get(f, LT_PROP_SYMMETRIC) != LT_YES) sym = 0;
+    if (!lt_is_square(f) || lt_prop_get(f, LT_PROP_PSD) != LT_YES) psd = 0;
+    if (lt_prop_get(f, LT_PROP_LOWER) != LT_YES) lower = 0;
+    if (lt_prop_get(f, LT_PROP_UPPER) != LT_YES) upper = 0;
+  }
+  if (sym) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (psd) props[LT_PROP_PSD] = LT_YES;
+  if (lower) props[LT_PROP_LOWER] = LT_YES;
+  if (upper) props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_kron_type = {
     .name = "kron",
     .matmul = kron_matmul,
     .t_matmul = kron_t_matmul,
     .entry = kron_entry,
     .row = kron_row,
+    .derive_props = kron_props,
 };
 
 /* ------------------------------------------------------------ construction */
@@ -262,20 +280,7 @@ static lt_tensor *kron_from(lt_context *ctx, lt_tensor *const *f, int n) {
     if (!lt_mul_size(ctx, "kron", rows, f[i]->shape[0], &rows) ||
         !lt_mul_size(ctx, "kron", cols, f[i]->shape[1], &cols))
       return NULL;
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KRON, rows, cols, f, n, NULL);
-  if (t == NULL) return NULL;
-  int sym = 1, psd = 1, lower = 1, upper = 1;
-  for (int i = 0; i < n; i++) {
-    if (!lt_is_square(f[i]) || lt_is_symmetric(ctx, f[i]) != LT_YES) sym = 0;
-    if (!lt_is_square(f[i]) || lt_is_psd(ctx, f[i]) != LT_YES) psd = 0;
-    if (lt_prop_get(f[i], LT_PROP_LOWER) != LT_YES) lower = 0;
-    if (lt_prop_get(f[i], LT_PROP_UPPER) != LT_YES) upper = 0;
-  }
-  if (sym) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (psd) t->props[LT_PROP_PSD] = LT_YES; /* ⊗ of PSD factors is PSD */
-  if (lower) t->props[LT_PROP_LOWER] = LT_YES;
-  if (upper) t->props[LT_PROP_UPPER] = LT_YES;
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_KRON, rows, cols, f, n, NULL);
 }
 
 lt_tensor *lt_kron_new(lt_context *ctx, lt_tensor *const *factors, int n) {
@@ -332,12 +337,32 @@ static lt_tensor *op_transpose(lt_context *ctx, lt_tensor *F, void *ud) {
   (void)ud;
   return lt_transpose(ctx, F);
 }
+/* ud: {int upper; lt_info info} — each factor's jitter is reported. */
+typedef struct cholesky_ud {
+  int upper;
+  lt_info info;
+} cholesky_ud;
+
 static lt_tensor *op_cholesky(lt_context *ctx, lt_tensor *F, void *ud) {
-  return lt_cholesky(ctx, F, *(const int *)ud);
+  cholesky_ud *c = ud;
+  lt_info info = {0};
+  lt_tensor *L = lt_cholesky_info(ctx, F, c->upper, &info);
+  st_merge_info(&c->info, &info);
+  return L;
 }
-static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) { return lt_root(ctx, F, ud); }
+/* A factor's root or root_inv, its info merged into ud's (every factor's
+ * convergence counts, not the last one's). */
+static lt_tensor *op_root(lt_context *ctx, lt_tensor *F, void *ud) {
+  lt_info info = {0};
+  lt_tensor *r = lt_root(ctx, F, &info);
+  st_merge_info(ud, &info);
+  return r;
+}
 static lt_tensor *op_root_inv(lt_context *ctx, lt_tensor *F, void *ud) {
-  return lt_root_inv(ctx, F, ud);
+  lt_info info = {0};
+  lt_tensor *r = lt_root_inv(ctx, F, &info);
+  st_merge_info(ud, &info);
+  return r;
 }
 static lt_tensor *op_inverse(lt_context *ctx, lt_tensor *F, void *ud) {
   (void)ud;
@@ -350,19 +375,34 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   return st_done(res, kron_map(ctx, args->a, op_transpose, NULL));
 }
 
+/* A factor-wise result, or the call handed on when a factor has none: the
+ * product of two negative definite factors is positive definite although
+ * neither factor has a Cholesky factor, root or positive logdet, so the
+ * whole operator's own path (dense, or iterative) decides. */
+static int factorwise_or_hand_on(lt_context *ctx, lt_result *res, lt_tensor *t,
+                                 const lt_info *info) {
+  if (t == NULL) {
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED; /* res untouched */
+  }
+  res->t[0] = t;
+  res->info = *info;
+  return LT_OK;
+}
+
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  int upper = args->flag;
-  return st_done(res, kron_map(ctx, args->a, op_cholesky, &upper));
+  cholesky_ud c = {args->flag, {0}};
+  lt_tensor *t = kron_map(ctx, args->a, op_cholesky, &c);
+  return factorwise_or_hand_on(ctx, res, t, &c.info);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   lt_info info = {0};
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
   lt_tensor *t = kron_map(ctx, args->a, ud ? op_root_inv : op_root, &info);
-  res->info = info;
-  return st_done(res, t);
+  return factorwise_or_hand_on(ctx, res, t, &info);
 }
 
 static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -504,11 +544,15 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_release(ctx, B);
   if (X == NULL) return LT_ERR;
   res->info = info;
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  X = st_like_rhs(ctx, X, args->b);
+  /* factor residuals are not the product's: iterative factors are checked */
+  if (X != NULL && st_verify_solve(ctx, k, args->b, X, &res->info) != LT_OK) {
+    lt_release(ctx, X);
+    return LT_ERR;
+  }
+  return st_done(res, X);
 }
 
-/* log det(⊗Fᵢ) = Σ (N/nᵢ) log det Fᵢ. A factor with a negative determinant
- * (NaN) is left to the generic rule, which knows the overall sign. */
 /* A square kron with a non-square factor has rank at most prod min(m_i, n_i),
  * less than its size: singular by its shape, whatever the rounding of a
  * dense LU would say. solve, inv_quad and inv_quad_logdet raise; logdet is
@@ -533,26 +577,44 @@ static int rule_singular_by_shape(lt_context *ctx, const lt_args *args, lt_resul
   return LT_OK;
 }
 
-static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  lt_tensor *k = args->a;
+/* det(⊗Fᵢ) = Π det(Fᵢ)^(N/nᵢ): log|det| = Σ (N/nᵢ) log|det Fᵢ|, and the
+ * sign is the product of the factors' signs raised to N/nᵢ (so two
+ * factors with negative determinants can make a positive one). */
+static int kron_slogdet(lt_context *ctx, lt_tensor *k, double *sign, double *logabs, lt_info *all) {
   if (!all_square(k)) return LT_NOT_IMPLEMENTED;
-  double total = 0;
-  if (k->shape[0] == 0) { /* an empty factor: the empty matrix, det 1 */
-    res->x[0] = 0;
-    return LT_OK;
-  }
-  lt_info all = {0};
+  *sign = 1;
+  *logabs = 0;
+  if (k->shape[0] == 0) return LT_OK; /* an empty factor: the empty matrix, det 1 */
   for (int i = 0; i < nfactors(k); i++) {
-    double li;
+    double si, li;
     lt_info info = {0};
-    if (lt_logdet(ctx, factor(k, i), &li, &info) != LT_OK) return LT_ERR;
-    if (li != li) return LT_NOT_IMPLEMENTED;
-    st_merge_info(&all, &info);
-    total += (double)(k->shape[0] / factor(k, i)->shape[0]) * li;
+    if (lt_slogdet(ctx, factor(k, i), &si, &li, &info) != LT_OK) {
+      /* e.g. a negative definite factor above max_cholesky_size (SLQ needs
+       * positive definite ones) in a positive definite product: the whole
+       * operator's own path decides */
+      lt_clear_error(ctx);
+      return LT_NOT_IMPLEMENTED;
+    }
+    size_t power = k->shape[0] / factor(k, i)->shape[0];
+    info.std_error *= (double)power; /* the factor's estimate counts N/nᵢ times */
+    st_merge_info(all, &info);
+    if (si < 0 && power % 2 == 0) si = 1;
+    *sign *= si;
+    *logabs += (double)power * li;
   }
-  res->x[0] = total;
-  res->info = all;
+  if (*sign == 0) *logabs = -INFINITY;
+  return LT_OK;
+}
+
+/* slogdet (ud set) or logdet; res is untouched unless LT_OK. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  double sign, logabs;
+  lt_info info = {0};
+  int rc = kron_slogdet(ctx, args->a, &sign, &logabs, &info);
+  if (rc != LT_OK) return rc;
+  res->info = info;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
   return LT_OK;
 }
 
@@ -573,7 +635,10 @@ static void spectrum_free(lt_context *ctx, spectrum *s) {
   s->p = 0;
 }
 
-/* LT_NOT_IMPLEMENTED unless every factor is square and known symmetric. */
+/* The factors' eigendecompositions. LT_NOT_IMPLEMENTED (nothing held)
+ * unless every factor is square, known symmetric and has a complete eigh,
+ * so that the caller hands the call on to a method that needs only
+ * products (CG, SLQ, Lanczos on the whole operator). */
 static int spectrum_init(lt_context *ctx, lt_tensor *k, spectrum *s) {
   memset(s, 0, sizeof *s);
   for (int i = 0; i < nfactors(k); i++)
@@ -586,6 +651,10 @@ static int spectrum_init(lt_context *ctx, lt_tensor *k, spectrum *s) {
       return LT_ERR;
     }
     s->p = i + 1;
+    if (!st_complete_eigh(factor(k, i), s->w[i], s->q[i], &info)) {
+      spectrum_free(ctx, s);
+      return LT_NOT_IMPLEMENTED;
+    }
     st_merge_info(&s->info, &info);
   }
   return LT_OK;
@@ -631,17 +700,41 @@ static lt_tensor *spectral_solve(lt_context *ctx, const spectrum *s, const lt_te
   return X;
 }
 
-/* log det from eigenvalues: NaN for a negative determinant, -inf singular. */
-static double spectral_logdet(const lt_tensor *lam) {
+/* log|det| and the sign of det from the eigenvalues. */
+static double spectral_slogdet(const lt_tensor *lam, double *sign) {
   const double *l = lt_dense_data(lam);
   double s = 0;
   int negative = 0;
+  *sign = 1;
   for (size_t i = 0; i < lam->shape[0]; i++) {
-    if (l[i] != l[i]) return NAN;
+    if (l[i] != l[i]) {
+      *sign = NAN;
+      return NAN;
+    }
+    if (l[i] == 0) {
+      *sign = 0;
+      return -INFINITY;
+    }
     if (l[i] < 0) negative ^= 1;
     s += log(fabs(l[i]));
   }
-  return negative && s != -INFINITY ? NAN : s;
+  if (negative) *sign = -1;
+  return s;
+}
+
+/* log det as torch.logdet: NaN for a negative determinant, -inf singular. */
+static double spectral_logdet(const lt_tensor *lam) {
+  double sign, s = spectral_slogdet(lam, &sign);
+  return lt_logdet_of_sign(sign, s);
+}
+
+/* bᵀ(K + sI)⁻¹b needs K + sI positive definite: every eigenvalue > 0. */
+static int require_positive_spectrum(lt_context *ctx, const char *op, const lt_tensor *lam) {
+  const double *l = lt_dense_data(lam);
+  for (size_t i = 0; i < lam->shape[0]; i++)
+    if (!(l[i] > 0))
+      return lt_error(ctx, "%s: the operator is not positive definite (eigenvalue %g)", op, l[i]);
+  return LT_OK;
 }
 
 /* eigh of a kron (shift 0) or kron + sI: sorted ascending. */
@@ -735,6 +828,13 @@ static void kpi_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+/* K + s·I is symmetric when K is, PSD when K is and s ≥ 0. */
+static void kpi_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *kron = kron_part(t);
+  if (lt_prop_get(kron, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && shift_of(t) >= 0) props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_kron_identity_type = {
     .name = "kron_plus_identity",
     .matmul = kpi_matmul,
@@ -742,6 +842,7 @@ const lt_type lt_kron_identity_type = {
     .entry = kpi_entry,
     .row = kpi_row,
     .destroy = kpi_destroy,
+    .derive_props = kpi_props,
 };
 
 lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
@@ -758,8 +859,7 @@ lt_tensor *lt_kron_identity_new(lt_context *ctx, lt_tensor *kron, double s) {
     lt_free(ctx, payload, sizeof(double));
     return NULL;
   }
-  if (lt_prop_get(kron, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (lt_prop_get(kron, LT_PROP_PSD) == LT_YES && s >= 0) t->props[LT_PROP_PSD] = LT_YES;
+  lt_note_payload_values(t, payload, 1);
   return t;
 }
 
@@ -785,25 +885,34 @@ static int rule_kpi_solve(lt_context *ctx, const lt_args *args, lt_result *res, 
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
+/* logdet (ud NULL) or slogdet from the eigenvalues. */
 static int rule_kpi_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   spectrum s;
   int rc = spectrum_init(ctx, kron_part(args->a), &s);
   if (rc != LT_OK) return rc;
   lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
-  if (lam) res->x[0] = spectral_logdet(lam);
+  if (lam) {
+    double sign, logabs = spectral_slogdet(lam, &sign);
+    if (ud) lt_slogdet_result(res, sign, logabs);
+    else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  }
   spectral_info(res, &s);
   lt_release(ctx, lam);
   spectrum_free(ctx, &s);
   return lam ? LT_OK : LT_ERR;
 }
 
-/* inv_quad (ud NULL) or inv_quad_logdet from one set of eigendecompositions. */
+/* inv_quad (ud NULL) or inv_quad_logdet from one set of eigendecompositions;
+ * both need K + sI positive definite. */
 static int rule_kpi_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   spectrum s;
   int rc = spectrum_init(ctx, kron_part(args->a), &s);
   if (rc != LT_OK) return rc;
   lt_tensor *lam = spectrum_values(ctx, &s, args->a->shape[0], shift_of(args->a));
+  if (lam && require_positive_spectrum(ctx, ud ? "inv_quad_logdet" : "inv_quad", lam) != LT_OK) {
+    lt_release(ctx, lam);
+    lam = NULL;
+  }
   lt_tensor *B = lam ? st_rhs(ctx, args->b) : NULL;
   lt_tensor *X = B ? spectral_solve(ctx, &s, lam, B) : NULL;
   if (X != NULL) {
@@ -935,6 +1044,7 @@ static int rule_kpi_shift(lt_context *ctx, const lt_args *args, lt_result *res, 
 
 int lt_register_kron_rules(lt_context *ctx) {
   const int K = LT_TYPE_KRON, KI = LT_TYPE_KRON_PLUS_IDENTITY, ANY = LT_TYPE_ANY;
+  const int SL = LT_OP_SLOGDET;
   const lt_rule_spec rules[] = {
       {LT_OP_TRANSPOSE, K, ANY, rule_transpose, NULL, 0, "kron transpose (factor-wise)"},
       {LT_OP_SCALE, K, ANY, rule_scale, NULL, 0, "kron scale (scales the first factor)"},
@@ -942,7 +1052,7 @@ int lt_register_kron_rules(lt_context *ctx) {
       {LT_OP_DIAGONAL, K, ANY, rule_diagonal, NULL, 0, "kron diagonal (kron of diagonals)"},
       {LT_OP_TRACE, K, ANY, rule_trace, NULL, 0, "kron trace (product of traces)"},
       {LT_OP_SOLVE, K, ANY, rule_solve, NULL, 0, "kron solve (factor by factor)"},
-      {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (sum n/n_i logdet F_i)"},
+      {LT_OP_LOGDET, K, ANY, rule_logdet, NULL, 0, "kron logdet (factors' signs and logdets)"},
       {LT_OP_SOLVE, K, ANY, rule_singular_by_shape, NULL, 0, "kron solve (singular by shape)"},
       {LT_OP_INV_QUAD, K, ANY, rule_singular_by_shape, NULL, 0,
        "kron inv_quad (singular by shape)"},
@@ -965,6 +1075,9 @@ int lt_register_kron_rules(lt_context *ctx) {
        "kron_plus_identity solve (factor eigendecompositions)"},
       {LT_OP_LOGDET, KI, ANY, rule_kpi_logdet, NULL, 0,
        "kron_plus_identity logdet (factor eigenvalues)"},
+      {SL, KI, ANY, rule_kpi_logdet, (void *)1, 0,
+       "kron_plus_identity slogdet (factor eigenvalues)"},
+      {SL, K, ANY, rule_logdet, (void *)1, 0, "kron slogdet (factors' signs and logdets)"},
       {LT_OP_INV_QUAD, KI, ANY, rule_kpi_inv_quad, NULL, 0,
        "kron_plus_identity inv_quad (factor eigendecompositions)"},
       {LT_OP_INV_QUAD_LOGDET, KI, ANY, rule_kpi_inv_quad, (void *)1, 0,

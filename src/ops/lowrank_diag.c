@@ -60,12 +60,21 @@ static int lrd_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* L + D is symmetric when L is (D is), PSD when both are. */
+static void lrd_props(const lt_tensor *t, unsigned char *props) {
+  const lt_tensor *lowrank = t->children[0], *diag = t->children[1];
+  if (lt_prop_get(lowrank, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(lowrank, LT_PROP_PSD) == LT_YES && lt_prop_get(diag, LT_PROP_PSD) == LT_YES)
+    props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_lowrank_diag_type = {
     .name = "lowrank_plus_diag",
     .matmul = lrd_matmul,
     .t_matmul = lrd_t_matmul,
     .entry = lrd_entry,
     .row = lrd_row,
+    .derive_props = lrd_props,
 };
 
 /* D + L for a lowrank L and a diag D (both square, same size). */
@@ -76,13 +85,8 @@ lt_tensor *lt_lowrank_diag_new(lt_context *ctx, lt_tensor *lowrank, lt_tensor *d
     return NULL;
   }
   lt_tensor *children[2] = {lowrank, diag};
-  lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_LOWRANK_DIAG, lowrank->shape[0], lowrank->shape[1],
-                             children, 2, NULL);
-  if (t == NULL) return NULL;
-  if (lt_prop_get(lowrank, LT_PROP_SYMMETRIC) == LT_YES) t->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (lt_prop_get(lowrank, LT_PROP_PSD) == LT_YES && lt_prop_get(diag, LT_PROP_PSD) == LT_YES)
-    t->props[LT_PROP_PSD] = LT_YES;
-  return t;
+  return lt_lazy_new(ctx, LT_TYPE_LOWRANK_DIAG, lowrank->shape[0], lowrank->shape[1], children, 2,
+                     NULL);
 }
 
 /* diag(d) for d a 1-d dense or a 0-d (constant) of size n. */
@@ -112,6 +116,7 @@ typedef struct woodbury {
   double bdb;       /* Σ bᵢⱼ² / dᵢ (inv_quad) */
   double logabs;    /* log |det A| */
   int sign;         /* sign of det A: 1, -1 or 0 (singular) */
+  int pd;           /* A proven positive definite (U = V, D > 0, C = LLᵀ) */
 } woodbury;
 
 static void woodbury_free(lt_context *ctx, woodbury *f) {
@@ -234,6 +239,7 @@ static int woodbury_init(lt_context *ctx, const char *op, lt_tensor *self, woodb
     if (capacitance_build(ctx, f, 1, B) != LT_OK) goto fail;
     lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, f->c, (lapack_int)k);
     if (info == 0) {
+      f->pd = 1;
       for (size_t i = 0; i < k; i++) logc += 2 * log(f->c[i * k + i]);
       for (size_t i = 0; i < k; i++)
         for (size_t j = i + 1; j < k; j++) f->c[i * k + j] = 0;
@@ -393,19 +399,23 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return st_done(res, st_like_rhs(ctx, X, args->b));
 }
 
+/* logdet, or slogdet when ud is set: det D · det C, with both signs. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
   woodbury f;
-  int rc = woodbury_init(ctx, "logdet", args->a, &f, NULL, 0);
+  int rc = woodbury_init(ctx, ud ? "slogdet" : "logdet", args->a, &f, NULL, 0);
   if (rc != LT_OK) return rc;
-  res->x[0] = logdet_of(&f);
+  if (ud) lt_slogdet_result(res, f.sign, f.logabs);
+  else res->x[0] = logdet_of(&f);
   woodbury_free(ctx, &f);
   woodbury_info(res);
   return LT_OK;
 }
 
 /* bᵀA⁻¹b (summed over columns) and, with ud set, log det A: one pass over
- * U builds the capacitance and the projections of b together. */
+ * U builds the capacitance and the projections of b together. Both need A
+ * positive definite: proven when U = V and D > 0 (C's Cholesky), promised
+ * by a PSD flag (then a negative form is an error); otherwise the generic
+ * rules decide (dense Cholesky, or CG). */
 static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   int with_logdet = ud != NULL;
   const char *op = with_logdet ? "inv_quad_logdet" : "inv_quad";
@@ -415,8 +425,15 @@ static int rule_inv_quad(lt_context *ctx, const lt_args *args, lt_result *res, v
   int rc = woodbury_init(ctx, op, args->a, &f, B, 1);
   lt_release(ctx, B);
   if (rc != LT_OK) return rc;
+  int flagged = lt_is_psd(ctx, args->a) == LT_YES;
+  if (!f.pd && !flagged) {
+    woodbury_free(ctx, &f);
+    return LT_NOT_IMPLEMENTED;
+  }
   double q = 0;
   rc = woodbury_inv_quad(ctx, op, &f, &q);
+  if (rc == LT_OK && (q < 0 || f.sign < 0))
+    rc = lt_error(ctx, "%s: the operator is not positive definite", op);
   if (rc == LT_OK) {
     res->x[0] = q;
     if (with_logdet) res->x[1] = logdet_of(&f);
@@ -568,7 +585,9 @@ static void root_free(lt_context *ctx, void *ud) {
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a, *lr = lr_part(a);
-  if (lt_prop_get(lr, LT_PROP_SYMMETRIC) != LT_YES) return LT_NOT_IMPLEMENTED;
+  /* [D^½ | U] is a root only of D + U·Uᵀ: a lowrank flagged symmetric
+   * (lt.psd) may hold U·Vᵀ with V ≠ U, whose root this is not. */
+  if (lr->nchildren > 1 && lr->children[0] != lr->children[1]) return LT_NOT_IMPLEMENTED;
   size_t n = a->shape[0];
   const double *d = diag_values(a);
   for (size_t i = 0; i < n; i++)
@@ -628,6 +647,8 @@ int lt_register_lowrank_diag_rules(lt_context *ctx) {
   const lt_rule_spec rules[] = {
       {LT_OP_SOLVE, LD, ANY, rule_solve, NULL, 0, "lowrank_plus_diag solve (Woodbury)"},
       {LT_OP_LOGDET, LD, ANY, rule_logdet, NULL, 0, "lowrank_plus_diag logdet (determinant lemma)"},
+      {LT_OP_SLOGDET, LD, ANY, rule_logdet, (void *)1, 0,
+       "lowrank_plus_diag slogdet (determinant lemma, signed)"},
       {LT_OP_INV_QUAD, LD, ANY, rule_inv_quad, NULL, 0, "lowrank_plus_diag inv_quad (Woodbury)"},
       {LT_OP_INV_QUAD_LOGDET, LD, ANY, rule_inv_quad, (void *)1, 0,
        "lowrank_plus_diag inv_quad_logdet (Woodbury + determinant lemma)"},

@@ -59,6 +59,13 @@ int lt_register_lowrank_diag_rules(lt_context *ctx);
 int lt_register_kron_rules(lt_context *ctx);
 int lt_register_blockdiag_rules(lt_context *ctx);
 int lt_register_chol_rules(lt_context *ctx);
+/* The signed log-determinant (ops/slogdet.c): the generic and dense rules
+ * of LT_OP_SLOGDET. A slogdet rule sets res->x[0] = sign (-1, 0, 1; NaN
+ * for NaN entries), res->x[1] = log|det|. */
+int lt_register_slogdet_rules(lt_context *ctx);
+void lt_slogdet_result(lt_result *res, double sign, double logabs);
+/* logdet as torch.logdet gives it: logabs, -inf (sign 0) or NaN (sign < 0). */
+double lt_logdet_of_sign(double sign, double logabs);
 
 /* ops-a constructors used across files (no copies: children are retained). */
 /* U·Vᵀ from contiguous private factors; v NULL for U·Uᵀ. */

@@ -3,6 +3,7 @@
  */
 #include "../core/internal.h"
 #include "ops.h"
+#include "structured.h"
 
 static lt_tensor *product_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *bx = lt_apply(ctx, self->children[1], X);
@@ -20,10 +21,22 @@ static lt_tensor *product_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *
   return out;
 }
 
+/* Products of lower (upper) triangular factors stay lower (upper); nothing
+ * else follows from the factors' flags (a product of symmetric or PSD
+ * factors is in general neither). */
+static void product_props(const lt_tensor *p, unsigned char *props) {
+  const lt_tensor *a = p->children[0], *b = p->children[1];
+  if (lt_prop_get(a, LT_PROP_LOWER) == LT_YES && lt_prop_get(b, LT_PROP_LOWER) == LT_YES)
+    props[LT_PROP_LOWER] = LT_YES;
+  if (lt_prop_get(a, LT_PROP_UPPER) == LT_YES && lt_prop_get(b, LT_PROP_UPPER) == LT_YES)
+    props[LT_PROP_UPPER] = LT_YES;
+}
+
 const lt_type lt_product_type = {
     .name = "product",
     .matmul = product_matmul,
     .t_matmul = product_t_matmul,
+    .derive_props = product_props,
 };
 
 lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
@@ -36,43 +49,72 @@ lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
     return NULL;
   }
   lt_tensor *children[2] = {a, b};
-  lt_tensor *p = lt_lazy_new(ctx, LT_TYPE_PRODUCT, a->shape[0], b->shape[1], children, 2, NULL);
-  if (p == NULL) return NULL;
-  /* Products of lower (upper) triangular factors stay lower (upper). */
-  if (lt_prop_get(a, LT_PROP_LOWER) == LT_YES && lt_prop_get(b, LT_PROP_LOWER) == LT_YES)
-    p->props[LT_PROP_LOWER] = LT_YES;
-  if (lt_prop_get(a, LT_PROP_UPPER) == LT_YES && lt_prop_get(b, LT_PROP_UPPER) == LT_YES)
-    p->props[LT_PROP_UPPER] = LT_YES;
-  return p;
+  return lt_lazy_new(ctx, LT_TYPE_PRODUCT, a->shape[0], b->shape[1], children, 2, NULL);
 }
 
-/* log det(AB) = log det A + log det B for square factors. */
-static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  lt_tensor *a = args->a->children[0], *b = args->a->children[1];
+/* det(AB) = det A · det B for square factors: signs multiply and log|det|
+ * adds (adding logdets would give NaN for two negative determinants). */
+static int product_slogdet(lt_context *ctx, lt_tensor *p, double *sign, double *logabs,
+                           lt_info *info) {
+  lt_tensor *a = p->children[0], *b = p->children[1];
   if (!lt_is_square(a) || !lt_is_square(b)) return LT_NOT_IMPLEMENTED;
-  double la, lb;
-  if (lt_logdet(ctx, a, &la, NULL) != LT_OK || lt_logdet(ctx, b, &lb, NULL) != LT_OK) return LT_ERR;
-  res->x[0] = la + lb;
+  double sa, la, sb, lb;
+  lt_info ia = {0}, ib = {0};
+  if (lt_slogdet(ctx, a, &sa, &la, &ia) != LT_OK || lt_slogdet(ctx, b, &sb, &lb, &ib) != LT_OK) {
+    /* a factor without a log-determinant of its own (a negative definite
+     * one above max_cholesky_size, where SLQ needs a positive definite
+     * operator) says nothing of the product: its own path decides */
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED;
+  }
+  *sign = sa * sb;
+  *logabs = la + lb;
+  *info = ia;
+  st_merge_info(info, &ib);
   return LT_OK;
 }
 
-/* (AB)⁻¹X = B⁻¹(A⁻¹X) for square factors. */
+/* slogdet (ud set) or logdet; res is untouched unless LT_OK. */
+static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  double sign, logabs;
+  lt_info info = {0};
+  int rc = product_slogdet(ctx, args->a, &sign, &logabs, &info);
+  if (rc != LT_OK) return rc;
+  res->info = info;
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
+  return LT_OK;
+}
+
+/* (AB)⁻¹X = B⁻¹(A⁻¹X) for square factors. The residual of the second solve
+ * is not that of the whole (A's error is amplified by B), so when either
+ * solve was iterative the true residual ‖X − AB·Y‖/‖X‖ decides convergence. */
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a->children[0], *b = args->a->children[1];
   if (!lt_is_square(a) || !lt_is_square(b)) return LT_NOT_IMPLEMENTED;
-  lt_tensor *y = lt_solve(ctx, a, args->b, NULL);
+  lt_info ia = {0}, ib = {0};
+  lt_tensor *y = lt_solve(ctx, a, args->b, &ia);
   if (y == NULL) return LT_ERR;
-  res->t[0] = lt_solve(ctx, b, y, &res->info);
+  lt_tensor *x = lt_solve(ctx, b, y, &ib);
   lt_release(ctx, y);
-  return res->t[0] ? LT_OK : LT_ERR;
+  if (x == NULL) return LT_ERR;
+  res->info = ia;
+  st_merge_info(&res->info, &ib);
+  if (st_verify_solve(ctx, args->a, args->b, x, &res->info) != LT_OK) {
+    lt_release(ctx, x);
+    return LT_ERR;
+  }
+  res->t[0] = x;
+  return LT_OK;
 }
 
 int lt_register_product_rules(lt_context *ctx) {
   const int P = LT_TYPE_PRODUCT, ANY = LT_TYPE_ANY;
-  if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (sum of factors')", rule_logdet,
-                       NULL, NULL, 0) != LT_OK ||
+  if (lt_register_rule(ctx, LT_OP_LOGDET, P, ANY, "product logdet (signs multiply, logs add)",
+                       rule_logdet, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SLOGDET, P, ANY, "product slogdet (signs multiply)", rule_logdet,
+                       (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SOLVE, P, ANY, "product solve (factor by factor)", rule_solve,
                        NULL, NULL, 0) != LT_OK)
     return LT_ERR;

@@ -43,6 +43,24 @@ static void scaled_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+static void scaled_props(const lt_tensor *s, unsigned char *props) {
+  const lt_tensor *a = s->children[0];
+  double c = factor(s);
+  if (c == 0) { /* the zero matrix: everything, whatever A is */
+    if (s->shape[0] == s->shape[1]) props[LT_PROP_SYMMETRIC] = props[LT_PROP_PSD] = LT_YES;
+    props[LT_PROP_LOWER] = props[LT_PROP_UPPER] = LT_YES;
+    return;
+  }
+  if (s->shape[0] == s->shape[1]) {
+    props[LT_PROP_SYMMETRIC] = (unsigned char)lt_prop_get(a, LT_PROP_SYMMETRIC);
+    /* c > 0 keeps PSD; a negative multiple of a PSD operator is not PSD
+     * (unless it is zero, which we do not know), so unknown. */
+    if (c > 0) props[LT_PROP_PSD] = (unsigned char)lt_prop_get(a, LT_PROP_PSD);
+  }
+  props[LT_PROP_LOWER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
+  props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
+}
+
 const lt_type lt_scaled_type = {
     .name = "scaled",
     .matmul = scaled_matmul,
@@ -50,6 +68,7 @@ const lt_type lt_scaled_type = {
     .entry = scaled_entry,
     .row = scaled_row,
     .destroy = scaled_destroy,
+    .derive_props = scaled_props,
 };
 
 lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c) {
@@ -66,15 +85,7 @@ lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c) {
     lt_free(ctx, payload, sizeof(double));
     return NULL;
   }
-  if (a->shape[0] == a->shape[1]) {
-    s->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC);
-    /* c ≥ 0 keeps PSD; a negative multiple of a PSD operator is not PSD
-     * (unless it is zero, which we do not know), so unknown. */
-    if (c > 0) s->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD);
-    else if (c == 0) s->props[LT_PROP_PSD] = LT_YES;
-  }
-  s->props[LT_PROP_LOWER] = lt_prop_get(a, LT_PROP_LOWER);
-  s->props[LT_PROP_UPPER] = lt_prop_get(a, LT_PROP_UPPER);
+  lt_note_payload_values(s, payload, 1);
   return s;
 }
 
@@ -108,13 +119,24 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return res->t[0] ? LT_OK : LT_ERR;
 }
 
-/* log det(cA) = n log c + log det A, for c > 0. */
+/* det(cA) = cⁿ det A: log|det| gains n log|c|, and the sign flips with
+ * each of the n factors c < 0. slogdet when ud is set, else logdet. */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ud;
-  double c = factor(args->a);
-  if (!(c > 0)) return LT_NOT_IMPLEMENTED;
-  if (lt_logdet(ctx, args->a->children[0], &res->x[0], &res->info) != LT_OK) return LT_ERR;
-  res->x[0] += (double)args->a->shape[0] * log(c);
+  double c = factor(args->a), sign, logabs;
+  size_t n = args->a->shape[0];
+  lt_info info = {0};
+  if (lt_slogdet(ctx, args->a->children[0], &sign, &logabs, &info) != LT_OK) {
+    /* −A of a negative definite A above max_cholesky_size: SLQ has no
+     * logdet for A, but has one for the whole (positive definite) */
+    lt_clear_error(ctx);
+    return LT_NOT_IMPLEMENTED;
+  }
+  res->info = info;
+  if (c == 0 && n > 0) sign = 0;
+  else if (c < 0 && n % 2 == 1) sign = -sign;
+  logabs += (double)n * log(fabs(c));
+  if (ud) lt_slogdet_result(res, sign, logabs);
+  else res->x[0] = lt_logdet_of_sign(sign, logabs);
   return LT_OK;
 }
 
@@ -132,8 +154,10 @@ int lt_register_scaled_rules(lt_context *ctx) {
           LT_OK ||
       lt_register_rule(ctx, LT_OP_SOLVE, S, ANY, "scaled solve (solve the child)", rule_solve, NULL,
                        NULL, 0) != LT_OK ||
-      lt_register_rule(ctx, LT_OP_LOGDET, S, ANY, "scaled logdet (n log c + child)", rule_logdet,
-                       NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_LOGDET, S, ANY, "scaled logdet (n log|c| + child, signed)",
+                       rule_logdet, NULL, NULL, 0) != LT_OK ||
+      lt_register_rule(ctx, LT_OP_SLOGDET, S, ANY, "scaled slogdet (c^n det A)", rule_logdet,
+                       (void *)1, NULL, 0) != LT_OK ||
       lt_register_rule(ctx, LT_OP_SCALE, S, ANY, "scaled scale (folds factors)", rule_scale, NULL,
                        NULL, 0) != LT_OK)
     return LT_ERR;

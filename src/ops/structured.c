@@ -64,6 +64,50 @@ void st_merge_info(lt_info *into, const lt_info *from) {
   into->iterations += from->iterations;
   if (from->residual > into->residual) into->residual = from->residual;
   into->converged = into->converged && from->converged;
+  if (from->jitter > into->jitter) into->jitter = from->jitter;
+  /* independent stochastic parts of a sum: their variances add */
+  into->std_error = hypot(into->std_error, from->std_error);
+}
+
+int st_verify_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *x, lt_info *info) {
+  if (info->iterations <= 0) return LT_OK; /* exact factors: nothing to verify */
+  lt_tensor *B = st_rhs(ctx, b), *X = B ? st_rhs(ctx, x) : NULL;
+  lt_tensor *Bc = X ? lt_dense_contiguous(ctx, B) : NULL;
+  lt_tensor *Xc = Bc ? lt_dense_contiguous(ctx, X) : NULL;
+  lt_tensor *AX = Xc ? lt_apply(ctx, a, Xc) : NULL;
+  int rc = LT_ERR;
+  if (AX != NULL) {
+    size_t n = Bc->shape[0], k = Bc->shape[1];
+    const double *bp = lt_dense_data(Bc), *ap = lt_dense_data(AX);
+    double worst = 0;
+    for (size_t j = 0; j < k; j++) {
+      double bn = 0, rn = 0;
+      for (size_t i = 0; i < n; i++) {
+        double r = bp[i * k + j] - ap[i * k + j];
+        bn += bp[i * k + j] * bp[i * k + j];
+        rn += r * r;
+      }
+      double rel = bn > 0 ? sqrt(rn / bn) : sqrt(rn);
+      if (!(rel <= worst)) worst = rel; /* NaN sticks */
+    }
+    info->residual = worst;
+    if (!(worst <= 10 * ctx->settings.cg_tolerance)) info->converged = 0;
+    rc = LT_OK;
+  }
+  lt_release(ctx, B);
+  lt_release(ctx, X);
+  lt_release(ctx, Bc);
+  lt_release(ctx, Xc);
+  lt_release(ctx, AX);
+  return rc;
+}
+
+int st_complete_eigh(const lt_tensor *a, const lt_tensor *w, const lt_tensor *q,
+                     const lt_info *info) {
+  size_t n = a->shape[0];
+  if (w->ndim != 1 || w->shape[0] != n || q->ndim != 2 || q->shape[0] != n || q->shape[1] != n)
+    return 0;
+  return info->method == NULL || info->converged;
 }
 
 /* ---------------------------------------------------- permutations */

@@ -41,8 +41,22 @@ lt_tensor *st_transposed_copy(lt_context *ctx, lt_tensor *a);
 int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int descending, lt_tensor *Q1,
                      lt_tensor *Q2, lt_tensor **sorted, lt_tensor **cols1, lt_tensor **cols2);
 
-/* Sums iteration counts, keeps the worst residual and convergence of two
- * reports; the method of the first one set. */
+/* Sums iteration counts, keeps the worst residual, convergence and jitter
+ * of two reports, adds their standard errors in quadrature (the parts of a
+ * sum); the method of the first one set. */
 void st_merge_info(lt_info *into, const lt_info *from);
+
+/* After a solve X = A⁻¹B assembled from iterative parts (info->iterations
+ * > 0), the parts' residuals are not the whole's: sets info->residual to
+ * the true worst-column ‖B − A·X‖/‖B‖ and clears converged when it exceeds
+ * 10·cg_tolerance (the iterative solvers' own test). Exact solves pass. */
+/* Whether lt_eigh's result for the n×n a is a complete eigendecomposition:
+ * n pairs, exact or converged. Above max_cholesky_size eigh gives the Ritz
+ * pairs of a Lanczos run — fewer than n, or inaccurate — which no rule may
+ * use as the spectrum of a factor or block. */
+int st_complete_eigh(const lt_tensor *a, const lt_tensor *w, const lt_tensor *q,
+                     const lt_info *info);
+
+int st_verify_solve(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *x, lt_info *info);
 
 #endif

@@ -87,6 +87,15 @@ static void submatrix_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, p, sizeof *p);
 }
 
+/* A principal submatrix P·A·Pᵀ of a symmetric (PSD) A is symmetric (PSD). */
+static void submatrix_props(const lt_tensor *t, unsigned char *props) {
+  const submatrix_payload *p = t->payload;
+  if (!p->principal) return;
+  const lt_tensor *a = t->children[0];
+  if (lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (lt_prop_get(a, LT_PROP_PSD) == LT_YES) props[LT_PROP_PSD] = LT_YES;
+}
+
 const lt_type lt_submatrix_type = {
     .name = "submatrix",
     .matmul = submatrix_matmul,
@@ -94,6 +103,7 @@ const lt_type lt_submatrix_type = {
     .entry = submatrix_entry,
     .row = submatrix_row,
     .destroy = submatrix_destroy,
+    .derive_props = submatrix_props,
 };
 
 static size_t *copy_indices(lt_context *ctx, const size_t *idx, size_t n, size_t limit,
@@ -129,11 +139,6 @@ lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, s
     if (p->cols && !principal) lt_free(ctx, p->cols, ncols * sizeof(size_t));
     lt_free(ctx, p, sizeof *p);
     return NULL;
-  }
-  /* A principal submatrix of a symmetric (PSD) matrix is symmetric (PSD). */
-  if (principal) {
-    t->props[LT_PROP_SYMMETRIC] = lt_prop_get(a, LT_PROP_SYMMETRIC) == LT_YES ? LT_YES : LT_UNKNOWN;
-    t->props[LT_PROP_PSD] = lt_prop_get(a, LT_PROP_PSD) == LT_YES ? LT_YES : LT_UNKNOWN;
   }
   return t;
 }

@@ -59,25 +59,50 @@ static int sum_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
-const lt_type lt_sum_type = {
-    .name = "sum",
-    .matmul = sum_matmul,
-    .t_matmul = sum_t_matmul,
-    .entry = sum_entry,
-    .row = sum_row,
-};
-
 /* Sound property rules: a sum of symmetric terms is symmetric; of PSD
  * terms, PSD. Anything else stays unknown. */
-static void sum_props(lt_tensor *s) {
+static void sum_props(const lt_tensor *s, unsigned char *props) {
   int all_sym = 1, all_psd = 1;
   for (int i = 0; i < s->nchildren; i++) {
     if (lt_prop_get(s->children[i], LT_PROP_SYMMETRIC) != LT_YES) all_sym = 0;
     if (lt_prop_get(s->children[i], LT_PROP_PSD) != LT_YES) all_psd = 0;
   }
   if (s->shape[0] != s->shape[1]) return;
-  if (all_sym) s->props[LT_PROP_SYMMETRIC] = LT_YES;
-  if (all_psd) s->props[LT_PROP_PSD] = LT_YES;
+  if (all_sym) props[LT_PROP_SYMMETRIC] = LT_YES;
+  if (all_psd) props[LT_PROP_PSD] = LT_YES;
+}
+
+const lt_type lt_sum_type = {
+    .name = "sum",
+    .matmul = sum_matmul,
+    .t_matmul = sum_t_matmul,
+    .entry = sum_entry,
+    .row = sum_row,
+    .derive_props = sum_props,
+};
+
+/* Nested sums are spliced into one node while it stays at most this many
+ * terms; past it the nested sum stays a child. Each + then copies at most
+ * this many terms, so a chain s = s + t of N terms builds in O(N) time,
+ * nesting N / SUM_FLAT_MAX levels deep. */
+#define SUM_FLAT_MAX 256
+
+static int terms_when_flat(lt_tensor *const *terms, int n) {
+  int total = 0;
+  for (int i = 0; i < n; i++) total += terms[i]->type_id == LT_TYPE_SUM ? terms[i]->nchildren : 1;
+  return total;
+}
+
+static int check_term_shapes(lt_context *ctx, lt_tensor *const *terms, int n) {
+  for (int i = 0; i < n; i++) {
+    const lt_tensor *t = terms[i];
+    if (t->ndim != 2 || t->shape[0] != terms[0]->shape[0] || t->shape[1] != terms[0]->shape[1]) {
+      char ba[64], bb[64];
+      return lt_error(ctx, "add: shapes differ (%s and %s)",
+                      lt_shape_string(terms[0], ba, sizeof ba), lt_shape_string(t, bb, sizeof bb));
+    }
+  }
+  return LT_OK;
 }
 
 lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n) {
@@ -85,17 +110,11 @@ lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n) {
     lt_error(ctx, "sum: needs at least one term");
     return NULL;
   }
-  int total = 0;
-  for (int i = 0; i < n; i++) {
-    const lt_tensor *t = terms[i];
-    if (t->ndim != 2 || t->shape[0] != terms[0]->shape[0] || t->shape[1] != terms[0]->shape[1]) {
-      char ba[64], bb[64];
-      lt_error(ctx, "add: shapes differ (%s and %s)", lt_shape_string(terms[0], ba, sizeof ba),
-               lt_shape_string(t, bb, sizeof bb));
-      return NULL;
-    }
-    total += t->type_id == LT_TYPE_SUM ? t->nchildren : 1;
-  }
+  if (check_term_shapes(ctx, terms, n) != LT_OK) return NULL;
+  size_t rows = terms[0]->shape[0], cols = terms[0]->shape[1];
+  int total = terms_when_flat(terms, n);
+  if (total > SUM_FLAT_MAX && total > n)
+    return lt_lazy_new(ctx, LT_TYPE_SUM, rows, cols, terms, n, NULL);
   lt_tensor **flat = lt_malloc(ctx, sizeof *flat * (size_t)total);
   if (flat == NULL) return NULL;
   int k = 0;
@@ -104,10 +123,8 @@ lt_tensor *lt_sum_new(lt_context *ctx, lt_tensor *const *terms, int n) {
       for (int j = 0; j < terms[i]->nchildren; j++) flat[k++] = terms[i]->children[j];
     else flat[k++] = terms[i];
   }
-  lt_tensor *s =
-      lt_lazy_new(ctx, LT_TYPE_SUM, terms[0]->shape[0], terms[0]->shape[1], flat, total, NULL);
+  lt_tensor *s = lt_lazy_new(ctx, LT_TYPE_SUM, rows, cols, flat, total, NULL);
   lt_free(ctx, flat, sizeof *flat * (size_t)total);
-  if (s) sum_props(s);
   return s;
 }
 

@@ -290,6 +290,8 @@ static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, cons
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_TOEPLITZ, m, n, NULL, 0, p);
   if (t == NULL) goto fail;
   set_props(t, p);
+  lt_note_payload_values(t, p->c, m);
+  lt_note_payload_values(t, p->r, n);
   return t;
 fail:
   payload_free(ctx, p);
@@ -486,16 +488,29 @@ static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
   return t;
 }
 
+/* A result known PSD from its operands (set_props reads only the values,
+ * and Gershgorin misses e.g. a smooth kernel's Toeplitz matrix): PSD + PSD,
+ * PSD ∘ PSD (Schur), c·PSD and PSD + c·I for c ≥ 0 are PSD. */
+static lt_tensor *psd_if(lt_tensor *t, int psd) {
+  if (t != NULL && psd) t->props[LT_PROP_PSD] = LT_YES;
+  return t;
+}
+
+static int is_psd_flagged(const lt_tensor *t) { return lt_prop_get(t, LT_PROP_PSD) == LT_YES; }
+
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (args->scalar == 1.0) return done(res, lt_retain(args->a));
-  return done(res, combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD));
+  lt_tensor *t = combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD);
+  return done(res, psd_if(t, is_psd_flagged(args->a) && args->scalar >= 0));
 }
 
 /* T ± T', T ∘ T' (ud: the combine_op). */
 static int rule_combine(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   combine_op op = (combine_op)(intptr_t)ud;
-  return done(res, combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op));
+  lt_tensor *t = combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op);
+  int psd = op != COMBINE_SUB && is_psd_flagged(args->a) && is_psd_flagged(args->b);
+  return done(res, psd_if(t, psd));
 }
 
 /* T + c·I: c added to c[1] and r[1] (add_diag and add_jitter with a number
@@ -504,7 +519,8 @@ static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *re
   (void)ud;
   double v;
   if (lt_get(ctx, args->b, 0, 0, &v) != LT_OK) return LT_ERR;
-  return done(res, combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD));
+  lt_tensor *t = combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD);
+  return done(res, psd_if(t, is_psd_flagged(args->a) && v >= 0));
 }
 
 /* ------------------------------------------------------------- solves */

@@ -188,9 +188,10 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   return done(res, x);
 }
 
-/* log det = Σ log|t_ii|; NaN when the product is negative, -inf when zero. */
+/* log|det| = Σ log|t_ii|, the sign that of Π t_ii: slogdet when ud is
+ * set, else logdet (NaN when the product is negative, -inf when zero). */
 static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
-  (void)ctx, (void)ud;
+  (void)ctx;
   size_t n = args->a->shape[0];
   double s = 0;
   int negative = 0, zero = 0;
@@ -200,7 +201,10 @@ static int rule_logdet(lt_context *ctx, const lt_args *args, lt_result *res, voi
     else if (v < 0) negative = !negative;
     s += log(fabs(v));
   }
-  res->x[0] = zero ? -INFINITY : negative ? NAN : s;
+  double sign = zero ? 0 : negative ? -1 : 1;
+  if (s != s) sign = NAN;
+  if (ud) lt_slogdet_result(res, sign, s);
+  else res->x[0] = lt_logdet_of_sign(sign, s);
   res->info.method = "triangular";
   res->info.converged = 1;
   return LT_OK;
@@ -224,5 +228,6 @@ int lt_register_triangular_rules(lt_context *ctx) {
     if (lt_register_rule(ctx, rules[i].op, T, ANY, rules[i].name, rules[i].fn, NULL, NULL, 0) !=
         LT_OK)
       return LT_ERR;
-  return LT_OK;
+  return lt_register_rule(ctx, LT_OP_SLOGDET, T, ANY, "triangular slogdet (the diagonal)",
+                          rule_logdet, (void *)1, NULL, 0);
 }

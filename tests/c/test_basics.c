@@ -453,8 +453,74 @@ static void test_num_threads(void) {
   lt_context_free(ctx);
 }
 
+/* Flags follow the data (issue 19.4): a write through a raw pointer,
+ * announced with lt_dense_written, reaches a lazy parent; promises lapse;
+ * lt_psd leaves its operand unmarked; nesting is bounded. */
+static void test_flags_follow_data(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  size_t base = lt_memory(ctx);
+  lt_tensor *A = matrix(ctx, 2, (double[]){2, 1, 1, 2});
+  lt_tensor *u = lt_dense_from(ctx, 2, (size_t[]){2, 1}, (double[]){1, 2});
+  lt_tensor *E = lt_lowrank_new(ctx, u, NULL); /* u·uᵀ: PSD, and a sum with dense stays lazy */
+  lt_release(ctx, u);
+  lt_tensor *V = lt_psd(ctx, A);
+  lt_tensor *S = lt_add(ctx, V, E);
+  CHECK(S && lt_typeid(S) == LT_TYPE_SUM && lt_is_psd(ctx, S) == LT_YES, "psd(A) + u·uᵀ is PSD");
+  lt_dense_data(A)[2] = 1.5; /* A[1][0]: no longer symmetric */
+  lt_dense_written(A);
+  CHECK(lt_is_psd(ctx, S) != LT_YES && lt_is_symmetric(ctx, S) != LT_YES,
+        "after the write: psd %d, symmetric %d", lt_is_psd(ctx, S), lt_is_symmetric(ctx, S));
+
+  /* a promise on a lazy node holds for the data it was made for */
+  lt_tensor *T = lt_add(ctx, A, E);
+  lt_dense_data(A)[2] = 1.0;
+  lt_dense_written(A);
+  lt_prop_set(T, LT_PROP_PSD, LT_YES);
+  CHECK(lt_prop_get(T, LT_PROP_PSD) == LT_YES, "promise taken");
+  lt_dense_data(A)[0] = -5;
+  lt_dense_written(A);
+  CHECK(lt_prop_get(T, LT_PROP_PSD) != LT_YES, "promise lapsed after a write");
+
+  /* "not symmetric" does not survive arithmetic that may make it false:
+   * 0·B, and B + 1 where B's asymmetry is below rounding */
+  lt_tensor *B = matrix(ctx, 2, (double[]){0, 1e-20, 0, 0});
+  CHECK(lt_is_symmetric(ctx, B) == LT_NO, "B is not symmetric");
+  lt_tensor *B0 = lt_dense_scale(ctx, B, 0.0), *B1 = lt_dense_add_scalar(ctx, B, 1.0);
+  CHECK(B0 && B1 && lt_is_symmetric(ctx, B0) == LT_YES && lt_is_symmetric(ctx, B1) == LT_YES,
+        "0·B and B + 1 are symmetric: %d %d", B0 ? (int)lt_is_symmetric(ctx, B0) : -1,
+        B1 ? (int)lt_is_symmetric(ctx, B1) : -1);
+  lt_release(ctx, B), lt_release(ctx, B0), lt_release(ctx, B1);
+
+  /* lt_psd of a lazy operator: a marked copy, the operator unmarked */
+  lt_tensor *P = lt_product_new(ctx, E, T);
+  lt_tensor *Q = P ? lt_psd(ctx, P) : NULL;
+  CHECK(Q && Q != P && lt_typeid(Q) == LT_TYPE_PRODUCT && lt_is_psd(ctx, Q) == LT_YES &&
+            lt_is_psd(ctx, P) != LT_YES,
+        "lt_psd: copy %p of %p, psd %d / %d", (void *)Q, (void *)P, Q ? (int)lt_is_psd(ctx, Q) : -1,
+        P ? (int)lt_is_psd(ctx, P) : -1);
+
+  /* nesting: LT_MAX_DEPTH levels build, one more is an error */
+  lt_tensor *x = lt_retain(E);
+  int depth = 0;
+  while (x != NULL && depth < LT_MAX_DEPTH + 5) {
+    lt_tensor *y = lt_product_new(ctx, x, E);
+    lt_release(ctx, x);
+    x = y;
+    depth++;
+  }
+  CHECK(x == NULL && depth == LT_MAX_DEPTH && strstr(lt_last_error(ctx), "nest") != NULL,
+        "depth %d: %s", depth, lt_last_error(ctx));
+  lt_release(ctx, x);
+
+  lt_release(ctx, Q), lt_release(ctx, P), lt_release(ctx, T), lt_release(ctx, S);
+  lt_release(ctx, V), lt_release(ctx, E), lt_release(ctx, A);
+  CHECK(lt_memory(ctx) == base, "memory back to baseline: %zu vs %zu", lt_memory(ctx), base);
+  lt_context_free(ctx);
+}
+
 int main(void) {
   test_num_threads();
+  test_flags_follow_data();
   test_values();
   test_validation();
   test_operation_table();

@@ -515,10 +515,15 @@ static int testdiag_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, 
   return LT_OK;
 }
 
-static const lt_type TESTMAT = {"testmat",   testmat_matmul, NULL, testmat_entry,
-                                testmat_row, test_destroy,   NULL};
-static const lt_type TESTDIAG = {"testdiag", testdiag_matmul, NULL, testdiag_entry,
-                                 NULL,       test_destroy,    NULL};
+static const lt_type TESTMAT = {.name = "testmat",
+                                .matmul = testmat_matmul,
+                                .entry = testmat_entry,
+                                .row = testmat_row,
+                                .destroy = test_destroy};
+static const lt_type TESTDIAG = {.name = "testdiag",
+                                 .matmul = testdiag_matmul,
+                                 .entry = testdiag_entry,
+                                 .destroy = test_destroy};
 
 typedef struct test_types {
   int mat, diag;

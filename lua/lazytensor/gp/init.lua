@@ -375,8 +375,9 @@ function Model:mll_and_grad()
       noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - trace_inv)
     end
   end
-  local q = r:dot(alpha)
-  local ld = Ky:logdet()
+  -- The value as model:mll() computes it (which refuses a Ky that is not
+  -- numerically PD), so the fit never settles on a point mll() rejects.
+  local q, ld = Ky:inv_quad_logdet(r)
   local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local off = m
   if not self.fixed.noise then
@@ -489,10 +490,12 @@ end
 -- and an info table: method "lanczos", rank k, Lanczos's own iterations and
 -- residual, variance_error (the largest relative error of the posterior
 -- variance at 8 training inputs, against one exact block solve) and
--- converged = variance_error ≤ tolerance (1e-3). Lanczos's residual alone
--- does not tell (co2: residual 8e-8 at rank 100, variances off by up to
--- 117%). A variance from R is too large, never too small: Q·T⁻¹·Qᵀ
--- approximates Ky⁻¹ from below (Galerkin).
+-- converged = variance_error ≤ tolerance (1e-3). root_inv's own residual
+-- measures R·Rᵀ against Ky⁻¹ on random vectors, not at the kernel columns
+-- the variances need (co2 at rank 400: residual 0.44, variances right to
+-- 1e-7). A variance from the dense (Galerkin) R is too large, never too
+-- small: Q·T⁻¹·Qᵀ approximates Ky⁻¹ from below; when Lanczos's space closes
+-- early, R is completed with Ky⁻¹ off the space (a lazy n×n operator).
 function Model:love_root()
   local k = lt.settings.max_root_decomposition_size
   local now = state(self, true, k)
@@ -520,11 +523,20 @@ function Model:love_root()
   return self.love.R, self.love.info
 end
 
+-- Ksx·R as a dense matrix. R is the dense n×k Galerkin root, or — when the
+-- Krylov space closed early and root_inv completed it with Ky⁻¹ off the
+-- space — a lazy n×n operator with cheap products: Ksx·R = (Rᵀ·Kxs)ᵀ.
+local function times_love_root(Kst, R)
+  if not lt.is_lazy(R) then return Kst * R end
+  local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
+  return (R:t() * KsT):t()
+end
+
 -- The explained variance k*ᵀ Ky⁻¹ k* of each test point (a 1-d tensor), by
 -- one block solve (exact) or from the LOVE root.
 local function explained_variance(self, Ky, Kst, love)
   if love then
-    local W = Kst * self:love_root() -- n* × k
+    local W = times_love_root(Kst, self:love_root()) -- n* × k
     return W:cmul(W):sum(2):reshape(W:size(1))
   end
   local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
@@ -578,7 +590,7 @@ function Model:posterior(xstar, opts)
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
   local explained
   if opts.love then
-    explained = lt.lowrank(Kst * self:love_root())
+    explained = lt.lowrank(times_love_root(Kst, self:love_root()))
   else
     explained = explained_covariance(Kst, noisy_inverse(self, Ky))
   end
