@@ -284,11 +284,18 @@ int lt_kernel_product(lt_context *ctx, const lt_keval *e, const double *X, size_
 /* Whole rows only: a row's entries are summed tile by tile from column 0
  * (kernel_tilemul.c sums each row alike in groups of four rows or one), and
  * the tiles are those of K's blocks from row 0, so a row comes out the same
- * whatever the range it is computed in. */
+ * whatever the range it is computed in. OpenBLAS runs on one thread here:
+ * its threaded dgemm (many columns) splits a tile's product by the thread
+ * count it has, which changes the last bits, and processes bound to
+ * different numbers of cores would disagree. */
 int lt_kernel_product_rows(lt_context *ctx, const lt_keval *e, size_t r0, size_t r1,
                            const double *X, size_t k, double *Y, int nthreads) {
   product_job j = {.e = e, .X = X, .Y = Y, .na = r1 - r0, .nb = e->b->n, .k = k, .row0 = r0};
-  return run_product(ctx, &j, 0, nthreads);
+  int blas_threads = openblas_get_num_threads();
+  if (blas_threads != 1) openblas_set_num_threads(1);
+  int rc = run_product(ctx, &j, 0, nthreads);
+  if (blas_threads != 1) openblas_set_num_threads(blas_threads);
+  return rc;
 }
 
 int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const double *X, size_t k,
