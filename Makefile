@@ -56,7 +56,7 @@ C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
-$(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h)
+$(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h src/*/*.def)
 	@mkdir -p $(dir $@)
 	@echo "CC $<"; $(CC) $(CFLAGS_ALL) -c $< -o $@
 

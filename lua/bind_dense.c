@@ -186,7 +186,7 @@ static lt_tensor *check_dense(lua_State *L, int idx, const char *op) {
 /* t:get(i, j, ...) for dense; A:get(i, j) for any operator. */
 static int l_get(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  lt_tensor *t = ltb_check_tensor(L, 1, "get");
+  lt_tensor *t = ltb_operand(L, 1, "get");
   int n = lua_gettop(L) - 1;
   if (n != lt_ndim(t)) return ltb_error(L, "get", "%d indices for a %d-d tensor", n, lt_ndim(t));
   size_t index[LT_MAX_DIM];

@@ -3,7 +3,7 @@
  * normalisation, errors, metamethods and the arithmetic functions.
  *
  * Metamethods and module functions are the same registry calls: `a + b` and
- * lt.add(a, b) both run ltb_binary, which turns numbers and tables into
+ * lt.add(a, b) both run binary(), which turns numbers and tables into
  * tensors through one helper (ltb_operand), as LPeg's getpatt does.
  */
 #include <math.h>
@@ -258,6 +258,39 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
 }
 
 /* ------------------------------------------------------------- arguments */
+
+/* "a, b or c" for the NULL-terminated names, pushed. */
+static void push_listing(lua_State *L, const char *const *names) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; names[i] != NULL; i++) {
+    if (i > 0) luaL_addstring(&b, names[i + 1] == NULL ? " or " : ", ");
+    luaL_addstring(&b, names[i]);
+  }
+  luaL_pushresult(&b);
+}
+
+void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
+                    const char *const *names) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1); /* the value */
+    int known = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *key = lua_tostring(L, -1);
+      for (int i = 0; !known && names[i] != NULL; i++) known = strcmp(key, names[i]) == 0;
+    }
+    if (!known) {
+      const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      const char *type = luaL_typename(L, -1);
+      push_listing(L, names);
+      if (key != NULL)
+        ltb_error(L, op, "%s: unknown key '%s' (expected %s)", what, key, lua_tostring(L, -1));
+      ltb_error(L, op, "%s: a key must be a name (%s), got a %s", what, lua_tostring(L, -1), type);
+    }
+  }
+}
 
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what) {
   if (lua_type(L, idx) != LUA_TNUMBER)
@@ -650,7 +683,7 @@ static int l_is_lazy(lua_State *L) {
 }
 
 static int l_shape(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "shape");
+  lt_tensor *t = ltb_operand(L, 1, "shape");
   int n = lt_ndim(t);
   lua_createtable(L, n, 0);
   for (int d = 0; d < n; d++) {
@@ -661,7 +694,7 @@ static int l_shape(lua_State *L) {
 }
 
 static int l_size(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "size");
+  lt_tensor *t = ltb_operand(L, 1, "size");
   if (lua_isnoneornil(L, 2)) return l_shape(L);
   if (!ltb_isinteger(L, 2) || lua_tonumber(L, 2) < 1 || lua_tonumber(L, 2) > lt_ndim(t))
     return ltb_error(L, "size", "dimension must be an integer in 1..%d", lt_ndim(t));
@@ -670,12 +703,12 @@ static int l_size(lua_State *L) {
 }
 
 static int l_dim(lua_State *L) {
-  lua_pushinteger(L, lt_ndim(ltb_check_tensor(L, 1, "dim")));
+  lua_pushinteger(L, lt_ndim(ltb_operand(L, 1, "dim")));
   return 1;
 }
 
 static int l_numel(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_check_tensor(L, 1, "numel")));
+  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_operand(L, 1, "numel")));
   return 1;
 }
 
@@ -687,12 +720,12 @@ static int push_tristate(lua_State *L, lt_tristate v) {
 
 static int l_is_psd(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_psd(ctx, ltb_check_tensor(L, 1, "is_psd")));
+  return push_tristate(L, lt_is_psd(ctx, ltb_operand(L, 1, "is_psd")));
 }
 
 static int l_is_symmetric(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_symmetric(ctx, ltb_check_tensor(L, 1, "is_symmetric")));
+  return push_tristate(L, lt_is_symmetric(ctx, ltb_operand(L, 1, "is_symmetric")));
 }
 
 /* -------------------------------------------------- settings and memory */
@@ -967,7 +1000,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
-  ltb_open_structured(L, module);
+  ltb_open_types(L, module);
   ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);

@@ -180,7 +180,7 @@ describe("kernel", function()
     local before = lt.memory()
     local K = lt.kernel(lt.tensor(x), s)
     local y = K * lt.tensor(v)
-    -- The peak during the product is checked by tests/c/test_kernel_toeplitz.c
+    -- The peak during the product is checked by tests/c/test_toeplitz_kernel.c
     -- (a counting allocator); here: what the library holds afterwards.
     local held = lt.memory() - before
     assert.is_true(held < 50 * 2 ^ 20, "lt.memory() grew by " .. held)

@@ -137,8 +137,10 @@ double lt_random_normal(lt_context *ctx);  /* standard normal */
 /* Types, properties                                                   */
 /* ------------------------------------------------------------------ */
 
-/* Built-in type ids. 0 is "any" in the registry. Types added at run time
- * (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on. */
+/* Built-in type ids. 0 is "any" in the registry. The built-in types not in
+ * this enum (newer ones: "permutation", "cat") and the types added at run
+ * time (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on, in a
+ * context: find them by name (lt_type_id). */
 enum {
   LT_TYPE_ANY = 0,
   LT_TYPE_DENSE,
@@ -176,6 +178,53 @@ typedef enum {
 } lt_prop;
 
 /*
+ * How a binding makes an operator of a type (the Lua binding's
+ * lt.<type name>(...)): its arguments, read in order, and a function
+ * taking their values. Like the operation table for operations: a type
+ * with a constructor needs no binding code. (Arguments, not "parameters":
+ * those are the gradients' values of an operator.)
+ */
+typedef enum {
+  LT_ARG_TENSOR,  /* a tensor (bindings turn numbers and tables into one) */
+  LT_ARG_TENSORS, /* one or more tensors: the remaining arguments */
+  LT_ARG_LIST,    /* a list of one or more tensors ({A, B, ...} in Lua) */
+  LT_ARG_SIZE,    /* a non-negative integer */
+  LT_ARG_NUMBER,  /* a number */
+  LT_ARG_INDICES, /* indices: 0-based here, 1-based in Lua (a table or a 1-d tensor) */
+  LT_ARG_CHOICE   /* one of the words in choices */
+} lt_arg_kind;
+
+typedef struct lt_arg_spec {
+  lt_arg_kind kind;
+  const char *name; /* in messages: "the factor U"; for TENSORS and LIST one item: "block" */
+  int optional;     /* may be absent (nil, or not given) */
+  double fallback;  /* NUMBER, SIZE: the value when absent */
+  const char *const *choices; /* CHOICE: NULL-terminated; when absent, the first */
+} lt_arg_spec;
+
+/* An argument's value; the fields its kind uses. */
+typedef struct lt_arg {
+  int present;            /* given (an optional one may be absent) */
+  lt_tensor *t;           /* TENSOR: NULL when absent */
+  lt_tensor *const *list; /* TENSORS, LIST */
+  const size_t *index;    /* INDICES: NULL when absent */
+  size_t count;           /* TENSORS, LIST, INDICES: how many */
+  size_t size;            /* SIZE */
+  double number;          /* NUMBER */
+  int choice;             /* CHOICE: the word's position */
+} lt_arg;
+
+#define LT_MAX_ARGS 4
+
+typedef struct lt_constructor {
+  int nargs;
+  lt_arg_spec args[LT_MAX_ARGS];
+  /* The operator for values[i] of args[i] (tensors borrowed), or NULL
+   * with the error set. */
+  lt_tensor *(*make)(lt_context *ctx, const lt_arg *values);
+} lt_constructor;
+
+/*
  * A type descriptor: the few things every operator must provide. Everything
  * else has a generic fallback in the registry built on `matmul`.
  * Descriptors are immutable and may be shared by any number of contexts.
@@ -204,6 +253,9 @@ typedef struct lt_type {
    * that hold whatever the children hold, and flags set with lt_prop_set
    * lapse when data beneath is written. */
   void (*derive_props)(const lt_tensor *self, unsigned char *props);
+  /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
+   * types made only by rules, or with a hand-written binding, have none. */
+  const lt_constructor *constructor;
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -621,6 +673,17 @@ lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
 lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, size_t nrows,
                             const size_t *cols, size_t ncols);
+
+/* The n×n permutation matrix P with (P·x)[i] = x[p[i]]: row i holds its 1
+ * in column p[i]; p holds each of 0 .. n-1 once. Its type has no fixed id
+ * (lt_type_id(ctx, "permutation")). */
+lt_tensor *lt_permutation_new(lt_context *ctx, const size_t *p, size_t n);
+
+/* The n blocks side by side (dim 1: [A B ...], blocks of one height) or
+ * stacked (dim 0: [A; B; ...], blocks of one width), kept lazy; the blocks
+ * are retained, not copied. Its type has no fixed id (lt_type_id(ctx,
+ * "cat")). */
+lt_tensor *lt_cat_new(lt_context *ctx, lt_tensor *const *blocks, int n, int dim);
 
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with

@@ -47,8 +47,21 @@ static void constant_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+static lt_tensor *constant_make(lt_context *ctx, const lt_arg *args) {
+  return lt_constant_new(ctx, args[0].size, args[1].size, args[2].number);
+}
+
+/* lt.constant(m, n, c) */
+static const lt_constructor constant_constructor = {
+    3,
+    {{.kind = LT_ARG_SIZE, .name = "the number of rows"},
+     {.kind = LT_ARG_SIZE, .name = "the number of columns"},
+     {.kind = LT_ARG_NUMBER, .name = "the value"}},
+    constant_make};
+
 const lt_type lt_constant_type = {
     .name = "constant",
+    .constructor = &constant_constructor,
     .matmul = constant_matmul,
     .t_matmul = constant_t_matmul,
     .entry = constant_entry,
