@@ -1,6 +1,7 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
- * kernels of API.md (rbf, matern12/32/52, periodic): the type, its
+ * kernels of API.md (rbf, matern12/32/52, periodic, rq; ARD lengthscales
+ * for all but periodic): the type, its
  * constructor and its rules. The points are the children (x1, and x2 unless
  * it was omitted), copied at construction into contiguous n×d matrices so
  * later writes to the caller's tensors cannot change the operator.
@@ -41,8 +42,9 @@
 
 typedef struct kernel_payload kernel_payload;
 struct kernel_payload {
-  lt_kernel_spec spec;
-  int same; /* x2 omitted: K(x1, x1), symmetric PSD */
+  lt_kernel_spec spec; /* spec.lengthscales: ls's numbers (ARD) */
+  lt_tensor *ls;       /* ARD: the d lengthscales (owned), or NULL */
+  int same;            /* x2 omitted: K(x1, x1), symmetric PSD */
   /* points prepared for evaluation (b unused when same), and the data
    * stamp of the points they were prepared from (lt_data_stamp) */
   lt_kpoints a, b;
@@ -368,31 +370,95 @@ static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
   kernel_payload *p = self->payload;
   cache_drop(ctx, p);
   drop_prepared(ctx, p);
+  lt_release(ctx, p->ls);
   lt_free(ctx, p, sizeof *p);
 }
 
 static size_t kernel_payload_bytes(const lt_tensor *self) {
   const kernel_payload *p = self->payload;
-  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes;
+  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes +
+         (p->ls ? p->ls->shape[0] * sizeof(double) : 0);
 }
 
 /* ---------------------------------------------------------- gradients */
 
-/* {lengthscale, variance, period (periodic), x1, x2 (when given)}, for the
- * kernel and for its derivative operators alike. The gradient of <W, K> is
- * one pass over the entries: at each pair, the entry's derivatives with
- * respect to l, v, p and the two points (below), weighted by W_ij. W = L·Rᵀ is formed a block
- * of rows at a time by dgemm; with x2 omitted only pairs i <= j are
- * evaluated, weighted by W_ij + W_ji. */
+/* {lengthscale (a number, or a d-vector with ARD), variance, period
+ * (periodic), alpha (rq), x1, x2 (when given)}, for the kernel and for its
+ * derivative operators alike. The gradient of <W, K> is one pass over the
+ * entries: at each pair, the entry's derivatives with respect to the
+ * hyperparameters and the two points (below), weighted by W_ij. W = L·Rᵀ is
+ * formed a block of rows at a time by dgemm; with x2 omitted only pairs
+ * i <= j are evaluated, weighted by W_ij + W_ji. */
 
-/* The derivatives of one entry g(x, y) of the operator — the kernel k, or
- * with spec.derivative its ∂k/∂log θ (θ·∂k/∂θ) — with respect to l, v, p
- * (dl, dv, dp) and to x (gx[0..d)); ∂g/∂y = −∂g/∂x (stationary).
- * Radial kinds: ∂g/∂x_q = c·(x_q − y_q); r, a = r/l (matern12), √3 r/l,
- * √5 r/l; q = r²/l² (rbf). Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q,
- * D = Σ sin(2u_q)·u_q, ∂S/∂x_q = sin(2u_q)·π/p. */
+/* Running sums of the gradient. */
+typedef struct kernel_sums {
+  double l, v, p, a; /* lengthscale (one), variance, period, alpha */
+  double *ls;        /* ARD: d sums, or NULL */
+  double *x1, *x2;   /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
+  double *gx, *gl;   /* d each: one entry's ∂/∂x and (ARD) ∂/∂l_q */
+} kernel_sums;
+
+/* q/(1 + q) − log(1 + q) = −q²/2 + 2q³/3 − 3q⁴/4 + ..., by the series where
+ * the two terms would cancel (rq's ∂k/∂α = k times this, at q = r²/(2αl²)). */
+static double rq_alpha_term(double q) {
+  if (q < 1e-4) return q * q * (-0.5 + q * (2.0 / 3.0 - 0.75 * q));
+  return q / (1.0 + q) - log1p(q);
+}
+
+/* A radial entry g(q) of the operator (q = Σ_d (x_d − y_d)²/l_d²) — the
+ * kernel, or with spec.derivative its ∂k/∂log l — as its value (every entry
+ * is linear in v: ∂g/∂v = val/v), c = 2·∂g/∂q and, for rq, ∂g/∂α. With
+ * z = x/l per dimension: ∂g/∂x_d = c·Δz_d/l_d, ∂g/∂l_d = −c·Δz_d²/l_d, and
+ * with one lengthscale ∂g/∂l = −c·q/l. */
+typedef struct radial_entry {
+  double val, c, da;
+} radial_entry;
+
+static radial_entry radial(const lt_kernel_spec *s, double q) {
+  double v = s->variance;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  radial_entry e = {0, 0, 0};
+  switch (s->kind) {
+    case LT_KERNEL_RBF: {
+      double k = v * exp(-0.5 * q);
+      e.val = dl ? k * q : k;
+      e.c = dl ? k * (2.0 - q) : -k;
+      break;
+    }
+    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
+      double a = sqrt(q), k = v * exp(-a);
+      e.val = dl ? k * a : k;
+      e.c = a > 0 ? (dl ? k * (1.0 - a) / a : -k / a) : 0.0;
+      break;
+    }
+    case LT_KERNEL_MATERN32: {
+      double a = sqrt(3.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * ex : v * (1.0 + a) * ex;
+      e.c = dl ? 3.0 * v * ex * (2.0 - a) : -3.0 * v * ex;
+      break;
+    }
+    case LT_KERNEL_MATERN52: {
+      double a = sqrt(5.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * (1.0 + a) * ex / 3.0 : v * (1.0 + a + a * a / 3.0) * ex;
+      e.c = dl ? 5.0 * v * ex * (2.0 + 2.0 * a - a * a) / 3.0 : -5.0 * v * (1.0 + a) * ex / 3.0;
+      break;
+    }
+    default: { /* rq: the value (or the variance derivative, k itself) */
+      double al = s->alpha, u = 0.5 * q / al, k = v * exp(-al * log1p(u));
+      e.val = k;
+      e.c = -k / (1.0 + u);
+      e.da = k * rq_alpha_term(u);
+    }
+  }
+  return e;
+}
+
+/* The derivatives of one entry g(x, y) with respect to l, v, p, α and to x
+ * (gx[0..d)), and with ARD to each l_q (gl); ∂g/∂y = −∂g/∂x (stationary).
+ * Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q, D = Σ sin(2u_q)·u_q,
+ * ∂S/∂x_q = sin(2u_q)·π/p. */
 typedef struct entry_grad {
-  double dl, dv, dp;
+  double dl, dv, dp, da;
 } entry_grad;
 
 static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
@@ -406,7 +472,7 @@ static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x,
     E += 2.0 * u * u * cos(2.0 * u) + u * s2;
   }
   double k = v * exp(-2.0 * S / l2);
-  entry_grad g;
+  entry_grad g = {0, 0, 0, 0};
   double c;
   switch (s->derivative) {
     case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS/l² */
@@ -435,69 +501,36 @@ static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x,
 }
 
 static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
-                                    size_t d, double *gx) {
+                                    size_t d, double *gx, double *gl) {
   if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx);
-  double l = s->lengthscale, v = s->variance, r2 = 0;
-  for (size_t q = 0; q < d; q++) r2 += (x[q] - y[q]) * (x[q] - y[q]);
-  double r = sqrt(r2);
-  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  entry_grad g = {0, 0, 0};
-  double c, val;
-  switch (s->kind) {
-    case LT_KERNEL_RBF: {
-      double q = r2 / (l * l), k = v * exp(-0.5 * q);
-      val = dl ? k * q : k;
-      g.dl = dl ? k * q * (q - 2.0) / l : k * q / l;
-      c = dl ? k * (2.0 - q) / (l * l) : -k / (l * l);
-      break;
-    }
-    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
-      double a = r / l, k = v * exp(-a);
-      val = dl ? k * a : k;
-      g.dl = dl ? k * a * (a - 1.0) / l : k * a / l;
-      c = r > 0 ? (dl ? k * (1.0 - a) / (l * r) : -k / (l * r)) : 0.0;
-      break;
-    }
-    case LT_KERNEL_MATERN32: {
-      double a = sqrt(3.0) * r / l, e = exp(-a);
-      val = dl ? v * a * a * e : v * (1.0 + a) * e;
-      g.dl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
-      c = dl ? v * e * (2.0 - a) * 3.0 / (l * l) : -v * e * 3.0 / (l * l);
-      break;
-    }
-    default: { /* matern52 */
-      double a = sqrt(5.0) * r / l, e = exp(-a);
-      val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
-      g.dl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
-                : v * a * a * (1.0 + a) * e / (3.0 * l);
-      c = dl ? v * e * (2.0 + 2.0 * a - a * a) / 3.0 * 5.0 / (l * l)
-             : -v * (1.0 + a) * e * 5.0 / (3.0 * l * l);
-    }
+  double q = 0;
+  for (size_t k = 0; k < d; k++) {
+    double dz = (x[k] - y[k]) / lt_kernel_lengthscale(s, k);
+    q += dz * dz;
   }
-  g.dv = val / v; /* every entry is linear in v */
-  for (size_t q = 0; q < d; q++) gx[q] = c * (x[q] - y[q]);
+  radial_entry e = radial(s, q);
+  entry_grad g = {-e.c * q / s->lengthscale, e.val / s->variance, 0, e.da};
+  for (size_t k = 0; k < d; k++) {
+    double l = lt_kernel_lengthscale(s, k), dz = (x[k] - y[k]) / l;
+    gx[k] = e.c * dz / l;
+    if (gl) gl[k] = -e.c * dz * dz / l;
+  }
   return g;
 }
-
-/* Running sums of the gradient. */
-typedef struct kernel_sums {
-  double l, v, p;
-  double *x1, *x2; /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
-  double gx[64];   /* one entry's ∂/∂x (d <= 64; see kernel_derivative) */
-  double *gxd;     /* gx, or a larger buffer */
-} kernel_sums;
 
 /* Adds w·∂g(x1_i, x2_j) to the sums. */
 static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj, size_t d,
                      double w, double *gi, double *gj, kernel_sums *g) {
   if (w == 0.0) return;
-  entry_grad e = entry_derivatives(s, xi, yj, d, g->gxd);
+  entry_grad e = entry_derivatives(s, xi, yj, d, g->gx, g->ls ? g->gl : NULL);
   g->l += w * e.dl;
   g->v += w * e.dv;
   g->p += w * e.dp;
+  g->a += w * e.da;
   for (size_t q = 0; q < d; q++) {
-    gi[q] += w * g->gxd[q];
-    gj[q] -= w * g->gxd[q];
+    gi[q] += w * g->gx[q];
+    gj[q] -= w * g->gx[q];
+    if (g->ls) g->ls[q] += w * g->gl[q];
   }
 }
 
@@ -559,160 +592,116 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
 
 /* The pass by blocks of rows, for every operator but the period
  * derivative: a block's weights W (b × width), one row at a time mapped to
- * the scalar sums and to M_ij = W_ij·c_ij in place (c: ∂g/∂x_q = c·f_q),
- * then the points' gradients from M by dgemm —
- *   radial:   ∂/∂x_i = Σ_j M_ij (x_i − y_j) = rowsum(M)_i x_i − (M·Y)_i,
- *             ∂/∂y_j = colsum(M)_j y_j − (Mᵀ·X)_j;
+ * the scalar sums and to M_ij = W_ij·c_ij in place (c as in radial(), or
+ * periodic's ∂g/∂x_q = c·sin 2u_q), then the points' gradients from M by
+ * dgemm —
+ *   radial:   ∂/∂x_i = Σ_j M_ij (z_i − z_j)/l = (rowsum(M)_i z_i − (M·Z)_i)/l,
+ *             ∂/∂y_j = (colsum(M)_j z_j − (Mᵀ·Z)_j)/l (per dimension);
  *   periodic: f_q = sin(2z_iq − 2z_jq) (z = πx/p) = s_iq c_jq − c_iq s_jq
  *             with s, c = sin 2z, cos 2z, so ∂/∂x_i = s_i∘(M·C)_i − c_i∘(M·S)_i
  *             and ∂/∂y_j = s_j∘(Mᵀ·C)_j − c_j∘(Mᵀ·S)_j (rows of the block).
+ * ARD lengthscales take −Σ_j M_ij (z_iq − z_jq)²/l_q row by row.
  * With x2 omitted only pairs j >= i, weighted by W_ij + W_ji. */
 
-/* Per side: the points transposed (d×n), and for periodic kernels
- * sin z, cos z (d×n) and sin 2z, cos 2z (n×d), z = πx/p. */
-typedef struct side_tables {
-  size_t n, d;
-  double *xt, *s1, *c1, *s2, *c2;
+/* One side's rows (n×d row-major) for the dgemm step: the prepared z
+ * (radial), or sin 2z and cos 2z from the prepared sin z, cos z (periodic). */
+typedef struct side_rows {
+  double *a, *b; /* z or sin 2z; cos 2z (periodic) */
   size_t bytes;
-  void *block;
-} side_tables;
+} side_rows;
 
-static int tables_init(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P,
-                       side_tables *t) {
-  size_t n = P->shape[0], d = P->shape[1], nd = n * d;
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
-  memset(t, 0, sizeof *t);
-  t->n = n;
-  t->d = d;
-  if (!lt_mul_size(ctx, "bilinear_derivative", nd, (periodic ? 5 : 1) * sizeof(double), &t->bytes))
+static int side_rows_init(lt_context *ctx, const lt_kpoints *P, int periodic, side_rows *t) {
+  size_t n = P->n, d = P->d;
+  t->a = t->b = NULL;
+  if (!lt_mul_size(ctx, "bilinear_derivative", n * d, (periodic ? 2 : 1) * sizeof(double),
+                   &t->bytes))
     return LT_ERR;
   double *m = lt_malloc(ctx, t->bytes ? t->bytes : 1);
   if (m == NULL) return LT_ERR;
-  t->block = m;
-  t->xt = m;
-  const double *x = lt_dense_data(P);
+  t->a = m;
+  t->b = periodic ? m + n * d : NULL;
   for (size_t i = 0; i < n; i++)
-    for (size_t q = 0; q < d; q++) t->xt[q * n + i] = x[i * d + q];
-  if (periodic) {
-    t->s1 = m + nd, t->c1 = m + 2 * nd, t->s2 = m + 3 * nd, t->c2 = m + 4 * nd;
-    double w = PI / s->period;
-    for (size_t i = 0; i < n; i++)
-      for (size_t q = 0; q < d; q++) {
-        double z = w * x[i * d + q];
-        t->s1[q * n + i] = sin(z);
-        t->c1[q * n + i] = cos(z);
-        t->s2[i * d + q] = sin(2.0 * z);
-        t->c2[i * d + q] = cos(2.0 * z);
+    for (size_t q = 0; q < d; q++) {
+      if (!periodic) {
+        t->a[i * d + q] = P->zt[q * n + i];
+        continue;
       }
-  }
+      double s = P->trig[q * n + i], c = P->trig[(d + q) * n + i];
+      t->a[i * d + q] = 2.0 * s * c;
+      t->b[i * d + q] = c * c - s * s;
+    }
   return LT_OK;
 }
 
-static void tables_free(lt_context *ctx, side_tables *t) {
-  lt_free(ctx, t->block, t->bytes ? t->bytes : 1);
-  memset(t, 0, sizeof *t);
+static void side_rows_free(lt_context *ctx, side_rows *t) {
+  if (t->a) lt_free(ctx, t->a, t->bytes ? t->bytes : 1);
+  t->a = t->b = NULL;
 }
 
-/* Row i's distances to columns [j0, j0 + w) into r (r² radial; S and D
- * periodic, D in r2). */
-static void row_distances(const lt_kernel_spec *s, const side_tables *A, size_t i,
-                          const side_tables *B, size_t j0, size_t w, double *r, double *r2) {
-  size_t d = A->d;
-  for (size_t j = 0; j < w; j++) r[j] = 0.0;
+/* Maps a row of distances (kernel_eval's: q radial; S, and D in dsum,
+ * periodic) and the weights m (in place) to the sums and M. */
+static void row_map(const lt_kernel_spec *s, const double *r, const double *dsum, double *m,
+                    size_t w, kernel_sums *g) {
+  double l = s->lengthscale, v = s->variance, sl = 0, sv = 0, sp = 0, sa = 0;
   if (s->kind != LT_KERNEL_PERIODIC) {
-    for (size_t q = 0; q < d; q++) {
-      double xi = A->xt[q * A->n + i];
-      const double *y = B->xt + q * B->n + j0;
-      for (size_t j = 0; j < w; j++) r[j] += (xi - y[j]) * (xi - y[j]);
+    for (size_t j = 0; j < w; j++) {
+      double wt = m[j];
+      if (wt == 0.0) continue;
+      radial_entry e = radial(s, r[j]);
+      sv += wt * e.val;
+      sl -= wt * e.c * r[j];
+      sa += wt * e.da;
+      m[j] = wt * e.c;
     }
+    g->l += sl / l;
+    g->v += sv / v;
+    g->a += sa;
     return;
   }
-  for (size_t j = 0; j < w; j++) r2[j] = 0.0;
-  double wp = PI / s->period;
-  for (size_t q = 0; q < d; q++) {
-    double si = A->s1[q * A->n + i], ci = A->c1[q * A->n + i], xi = A->xt[q * A->n + i];
-    const double *sj = B->s1 + q * B->n + j0, *cj = B->c1 + q * B->n + j0,
-                 *xj = B->xt + q * B->n + j0;
-    for (size_t j = 0; j < w; j++) {
-      double su = si * cj[j] - ci * sj[j], cu = ci * cj[j] + si * sj[j];
-      r[j] += su * su;
-      r2[j] += 2.0 * su * cu * wp * (xi - xj[j]);
-    }
-  }
-}
-
-/* Maps a row of distances (and weights m, in place) to the sums and M. */
-static void row_map(const lt_kernel_spec *s, const double *r, const double *r2, double *m, size_t w,
-                    kernel_sums *g) {
-  double l = s->lengthscale, v = s->variance, l2 = l * l, sl = 0, sv = 0, sp = 0;
+  double l2 = l * l, p = s->period;
   int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  for (size_t j = 0; j < w; j++) {
-    double wt = m[j], c, val, gl;
+  for (size_t j = 0; j < w; j++) { /* value or lengthscale derivative */
+    double wt = m[j];
     if (wt == 0.0) continue;
-    switch (s->kind) {
-      case LT_KERNEL_RBF: {
-        double q = r[j] / l2, k = v * exp(-0.5 * q);
-        val = dl ? k * q : k;
-        gl = dl ? k * q * (q - 2.0) / l : k * q / l;
-        c = dl ? k * (2.0 - q) / l2 : -k / l2;
-        break;
-      }
-      case LT_KERNEL_MATERN12: {
-        double rr = sqrt(r[j]), a = rr / l, k = v * exp(-a);
-        val = dl ? k * a : k;
-        gl = dl ? k * a * (a - 1.0) / l : k * a / l;
-        c = rr > 0 ? (dl ? k * (1.0 - a) / (l * rr) : -k / (l * rr)) : 0.0;
-        break;
-      }
-      case LT_KERNEL_MATERN32: {
-        double a = sqrt(3.0 * r[j]) / l, e = exp(-a);
-        val = dl ? v * a * a * e : v * (1.0 + a) * e;
-        gl = dl ? -v * a * a * (2.0 - a) * e / l : v * a * a * e / l;
-        c = dl ? v * e * (2.0 - a) * 3.0 / l2 : -v * e * 3.0 / l2;
-        break;
-      }
-      case LT_KERNEL_MATERN52: {
-        double a = sqrt(5.0 * r[j]) / l, e = exp(-a);
-        val = dl ? v * a * a * (1.0 + a) * e / 3.0 : v * (1.0 + a + a * a / 3.0) * e;
-        gl = dl ? -v * e * a * a * (2.0 + 2.0 * a - a * a) / (3.0 * l)
-                : v * a * a * (1.0 + a) * e / (3.0 * l);
-        c = dl ? v * e * (2.0 + 2.0 * a - a * a) / 3.0 * 5.0 / l2
-               : -v * (1.0 + a) * e * 5.0 / (3.0 * l2);
-        break;
-      }
-      default: { /* periodic, value or lengthscale derivative */
-        double S = r[j], D = r2[j], p = s->period, k = v * exp(-2.0 * S / l2);
-        val = dl ? 4.0 * k * S / l2 : k;
-        gl = dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l);
-        sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
-        c = (dl ? 4.0 * k / l2 * (1.0 - 2.0 * S / l2) : -2.0 * k / l2) * PI / p;
-      }
-    }
-    sl += wt * gl;
+    double S = r[j], D = dsum[j], k = v * exp(-2.0 * S / l2);
+    double val = dl ? 4.0 * k * S / l2 : k;
+    sl += wt * (dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l));
+    sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
     sv += wt * val / v;
-    m[j] = wt * c;
+    m[j] = wt * (dl ? 4.0 * k / l2 * (1.0 - 2.0 * S / l2) : -2.0 * k / l2) * PI / p;
   }
   g->l += sl;
   g->v += sv;
   g->p += sp;
 }
 
-/* gx (rows × d) += rowsum(M)∘X − M·Y (radial), or S∘(M·C) − C∘(M·S)
- * (periodic); gy (width × d) += colsum(M)∘Y − Mᵀ·X, or S∘(Mᵀ·C) − C∘(Mᵀ·S). */
-static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const double *M,
-                                 size_t b, size_t w, const lt_tensor *A, size_t i0,
-                                 const lt_tensor *B, size_t j0, const side_tables *ta,
-                                 const side_tables *tb, double *gx, double *gy) {
-  size_t d = A->shape[1];
-  int periodic = s->kind == LT_KERNEL_PERIODIC;
+/* ARD: ls[q] −= Σ_j m_j (z_iq − z_jq)² / l_q for row i against columns
+ * [j0, j0 + w). */
+static void row_ard(const lt_keval *e, size_t i, size_t j0, const double *m, size_t w, double *ls) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  for (size_t q = 0; q < A->d; q++) {
+    double zi = A->zt[q * A->n + i], acc = 0;
+    const double *zj = B->zt + q * B->n + j0;
+    for (size_t j = 0; j < w; j++) {
+      double t = zi - zj[j];
+      acc += m[j] * t * t;
+    }
+    ls[q] -= acc / lt_kernel_lengthscale(&e->spec, q);
+  }
+}
+
+/* gx (b × d) += (rowsum(M)∘X − M·Y)/l (radial), or S∘(M·C) − C∘(M·S)
+ * (periodic); gy (w × d) += (colsum(M)∘Y − Mᵀ·X)/l, or S∘(Mᵀ·C) − C∘(Mᵀ·S).
+ * X, Y: the rows' and columns' z (radial) or sin 2z (periodic); C: cos 2z;
+ * linv: 1/l per dimension (radial). */
+static int block_point_gradients(lt_context *ctx, const double *M, size_t b, size_t w, size_t d,
+                                 const double *xa, const double *ca, const double *yb,
+                                 const double *cb, const double *linv, double *gx, double *gy) {
+  int periodic = linv == NULL;
   size_t tmp_count = (b > w ? b : w) * d * 2;
   double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
   if (tmp == NULL) return LT_ERR;
   double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d;
-  const double *xa = periodic ? ta->s2 + i0 * d : lt_dense_data(A) + i0 * d;
-  const double *ca = periodic ? ta->c2 + i0 * d : NULL;
-  const double *yb = periodic ? tb->s2 + j0 * d : lt_dense_data(B) + j0 * d;
-  const double *cb = periodic ? tb->c2 + j0 * d : NULL;
   /* rows: t1 = M·(Y or C), t2 = M·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
               periodic ? cb : yb, (int)d, 0.0, t1, (int)d);
@@ -724,9 +713,8 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t j = 0; j < w; j++) rs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gx[(i0 + i) * d + q] += periodic
-                                  ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
-                                  : rs * xa[i * d + q] - t1[i * d + q];
+      gx[i * d + q] += periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
+                                : (rs * xa[i * d + q] - t1[i * d + q]) * linv[q];
   }
   /* columns: t1 = Mᵀ·(X or C), t2 = Mᵀ·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w,
@@ -739,72 +727,100 @@ static int block_point_gradients(lt_context *ctx, const lt_kernel_spec *s, const
     if (!periodic)
       for (size_t i = 0; i < b; i++) cs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gy[(j0 + j) * d + q] += periodic
-                                  ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
-                                  : cs * yb[j * d + q] - t1[j * d + q];
+      gy[j * d + q] += periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
+                                : (cs * yb[j * d + q] - t1[j * d + q]) * linv[q];
   }
   lt_free(ctx, tmp, tmp_count * sizeof(double));
   return LT_OK;
 }
 
-static int block_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent *w,
-                      kernel_sums *g) {
-  const kernel_payload *p = self->payload;
-  const lt_tensor *A = points1(self), *B = points2(self);
-  size_t n1 = A->shape[0], n2 = B->shape[0];
+/* A block's weights from column j0 on, packed in place (b × width); with
+ * x2 omitted, W_ij + W_ji above the diagonal, W_ii on it, 0 below. */
+static void pack_weights(double *blk, const double *blt, size_t b, size_t n2, size_t i0, size_t j0,
+                         int same) {
+  size_t width = n2 - j0;
+  for (size_t i = 0; i < b; i++) {
+    double *m = blk + i * width;
+    const double *wr = blk + i * n2 + j0, *wt = same ? blt + i * n2 + j0 : NULL;
+    for (size_t j = 0; j < width; j++) {
+      size_t col = j0 + j, row = i0 + i;
+      double v = wr[j];
+      if (same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
+      m[j] = v;
+    }
+  }
+}
+
+/* The pass by blocks of rows over the prepared points (kernel_eval.c's
+ * distances, the dgemm form in many dimensions). */
+static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, kernel_sums *g) {
+  kernel_payload *p = self->payload;
+  size_t n1 = self->shape[0], n2 = self->shape[1], d = points1(self)->shape[1];
   if (n1 == 0 || n2 == 0) return LT_OK;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  int periodic = p->spec.kind == LT_KERNEL_PERIODIC;
   size_t rows = BLOCK_DOUBLES / n2;
   rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
   if (rows > n1) rows = n1;
-  size_t bytes, rbytes = 2 * n2 * sizeof(double);
+  size_t bytes, rbytes = (2 * n2 + d) * sizeof(double);
   if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
-  side_tables ta, tb;
+  side_rows ta = {0}, tb = {0};
   double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
   double *r = blk && (!p->same || blt) ? lt_malloc(ctx, rbytes) : NULL;
-  int rc = LT_ERR, have_a = 0, have_b = 0;
-  if (r == NULL || (have_a = tables_init(ctx, &p->spec, A, &ta) == LT_OK) == 0 ||
-      (!p->same && (have_b = tables_init(ctx, &p->spec, B, &tb) == LT_OK) == 0))
+  int rc = LT_ERR;
+  if (r == NULL || side_rows_init(ctx, &p->a, periodic, &ta) != LT_OK ||
+      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK))
     goto done;
-  const side_tables *tbp = p->same ? &ta : &tb;
+  double *linv = periodic ? NULL : r + 2 * n2;
+  for (size_t q = 0; q < d && linv; q++) linv[q] = 1.0 / lt_kernel_lengthscale(&p->spec, q);
+  lt_keval e = evaluator(p, 0);
+  const side_rows *tbp = p->same ? &ta : &tb;
   double *gy = p->same ? g->x1 : g->x2;
   for (size_t i0 = 0; i0 < n1; i0 += rows) {
     size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
     weight_rows(w, i0, b, n2, 0, blk);
     if (p->same) weight_rows(w, i0, b, n2, 1, blt);
-    for (size_t i = 0; i < b; i++) { /* the block's weights from column j0 on, in place */
-      double *m = blk + i * width;
-      const double *wr = blk + i * n2 + j0, *wt = p->same ? blt + i * n2 + j0 : NULL;
-      for (size_t j = 0; j < width; j++) {
-        size_t col = j0 + j, row = i0 + i;
-        double v = wr[j];
-        if (p->same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
-        m[j] = v;
-      }
-    }
+    pack_weights(blk, blt, b, n2, i0, j0, p->same);
     for (size_t i = 0; i < b; i++) {
-      row_distances(&p->spec, &ta, i0 + i, tbp, j0, width, r, r + n2);
-      row_map(&p->spec, r, r + n2, blk + i * width, width, g);
+      double *m = blk + i * width;
+      lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
+      row_map(&p->spec, r, r + n2, m, width, g);
+      if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
     }
-    if (block_point_gradients(ctx, &p->spec, blk, b, width, A, i0, B, j0, &ta, tbp, g->x1, gy) !=
-        LT_OK)
+    if (block_point_gradients(ctx, blk, b, width, d, ta.a + i0 * d, periodic ? ta.b + i0 * d : NULL,
+                              tbp->a + j0 * d, periodic ? tbp->b + j0 * d : NULL, linv,
+                              g->x1 + i0 * d, gy + j0 * d) != LT_OK)
       goto done;
   }
   rc = LT_OK;
 done:
-  if (have_a) tables_free(ctx, &ta);
-  if (have_b) tables_free(ctx, &tb);
+  side_rows_free(ctx, &ta);
+  side_rows_free(ctx, &tb);
   lt_free(ctx, r, r ? rbytes : 0);
   lt_free(ctx, blk, bytes);
   lt_free(ctx, blt, p->same && blt ? bytes : 0);
   return rc;
 }
 
+/* Adds the scalar hyperparameters (numbers) under their names. */
+static int add_scalars(lt_context *ctx, lt_paramset *out, lt_tensor *self, double l, double v,
+                       double period, double alpha) {
+  const kernel_payload *p = self->payload;
+  if ((p->ls == NULL && lt_paramset_add_number(ctx, out, self, "lengthscale", l) != LT_OK) ||
+      lt_paramset_add_number(ctx, out, self, "variance", v) != LT_OK ||
+      (p->spec.kind == LT_KERNEL_PERIODIC &&
+       lt_paramset_add_number(ctx, out, self, "period", period) != LT_OK) ||
+      (p->spec.kind == LT_KERNEL_RQ &&
+       lt_paramset_add_number(ctx, out, self, "alpha", alpha) != LT_OK))
+    return LT_ERR;
+  return LT_OK;
+}
+
 static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   const kernel_payload *p = self->payload;
-  if (lt_paramset_add_number(ctx, out, self, "lengthscale", p->spec.lengthscale) != LT_OK ||
-      lt_paramset_add_number(ctx, out, self, "variance", p->spec.variance) != LT_OK ||
-      (p->spec.kind == LT_KERNEL_PERIODIC &&
-       lt_paramset_add_number(ctx, out, self, "period", p->spec.period) != LT_OK) ||
+  const lt_kernel_spec *s = &p->spec;
+  if (add_scalars(ctx, out, self, s->lengthscale, s->variance, s->period, s->alpha) != LT_OK ||
+      (p->ls && lt_paramset_add_tensor(ctx, out, self, "lengthscale", p->ls) != LT_OK) ||
       lt_paramset_add_tensor(ctx, out, self, "x1", points1(self)) != LT_OK)
     return LT_ERR;
   return p->same ? LT_OK : lt_paramset_add_tensor(ctx, out, self, "x2", points2(self));
@@ -816,20 +832,21 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
   size_t d = points1(self)->shape[1];
   lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
   lt_tensor *g2 = g1 && !p->same ? lt_dense_zeros(ctx, 2, points2(self)->shape) : NULL;
-  kernel_sums g = {0,   0,   0, g1 ? lt_dense_data(g1) : NULL, g2 ? lt_dense_data(g2) : NULL,
-                   {0}, NULL};
-  g.gxd = d <= 64 ? g.gx : lt_malloc(ctx, d * sizeof(double));
-  if (g1 == NULL || (!p->same && g2 == NULL) || g.gxd == NULL) {
-    lt_release(ctx, g1);
-    lt_release(ctx, g2);
-    if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
-    return LT_ERR;
-  }
-  int rc = LT_OK;
+  lt_tensor *gls = g1 && p->ls ? lt_dense_zeros(ctx, 1, &d) : NULL;
+  size_t scratch_bytes = 2 * (d ? d : 1) * sizeof(double);
+  double *scratch = lt_malloc(ctx, scratch_bytes);
+  kernel_sums g = {
+      0, 0, 0, 0, gls ? lt_dense_data(gls) : NULL, g1 ? lt_dense_data(g1) : NULL, NULL, NULL, NULL};
+  g.x2 = g2 ? lt_dense_data(g2) : NULL;
+  g.gx = scratch;
+  g.gl = scratch ? scratch + d : NULL;
+  int rc = LT_ERR;
+  if (g1 == NULL || (!p->same && g2 == NULL) || (p->ls && gls == NULL) || scratch == NULL)
+    goto done;
   if (ltg_kind_of(w) == LTG_DIAG) {
     const lt_tensor *A = points1(self), *B = points2(self);
-    size_t d = A->shape[1];
     double *gy = p->same ? g.x1 : g.x2;
+    rc = LT_OK;
     for (size_t i = 0; i < w->d->shape[0]; i++)
       add_pair(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + i * d, d,
                lt_dense_data(w->d)[i], g.x1 + i * d, gy + i * d, &g);
@@ -838,11 +855,11 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
   } else {
     rc = block_pass(ctx, self, w, &g);
   }
-  if (rc == LT_OK && (lt_paramset_add_number(ctx, grads, self, "lengthscale", g.l) != LT_OK ||
-                      lt_paramset_add_number(ctx, grads, self, "variance", g.v) != LT_OK ||
-                      (p->spec.kind == LT_KERNEL_PERIODIC &&
-                       lt_paramset_add_number(ctx, grads, self, "period", g.p) != LT_OK)))
-    rc = LT_ERR;
+  if (rc == LT_OK) rc = add_scalars(ctx, grads, self, g.l, g.v, g.p, g.a);
+  if (rc == LT_OK && gls) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "lengthscale", gls);
+    gls = NULL;
+  }
   if (rc == LT_OK) {
     rc = lt_paramset_add_owned(ctx, grads, self, "x1", g1);
     g1 = NULL;
@@ -851,9 +868,11 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
     rc = lt_paramset_add_owned(ctx, grads, self, "x2", g2);
     g2 = NULL;
   }
+done:
   lt_release(ctx, g1);
   lt_release(ctx, g2);
-  if (g.gxd != g.gx) lt_free(ctx, g.gxd, d * sizeof(double));
+  lt_release(ctx, gls);
+  lt_free(ctx, scratch, scratch ? scratch_bytes : 0);
   return rc;
 }
 
@@ -861,13 +880,26 @@ static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *co
                                  const lt_paramset *values) {
   const kernel_payload *p = self->payload;
   lt_kernel_spec spec = p->spec;
-  if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR ||
-      ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
-      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR)
+  lt_tensor *ls = NULL;
+  if (p->ls) {
+    lt_tensor *v = ltg_tensor_value(ctx, values, self, "lengthscale", p->ls);
+    ls = v ? lt_dense_contiguous(ctx, v) : NULL;
+    lt_release(ctx, v);
+    if (ls == NULL) return NULL;
+    spec.lengthscales = lt_dense_data(ls);
+  } else if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR) {
     return NULL;
-  lt_tensor *a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
-  lt_tensor *b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
-  lt_tensor *out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+  }
+  lt_tensor *a = NULL, *b = NULL, *out = NULL;
+  if (ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "alpha", &spec.alpha, NULL) == LT_ERR)
+    goto done;
+  a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
+  b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
+  out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+done:
+  lt_release(ctx, ls);
   lt_release(ctx, a);
   lt_release(ctx, b);
   return out;
@@ -890,18 +922,30 @@ const lt_type lt_kernel_type = {
 
 static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
   if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
-  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_PERIODIC)
+  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_RQ)
     return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
-  if (!(s->lengthscale > 0) || !isfinite(s->lengthscale))
+  if (s->lengthscales == NULL && (!(s->lengthscale > 0) || !isfinite(s->lengthscale)))
     return lt_error(ctx, "kernel: lengthscale must be a positive number, got %g", s->lengthscale);
+  for (size_t q = 0; s->lengthscales && q < s->n_lengthscales; q++)
+    if (!(s->lengthscales[q] > 0) || !isfinite(s->lengthscales[q]))
+      return lt_error(ctx, "kernel: lengthscale[%zu] must be a positive number, got %g", q + 1,
+                      s->lengthscales[q]);
   if (!(s->variance > 0) || !isfinite(s->variance))
     return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
   if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
     return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
+  if (s->kind == LT_KERNEL_RQ && (!(s->alpha > 0) || !isfinite(s->alpha)))
+    return lt_error(ctx, "kernel: alpha must be a positive number, got %g", s->alpha);
   if ((int)s->derivative < 0 || (int)s->derivative > LT_KERNEL_D_PERIOD)
     return lt_error(ctx, "kernel: unknown derivative %d", (int)s->derivative);
   if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC)
     return lt_error(ctx, "kernel: derivative 'period' needs a periodic kernel");
+  if (s->lengthscales && s->kind == LT_KERNEL_PERIODIC)
+    return lt_error(ctx,
+                    "kernel: a periodic kernel takes one lengthscale (ARD: radial kinds and rq)");
+  if (s->derivative == LT_KERNEL_D_LENGTHSCALE && (s->lengthscales || s->kind == LT_KERNEL_RQ))
+    return lt_error(ctx, "kernel: derivative 'lengthscale' needs one lengthscale and a kind other "
+                         "than rq");
   return LT_OK;
 }
 
@@ -932,10 +976,20 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
   if (p == NULL) return NULL;
   p->spec = *spec;
   p->same = b == NULL;
+  if (spec->lengthscales) { /* ARD: the payload's own copy */
+    if ((p->ls = lt_dense_vector(ctx, spec->n_lengthscales)) == NULL) {
+      lt_free(ctx, p, sizeof *p);
+      return NULL;
+    }
+    memcpy(lt_dense_data(p->ls), spec->lengthscales, spec->n_lengthscales * sizeof(double));
+    p->spec.lengthscales = lt_dense_data(p->ls);
+    p->spec.lengthscale = 1.0; /* unused */
+  }
   lt_tensor *children[2] = {a, b};
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KERNEL, a->shape[0], b ? b->shape[0] : a->shape[0],
                              children, b ? 2 : 1, p);
   if (t == NULL) {
+    lt_release(ctx, p->ls);
     lt_free(ctx, p, sizeof *p);
     return NULL;
   }
@@ -964,6 +1018,11 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
   if (a == NULL || (x2 && b == NULL)) goto done;
   if (b && b->shape[1] != a->shape[1]) {
     lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
+    goto done;
+  }
+  if (spec->lengthscales && spec->n_lengthscales != a->shape[1]) {
+    lt_error(ctx, "kernel: %zu lengthscales for points of %zu dimensions (ARD: one per dimension)",
+             spec->n_lengthscales, a->shape[1]);
     goto done;
   }
   t = kernel_from(ctx, a, b, spec);
