@@ -64,8 +64,8 @@ int lt_batch_plan_call(lt_context *ctx, const lt_args *args, const char *op, lt_
   memset(plan, 0, sizeof *plan);
   *nba = lt_batch_dims_of(args->a, 2);
   *nbb = args->b ? lt_batch_dims_of(args->b, b_member_dims(args)) : 0;
-  if (lt_batch_broadcast(ctx, op, plan, args->a, *nba) != LT_OK) return LT_ERR;
-  if (args->b && lt_batch_broadcast(ctx, op, plan, args->b, *nbb) != LT_OK) return LT_ERR;
+  if (lt_batch_broadcast(ctx, op, plan, args->a, *nba, NULL) != LT_OK) return LT_ERR;
+  if (args->b && lt_batch_broadcast(ctx, op, plan, args->b, *nbb, args->a) != LT_OK) return LT_ERR;
   return lt_batch_count(ctx, op, plan);
 }
 

@@ -21,10 +21,13 @@ typedef lt_tensor *(*member_maker)(lt_context *ctx, lt_tensor *const *inputs, vo
 static int plan_inputs(lt_context *ctx, const char *op, lt_tensor *const *in, const int *dims,
                        size_t n, lt_batch_plan *plan) {
   memset(plan, 0, sizeof *plan);
-  for (size_t i = 0; i < n; i++)
-    if (in[i] &&
-        lt_batch_broadcast(ctx, op, plan, in[i], lt_batch_dims_of(in[i], dims[i])) != LT_OK)
-      return LT_ERR;
+  const lt_tensor *first = NULL; /* the first batched input, named in errors */
+  for (size_t i = 0; i < n; i++) {
+    if (in[i] == NULL) continue;
+    int nb = lt_batch_dims_of(in[i], dims[i]);
+    if (lt_batch_broadcast(ctx, op, plan, in[i], nb, first) != LT_OK) return LT_ERR;
+    if (nb > 0 && first == NULL) first = in[i];
+  }
   if (plan->nb == 0) return 0;
   return lt_batch_count(ctx, op, plan) == LT_OK ? 1 : LT_ERR;
 }

@@ -48,11 +48,12 @@ int lt_batch_broadcast(lt_context *ctx, const char *op, lt_batch_plan *plan, con
     int dp = d - (nb - plan->nb), dt = d - (nb - nbt);
     size_t sp = dp >= 0 ? plan->shape[dp] : 1, st = dt >= 0 ? t->shape[dt] : 1;
     if (sp != st && sp != 1 && st != 1) {
-      char bp[96], bt[96], full[96];
-      return lt_error(ctx, "%s: batch shapes %s and %s do not broadcast (operand of shape %s)", op,
+      char bp[96], bt[96], fb[96], ft[96];
+      return lt_error(ctx, "%s: batch shapes %s and %s do not broadcast (shapes %s and %s)", op,
                       batch_shape_string(plan->shape, plan->nb, bp, sizeof bp),
                       batch_shape_string(t->shape, nbt, bt, sizeof bt),
-                      lt_shape_string(t, full, sizeof full));
+                      before ? lt_shape_string(before, fb, sizeof fb) : "?",
+                      lt_shape_string(t, ft, sizeof ft));
     }
     out[d] = sp == 1 ? st : sp;
   }

@@ -20,9 +20,10 @@ typedef struct lt_batch_plan {
 int lt_batch_dims_of(const lt_tensor *t, int dims);
 /* Broadcasts t's first nbt sizes into plan (numpy's rule: sizes equal, or
  * one of them 1, aligned at the right); an error naming op, both batch
- * shapes and t's shape when they do not broadcast. */
+ * shapes and the full shapes of t and of `before` (the operand that gave
+ * the plan its shape) when they do not broadcast. */
 int lt_batch_broadcast(lt_context *ctx, const char *op, lt_batch_plan *plan, const lt_tensor *t,
-                       int nbt);
+                       int nbt, const lt_tensor *before);
 /* The broadcast batch shape of a call's operands (as its operation reads
  * them: a solve's {b..., n} right-hand side is a batch of vectors), their
  * batch dimensions in *nba and *nbb; an error naming both shapes when they
