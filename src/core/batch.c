@@ -25,6 +25,13 @@ static int elementwise_op(int op) {
          op == LT_OP_NEG || op == LT_OP_DENSE || op == LT_OP_EQUAL;
 }
 
+static int vector_batch(const lt_tensor *a, const lt_tensor *b) {
+  if (lt_batch_ndim(a) == 0 || b->ndim != a->ndim - 1) return 0;
+  for (int d = 0; d < b->ndim; d++)
+    if (b->shape[d] != a->shape[d]) return 0;
+  return 1;
+}
+
 /* The dimensions of one member of b, as the operation reads b. */
 static int b_member_dims(const lt_args *args) {
   const lt_tensor *a = args->a, *b = args->b;
@@ -33,9 +40,9 @@ static int b_member_dims(const lt_args *args) {
     case LT_OP_SOLVE:
     case LT_OP_INV_QUAD:
     case LT_OP_INV_QUAD_LOGDET:
-      /* {b..., n} beside {b..., n, n}: a batch of vectors (torch's rule) */
-      if (lt_batch_ndim(a) > 0 && b->ndim >= 2 && b->ndim == a->ndim - 1) return 1;
-      return b->ndim < 2 ? b->ndim : 2;
+      /* {b..., n} beside {b..., n, n} (the same b...): a batch of vectors,
+       * torch's rule; otherwise a 2-d b is a matrix */
+      return vector_batch(a, b) ? 1 : b->ndim < 2 ? b->ndim : 2;
     case LT_OP_ADD_DIAG: return b->ndim == 0 ? 0 : 1;
     default: return b->ndim < 2 ? b->ndim : 2;
   }

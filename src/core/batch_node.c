@@ -99,11 +99,13 @@ lt_tensor *lt_batch_member_at(lt_context *ctx, lt_tensor *t, int nbt, const lt_b
 void lt_batch_member_error(lt_context *ctx, const char *op, const lt_batch_plan *plan,
                            const size_t *idx) {
   char msg[LT_ERRMSG_SIZE], at[96];
+  size_t one_based[LT_MAX_DIM]; /* as every index in a message */
+  for (int d = 0; d < plan->nb; d++) one_based[d] = idx[d] + 1;
   snprintf(msg, sizeof msg, "%s", lt_last_error(ctx));
   size_t n = strlen(op);
   const char *rest = strncmp(msg, op, n) == 0 && msg[n] == ':' ? msg + n + 1 : msg;
   lt_error(ctx, "%s (batch member %s):%s%s", op,
-           lt_batch_index_string(idx, plan->nb, at, sizeof at), rest == msg ? " " : "", rest);
+           lt_batch_index_string(one_based, plan->nb, at, sizeof at), rest == msg ? " " : "", rest);
 }
 
 /* ------------------------------------------------------------- the node */
