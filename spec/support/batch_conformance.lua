@@ -24,7 +24,7 @@ local SHAPES = {{3}, {2, 2}}
 
 -- Values of a tensor (dense or lazy) or a number, as nested tables.
 local function values(x)
-  if type(x) == "number" then return x end
+  if type(x) == "number" or not lt.is_tensor(x) then return x end -- (a table of numbers)
   if lt.is_lazy(x) then x = x:dense() end
   if x:dim() == 0 then return x:totable()[1] or x:sum() end
   return x:totable()
