@@ -7,6 +7,10 @@
 #                   with "N passed, M failed, K skipped"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
+#   make bench-peers  W5 and W8 side by side with linear_operator + torch
+#                   (bench/peers/: needs Debian's python3-torch and a
+#                   linear_operator tree, see bench/peers/setup.sh; the
+#                   lazytensor rows run without them)
 #   make install    headers, libraries, lazytensor.pc, the Lua module and
 #                   Lua files under $(DESTDIR)$(PREFIX) (see "Installation")
 #   make doc        the API reference (doc/api/) with ldoc
@@ -45,13 +49,20 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 BIND_OBJ := $(BIND_SRC:%.c=$(BUILD)/%.o)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
-.PHONY: all deps test test-c test-lua demo bench clean lint format install doc FORCE
+.PHONY: all deps test test-c test-lua demo bench bench-peers clean lint format install doc FORCE
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
 $(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h src/*/*.def)
 	@mkdir -p $(dir $@)
 	@echo "CC $<"; $(CC) $(CFLAGS_ALL) -c $< -o $@
+
+# ops/kernel_eval.c evaluates kernel entries in loops that must vectorise:
+# sqrt without errno and comparisons without trap semantics let them (see
+# the file's header); -O3 turns on GCC's vectoriser in full.
+$(BUILD)/src/ops/kernel_eval.o: CFLAGS_ALL += -O3 -fno-math-errno -fno-trapping-math -ffp-contract=fast
+# ops/kernel_tilemul.c: multiply-adds fused where the CPU has FMA (see it).
+$(BUILD)/src/ops/kernel_tilemul.o: CFLAGS_ALL += -O3 -ffp-contract=fast
 
 $(BUILD)/lua/%.o: lua/%.c $(wildcard lua/*.h src/*.h)
 	@mkdir -p $(dir $@)
@@ -100,6 +111,10 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@sh bench/run.sh
+
+bench-peers: deps
+	@$(MAKE) --no-print-directory all
+	@sh bench/peers/run.sh
 
 # --- Lint (ecosystem) -------------------------------------------------------
 # luacheck on all Lua (.luacheckrc), clang-format (.clang-format) on all C;

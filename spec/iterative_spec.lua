@@ -93,7 +93,61 @@ describe("iterative methods on a smaller kernel", function()
   end)
 end)
 
+describe("a dense K + σ²I above max_cholesky_size", function()
+  -- No K + D structure is visible in a dense matrix; the preconditioner
+  -- estimates the diagonal part from a pivoted Cholesky (iterative.c) and
+  -- CG then takes about the iterations of the kernel form.
+  local n = 600
+  lt.manual_seed(4)
+  local x = lt.rand(n):reshape(n, 1)
+  local spec = {kind = "rbf", lengthscale = 0.1}
+  local A = lt.kernel(x, spec):dense():add_diag(0.01)
+  local b = lt.randn(n)
+  local exact = lt.with_settings({max_cholesky_size = 1e9}, function()
+    local xe, info = A:solve(b)
+    assert.equal("cholesky", info.method)
+    return xe
+  end)
+
+  it("is preconditioned: CG converges in a few steps, and the answer is verified", function()
+    local unpre = lt.with_settings({max_cholesky_size = 0, preconditioner_size = 0}, function()
+      local _, info = A:solve(b)
+      return info.iterations
+    end)
+    local kernel_steps = lt.with_settings({max_cholesky_size = 0}, function()
+      local _, info = (lt.kernel(x, spec) + lt.identity(n, 0.01)):solve(b)
+      return info.iterations
+    end)
+    lt.with_settings({max_cholesky_size = 0}, function()
+      local xs, info = A:solve(b)
+      assert.equal("cg", info.method)
+      assert.is_true(info.converged)
+      assert.is_true(info.iterations <= 2 * kernel_steps,
+        "iterations " .. info.iterations .. " vs " .. kernel_steps .. " for the kernel form")
+      assert.is_true(info.iterations * 3 < unpre, info.iterations .. " vs " .. unpre .. " unpreconditioned")
+      -- the reported residual is the true one, and the answer the exact one
+      local r = (A * xs - b):norm() / b:norm()
+      assert.is_true(math.abs(r - info.residual) <= 1e-3 * r + 1e-15)
+      assert.is_true(info.residual <= lt.settings.cg_tolerance)
+      assert.is_true((xs - exact):norm() / exact:norm() < 1e-6)
+    end)
+  end)
+
+  it("gives SLQ a preconditioner too: log det close to the exact one", function()
+    local ld = lt.with_settings({max_cholesky_size = 1e9}, function() return A:logdet() end)
+    lt.manual_seed(7)
+    local est = lt.with_settings({max_cholesky_size = 0}, function() return A:logdet() end)
+    assert.is_true(math.abs(est - ld) / math.abs(ld) < 2e-3, est .. " vs " .. ld)
+  end)
+end)
+
 describe("iterative methods and memory", function()
+  -- (A kernel operator multiplied many times may keep its entries, memory
+  -- that is A's, not the methods': kernel_spec covers it. Off here.)
+  local saved
+  before_each(function() saved = lt.settings.kernel_cache_bytes; lt.settings.kernel_cache_bytes = 0 end)
+  after_each(function() lt.settings.kernel_cache_bytes = saved end)
+
   it("hold nothing once their results are gone", function()
     local n = 500
     local A = lt.kernel(lt.rand(n), {kind = "rbf", lengthscale = 0.1}) + lt.identity(n, 0.1)

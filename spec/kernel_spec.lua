@@ -193,6 +193,165 @@ describe("kernel", function()
     end
   end)
 
+  -- An operator multiplied again and again keeps its entries (within
+  -- lt.settings.kernel_cache_bytes, for all operators of the state) and
+  -- multiplies from them: the same numbers as evaluating every time.
+  describe("stored entries (kernel_cache_bytes)", function()
+    local saved
+    before_each(function() saved = lt.settings.kernel_cache_bytes end)
+    after_each(function() lt.settings.kernel_cache_bytes = saved end)
+
+    local function points(n, d, seed)
+      local x = {}
+      for i = 1, n do
+        x[i] = {}
+        for q = 1, d do
+          seed = (seed * 1103515245 + 12345) % 2147483648
+          x[i][q] = seed / 2147483648 * 3
+        end
+      end
+      return x
+    end
+
+    local function max_rel(A, B)
+      return ((A - B):abs():max()) / B:abs():max()
+    end
+
+    -- Y = K·X, Z = Xᵀ·K (the transposed product), a row and an entry, after
+    -- `times` products of K (the first ones evaluate, the later ones read).
+    local function use(K, X, times, L)
+      local Y
+      for _ = 1, times do Y = K * X end
+      return Y, (L or X):t() * K, K[3], K:get(5, 2)
+    end
+
+    local x1, x2 = points(300, 2, 3), points(170, 2, 5)
+    local P1, P2 = lt.tensor(x1), lt.tensor(x2)
+    local B1, B2 = lt.randn(300, 3), lt.randn(170, 3)
+    for _, s in ipairs(specs) do
+      for _, derivative in ipairs{false, "lengthscale"} do
+        local spec = {kind = s.kind, lengthscale = s.lengthscale, variance = s.variance,
+                      period = s.period, derivative = derivative or nil}
+        it(string.format("%s%s: the same products stored and evaluated (to 1e-14)", s.kind,
+                         derivative and " ∂/∂log l" or ""), function()
+          for _, cross in ipairs{false, true} do
+            local function make() return cross and lt.kernel(P1, P2, spec) or lt.kernel(P1, spec) end
+            local B = cross and B2 or B1
+            lt.settings.kernel_cache_bytes = 0
+            local m0 = lt.memory()
+            local Y0, Z0, r0, e0 = use(make(), B, 12, B1)
+            assert.is_true(lt.memory() - m0 < 300 * 300 * 8 / 4, "evaluating kept an n×n matrix")
+            lt.settings.kernel_cache_bytes = 2 ^ 30
+            collectgarbage()
+            local m1 = lt.memory()
+            local K = make()
+            local Y1, Z1, r1, e1 = use(K, B, 12, B1)
+            -- the stored matrix is the operator's memory (half of K(x, x))
+            local stored = lt.memory() - m1
+            local cols = cross and 170 or 150
+            assert.is_true(stored >= 300 * cols * 8, "stored " .. stored .. " bytes")
+            assert.is_true(max_rel(Y1, Y0) <= 1e-14, "K·X")
+            assert.is_true(max_rel(Z1, Z0) <= 1e-14, "Xᵀ·K")
+            assert.is_true(max_rel(r1, r0) <= 1e-14, "row")
+            assert.is_true(math.abs(e1 - e0) <= 1e-14 * math.abs(e0), "entry")
+            if not derivative then -- and both against the formulas
+              local ref = reference(x1, cross and x2 or nil, spec)
+              local y = Y1:totable()
+              for _, i in ipairs{1, 77, 300} do
+                local want = 0
+                for j = 1, #ref[i] do want = want + ref[i][j] * B[j][1] end
+                assert.is_true(math.abs(y[i][1] - want) <= 1e-12 * math.max(1, math.abs(want)))
+              end
+            end
+            K = nil -- luacheck: ignore 311 (released: its matrix goes with it)
+            collectgarbage()
+            collectgarbage()
+            assert.is_true(lt.memory() - m1 < 300 * cols * 8 / 4, "the matrix outlived its operator")
+          end
+        end)
+      end
+    end
+
+    -- Runs fn with an empty store (matrices other specs' live operators
+    -- keep would be evicted during fn and blur its memory counts) and the
+    -- given budget, restoring the setting afterwards.
+    local function with_budget(bytes, fn)
+      lt.with_settings({kernel_cache_bytes = 0}, function()
+        lt.settings.kernel_cache_bytes = bytes
+        collectgarbage()
+        collectgarbage()
+        fn()
+      end)
+    end
+
+    -- The library's memory once the garbage of the products is collected.
+    local function held()
+      collectgarbage()
+      collectgarbage()
+      return lt.memory()
+    end
+
+    it("keeps all stored matrices of the state within the budget, least recently used out", function()
+      local one = 150 * 300 * 8 + 64 * 64 * 8 -- about half of a 300×300 K
+      with_budget(math.floor(1.5 * one), function()
+        local m0 = held()
+        local Ka, Kb = lt.kernel(P1, specs[1]), lt.kernel(P1, specs[2])
+        local ya = use(Ka, B1, 12)
+        local held_a = held() - m0
+        assert.is_true(held_a >= 0.9 * one, "first operator stored " .. held_a)
+        local yb = use(Kb, B1, 12)
+        assert.is_true(held() - m0 <= lt.settings.kernel_cache_bytes + 65536,
+          "two stored matrices over the budget")
+        -- Ka (evicted) still multiplies right
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        -- a lowered budget frees what no longer fits; what is kept stays valid
+        local before = held()
+        lt.settings.kernel_cache_bytes = math.floor(0.5 * one)
+        assert.is_true(before - held() >= 0.9 * one, "lowering the budget freed nothing")
+        assert.is_true(max_rel(Kb * B1, yb) <= 1e-14)
+        lt.settings.kernel_cache_bytes = 0 -- nothing new is kept
+        assert.is_true(max_rel(Ka * B1, ya) <= 1e-14)
+      end)
+    end)
+
+    it("evicts the least recently used of three stored matrices (the list of stored matrices stays whole)", function()
+      -- Regression: a newly stored matrix was linked by a "touch" that first
+      -- unlinked it, which emptied the list's head: older matrices were lost
+      -- to eviction while still counted, so the wrong one was evicted and,
+      -- once the head was lost again, later operators stored nothing.
+      local one = 150 * 300 * 8 + 64 * 64 * 8
+      with_budget(math.floor(2.5 * one), function()
+        local Ks, ys = {}, {}
+        for m = 1, 3 do Ks[m] = lt.kernel(P1, specs[m]) end
+        local m0 = held()
+        for m = 1, 3 do
+          ys[m] = use(Ks[m], B1, 12)
+          assert.is_true(held() - m0 <= 2.5 * one + 65536, "over the budget after operator " .. m)
+        end
+        assert.is_true(held() - m0 >= 1.8 * one, "two matrices should be stored")
+        -- (the first operator is not multiplied again: it would store its matrix anew)
+        for m = 2, 3 do assert.is_true(max_rel(Ks[m] * B1, ys[m]) <= 1e-14) end
+        local function release(m)
+          local before = held()
+          Ks[m] = nil
+          return before - held()
+        end
+        -- (what goes with it besides a matrix — points, rows — is well under one)
+        assert.is_true(release(1) < 0.75 * one, "the first operator's matrix should have been evicted")
+        assert.is_true(release(3) >= 0.9 * one, "the last operator's matrix should be kept")
+        assert.is_true(release(2) >= 0.9 * one, "the second operator's matrix should be kept")
+      end)
+    end)
+
+    it("keeps the properties when a sum with a kernel is made dense", function()
+      local K = lt.kernel(P1, specs[1]) + lt.identity(300, 0.1)
+      local D = K:dense()
+      assert.is_true(D:is_psd())
+      assert.is_true(max_rel(D * B1, K * B1) <= 1e-13)
+    end)
+  end)
+
   describe("bad input", function()
     local function fails(pattern, ...)
       local before = lt.memory()

@@ -108,10 +108,10 @@ describe("dense linear algebra", function()
       ref.near(ref.solve(S, b), x:totable(), 1e-10)
     end)
 
-    it("falls back to LU when a PSD-flagged matrix is not positive definite", function()
+    it("falls back to LDLᵀ when a PSD-flagged matrix is not positive definite", function()
       local A = {{1, 2}, {2, 1}}
       local x, info = lt.psd(lt.tensor(A)):solve(lt.tensor{1, 1})
-      assert.equal("lu", info.method)
+      assert.equal("ldl", info.method)
       ref.near(ref.solve(A, {1, 1}), x:totable(), 1e-12)
     end)
 
@@ -126,6 +126,67 @@ describe("dense linear algebra", function()
     end)
 
     it("raises on an exactly singular matrix", function()
+      local err = message(function() return lt.tensor{{1, 2}, {2, 4}}:solve(lt.tensor{1, 1}) end)
+      assert.matches("lazytensor: solve: matrix is singular", err, 1, true)
+    end)
+  end)
+
+  -- MATLAB's `\` (API.md, "Properties follow the matrix"): a symmetric
+  -- matrix of unknown definiteness is tried with Cholesky first, and its
+  -- success proves positive definiteness; LDLᵀ when it fails; LU unless
+  -- symmetric.
+  describe("without a PSD flag", function()
+    -- symmetric indefinite, with 2×2 pivots likely (zero diagonal entry)
+    local I = {{0, 2, 1, 0}, {2, 1, 0, 3}, {1, 0, -3, 1}, {0, 3, 1, 2}}
+    local b4 = {1, -1, 2, 0.5}
+
+    it("solves a positive definite symmetric matrix by Cholesky and then knows it is PSD", function()
+      local A = lt.tensor(S)
+      assert.is_nil(A:is_psd())
+      local x, info = A:solve(lt.tensor{1, -2, 3, 0.5, 2})
+      assert.equal("cholesky", info.method)
+      ref.near(ref.solve(S, {1, -2, 3, 0.5, 2}), x:totable(), 1e-10)
+      assert.is_true(A:is_psd())
+      -- a write makes it unknown again, and a matrix no longer PD takes LDLᵀ
+      A:set(1, 1, -50)
+      assert.is_nil(A:is_psd())
+      local _, info2 = A:solve(lt.tensor{1, -2, 3, 0.5, 2})
+      assert.equal("ldl", info2.method)
+    end)
+
+    it("solves a symmetric indefinite matrix by LDLᵀ, against elimination", function()
+      local x, info = lt.tensor(I):solve(lt.tensor(b4))
+      assert.equal("ldl", info.method)
+      ref.near(ref.solve(I, b4), x:totable(), 1e-12)
+      local B = {{1, 0}, {0, 1}, {2, -1}, {3, 3}}
+      local X = lt.tensor(I):solve(lt.tensor(B))
+      ref.near(ref.solve(I, B), X:totable(), 1e-12)
+      assert.is_nil(lt.tensor(I):is_psd())
+    end)
+
+    it("takes LU for a matrix that is not symmetric", function()
+      local A = {{4, 1, 0}, {0, 3, 1}, {1, 0, 2}}
+      local x, info = lt.tensor(A):solve(lt.tensor{1, 2, 3})
+      assert.equal("lu", info.method)
+      ref.near(ref.solve(A, {1, 2, 3}), x:totable(), 1e-12)
+    end)
+
+    it("gives log det by LDLᵀ: exact for an indefinite matrix of positive determinant, NaN for a "
+       .. "negative one", function()
+      local d = ref.det(I)
+      local v, info = lt.tensor(I):logdet()
+      assert.equal("ldl", info.method)
+      if d > 0 then ref.near(math.log(d), v, 1e-12) else assert.is_true(v ~= v) end
+      -- det = (-1)(-2)·3 = 6 > 0, with negative pivots
+      local w, info2 = lt.tensor{{-1, 0, 0}, {0, -2, 0}, {0, 0, 3}}:logdet()
+      assert.equal("ldl", info2.method)
+      ref.near(math.log(6), w, 1e-14)
+      -- a 2×2 pivot of negative determinant
+      assert.is_true(lt.tensor{{0, 1}, {1, 0}}:logdet() ~= lt.tensor{{0, 1}, {1, 0}}:logdet())
+      assert.equal(-math.huge, lt.tensor{{1, 2}, {2, 4}}:logdet())
+    end)
+
+    it("raises on an exactly singular symmetric matrix", function()
       local err = message(function() return lt.tensor{{1, 2}, {2, 4}}:solve(lt.tensor{1, 1}) end)
       assert.matches("lazytensor: solve: matrix is singular", err, 1, true)
     end)

@@ -80,7 +80,9 @@ describe("the operation table", function()
     assert.same({{2}}, lt.cholesky{{4}}:dense():totable())
     assert.near(math.log(2), lt.logdet{{2}}, 1e-15)
     assert.same({{1}, {2}}, lt.t{{1, 2}}:totable())
-    assert.same({0.5, 1}, lt.solve({{2, 0}, {0, 2}}, {1, 2}):totable())
+    local x = lt.solve({{2, 0}, {0, 2}}, {1, 2}):totable() -- by Cholesky: 1/√2/√2
+    assert.near(0.5, x[1], 1e-15)
+    assert.near(1, x[2], 1e-15)
   end)
 end)
 

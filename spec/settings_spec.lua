@@ -15,6 +15,23 @@ describe("settings", function()
     end
   end)
 
+  it("kernel_cache_bytes: a quarter of physical memory, at most 1 GiB; 0 allowed, negative not", function()
+    local v = lt.settings.kernel_cache_bytes
+    assert.is_true(v > 0 and v <= 2 ^ 30 and v % 1 == 0, tostring(v))
+    local f = io.open("/proc/meminfo", "r")
+    if f then -- Linux: MemTotal is the physical memory
+      local kb = tonumber(f:read("a"):match("MemTotal:%s*(%d+)"))
+      f:close()
+      assert.is_true(math.abs(v - math.min(2 ^ 30, kb * 1024 / 4)) <= 4096 + 2 ^ 20, tostring(v))
+    end
+    lt.with_settings({kernel_cache_bytes = 0}, function()
+      assert.equal(0, lt.settings.kernel_cache_bytes)
+    end)
+    assert.equal(v, lt.settings.kernel_cache_bytes)
+    assert.is_false(pcall(function() lt.settings.kernel_cache_bytes = -1 end))
+    assert.equal(v, lt.settings.kernel_cache_bytes)
+  end)
+
   it("read back what was written", function()
     local old = lt.settings.max_cg_iterations
     lt.settings.max_cg_iterations = 250

@@ -110,6 +110,10 @@ typedef struct lt_settings {
   /* Called by iterative methods with their progress; NULL for none. */
   void (*progress)(void *ud, const char *method, int iteration, double value);
   void *progress_ud;
+  /* Bytes the kernel operators of a context may keep their evaluated
+   * matrices in (all together; 0: never, products stay matrix-free).
+   * Default: a quarter of physical memory, at most 1 GiB. */
+  size_t kernel_cache_bytes;
 } lt_settings;
 
 /* The context's settings, to read or write directly (valid as long as the

@@ -1,12 +1,43 @@
 /*
  * context.c — the per-state context: allocator, last error, memory count.
  */
+/* madvise and MADV_HUGEPAGE are not POSIX */
+#define _DEFAULT_SOURCE
+
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "internal.h"
+
+/* Blocks from this size on are offered to transparent huge pages. */
+#define HUGE_ADVICE_MIN ((size_t)4 << 20)
+
+/* Asks the kernel to back a large block with huge pages (Linux, when
+ * transparent huge pages are in "madvise" mode, as on Debian). The first
+ * write to each fresh 4 kB page otherwise costs a fault: on the benchmark
+ * VM about 4 ns per byte, more than most work done on an n×n matrix
+ * (NumPy gives its large arrays the same advice). Advice only: the memory
+ * is the allocator's, nothing changes if the kernel declines. */
+static void advise_huge(void *p, size_t size) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (size < HUGE_ADVICE_MIN) return;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  uintptr_t start = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t end = ((uintptr_t)p + size) / (uintptr_t)page * (uintptr_t)page;
+  if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)size;
+#endif
+}
 
 static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   (void)ud;
@@ -63,6 +94,7 @@ void *lt_malloc(lt_context *ctx, size_t size) {
     return NULL;
   }
   ctx->memory += size;
+  advise_huge(p, size);
   return p;
 }
 
@@ -84,6 +116,7 @@ void *lt_realloc(lt_context *ctx, void *ptr, size_t old_size, size_t new_size) {
     return NULL;
   }
   ctx->memory = ctx->memory - old_size + new_size;
+  if (new_size > old_size) advise_huge(p, new_size);
   return p;
 }
 

@@ -120,7 +120,16 @@ struct lt_context {
   /* Counts writes to dense storage through the API (starts at 1): every
    * tensor points here, see "Properties follow the data" in tensor.c. */
   uint64_t write_clock;
+  /* Kernel matrices stored by ops/kernel.c within settings.kernel_cache_bytes:
+   * the most recently used operator's payload (a list through the payloads),
+   * and the bytes they hold together. */
+  void *kernel_caches;
+  size_t kernel_cache_used;
 };
+
+/* Evicts stored kernel matrices down to settings.kernel_cache_bytes
+ * (ops/kernel.c; settings.c calls it when the budget is set). */
+void lt_kernel_cache_trim(lt_context *ctx);
 
 /* The operation table (ops.c) ------------------------------------------- */
 /* A check's answer when it decides the call itself (res filled): equal of

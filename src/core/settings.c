@@ -4,8 +4,18 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+
+/* A quarter of physical memory, at most 1 GiB (1 GiB when unknown). */
+static size_t default_kernel_cache_bytes(void) {
+  size_t cap = (size_t)1 << 30;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return cap;
+  size_t quarter = (size_t)pages / 4 * (size_t)page;
+  return quarter < cap ? quarter : cap;
+}
 
 void lt_settings_default(lt_settings *s) {
   memset(s, 0, sizeof *s);
@@ -19,6 +29,7 @@ void lt_settings_default(lt_settings *s) {
   s->preconditioner_size = 15;
   s->num_threads = 0;
   s->max_root_decomposition_size = 100;
+  s->kernel_cache_bytes = default_kernel_cache_bytes();
 }
 
 lt_settings *lt_settings_of(lt_context *ctx) { return &ctx->settings; }
@@ -45,21 +56,16 @@ static const setting_desc SETTINGS[] = {
     SETTING(preconditioner_size, KIND_INT, 0),
     SETTING(num_threads, KIND_INT, 0),
     SETTING(max_root_decomposition_size, KIND_INT, 1),
+    SETTING(kernel_cache_bytes, KIND_SIZE, 0),
 };
 #undef SETTING
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
-static const char *const SETTING_NAMES[NSETTINGS + 1] = {"max_cholesky_size",
-                                                         "cg_tolerance",
-                                                         "max_cg_iterations",
-                                                         "num_trace_samples",
-                                                         "max_lanczos_iterations",
-                                                         "cholesky_jitter",
-                                                         "cholesky_max_tries",
-                                                         "preconditioner_size",
-                                                         "num_threads",
-                                                         "max_root_decomposition_size",
-                                                         NULL};
+static const char *const SETTING_NAMES[NSETTINGS + 1] = {
+    "max_cholesky_size",           "cg_tolerance",           "max_cg_iterations",
+    "num_trace_samples",           "max_lanczos_iterations", "cholesky_jitter",
+    "cholesky_max_tries",          "preconditioner_size",    "num_threads",
+    "max_root_decomposition_size", "kernel_cache_bytes",     NULL};
 
 const char *const *lt_setting_names(void) { return SETTING_NAMES; }
 
@@ -111,6 +117,8 @@ int lt_setting_set(lt_context *ctx, const char *name, double value) {
       break;
     case KIND_DOUBLE: *(double *)base = value; break;
   }
+  /* a lowered budget frees what no longer fits, as a user expects */
+  if (d->offset == offsetof(lt_settings, kernel_cache_bytes)) lt_kernel_cache_trim(ctx);
   return LT_OK;
 }
 

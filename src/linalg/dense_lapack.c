@@ -370,6 +370,109 @@ double lt_lapack_lu_logdet(const lt_lu *lu) {
   return sign < 0 ? NAN : s;
 }
 
+/* ------------------------------------------------------------------ LDLᵀ */
+
+int lt_lapack_ldl(lt_context *ctx, const char *op, const lt_tensor *a, lt_ldl *f) {
+  memset(f, 0, sizeof *f);
+  if (check_square(ctx, op, a) != LT_OK) return LT_ERR;
+  size_t n = a->shape[0];
+  f->n = n;
+  /* the triangle read (row-major upper) is checked, as for Cholesky */
+  lt_tensor *c = lt_dense_is_contiguous(a) ? copy_checked(ctx, op, a, 1) : NULL;
+  if (c == NULL && !lt_dense_is_contiguous(a)) {
+    if (lt_lapack_check_finite(ctx, op, a) == LT_OK) c = scratch_copy(ctx, a);
+  }
+  if (c == NULL) return LT_ERR;
+  f->f = c;
+  if (n == 0) return LT_OK;
+  f->ipiv = lt_malloc(ctx, n * sizeof(lapack_int));
+  double query = 0;
+  lapack_int info = -1;
+  if (f->ipiv != NULL)
+    info = LAPACKE_dsytrf_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, lt_dense_data(c),
+                               (lapack_int)n, f->ipiv, &query, -1);
+  size_t lwork = info == 0 && query >= 1 ? (size_t)query : n;
+  double *work = info == 0 ? lt_malloc(ctx, lwork * sizeof(double)) : NULL;
+  if (work != NULL)
+    info = LAPACKE_dsytrf_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, lt_dense_data(c),
+                               (lapack_int)n, f->ipiv, work, (lapack_int)lwork);
+  lt_free(ctx, work, lwork * sizeof(double));
+  if (f->ipiv == NULL || work == NULL || info < 0) {
+    if (info < 0) lt_error(ctx, "%s: LAPACK dsytrf rejected argument %d", op, (int)-info);
+    lt_lapack_ldl_free(ctx, f);
+    return LT_ERR;
+  }
+  f->singular = info > 0;
+  return LT_OK;
+}
+
+void lt_lapack_ldl_free(lt_context *ctx, lt_ldl *f) {
+  lt_release(ctx, f->f);
+  if (f->ipiv) lt_free(ctx, f->ipiv, f->n * sizeof(lapack_int));
+  f->f = NULL;
+  f->ipiv = NULL;
+}
+
+lt_tensor *lt_lapack_ldl_solve(lt_context *ctx, const char *op, const lt_ldl *f,
+                               const lt_tensor *b) {
+  if (f->singular) {
+    lt_error(ctx, "%s: matrix is singular", op);
+    return NULL;
+  }
+  size_t n = f->n, k = lt_cols(b);
+  if (lt_lapack_check_dim(ctx, op, k) != LT_OK) return NULL;
+  lt_tensor *x = scratch_copy(ctx, b);
+  if (x == NULL || n == 0 || k == 0) return x;
+  double *xp = lt_dense_data(x), *tmp = xp;
+  size_t count = n * k; /* = numel(b), already allocated once */
+  /* column-major right-hand sides (a vector is one already) */
+  if (k > 1) {
+    tmp = lt_malloc(ctx, count * sizeof(double));
+    if (tmp == NULL) {
+      lt_release(ctx, x);
+      return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < k; j++) tmp[i + j * n] = xp[i * k + j];
+  }
+  lapack_int info =
+      LAPACKE_dsytrs_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, (lapack_int)k, lt_dense_data(f->f),
+                          (lapack_int)n, f->ipiv, tmp, (lapack_int)n);
+  if (k > 1) {
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < k; j++) xp[i * k + j] = tmp[i + j * n];
+    lt_free(ctx, tmp, count * sizeof(double));
+  }
+  if (info != 0) {
+    lt_error(ctx, "%s: LAPACK dsytrs failed (%d)", op, (int)info);
+    lt_release(ctx, x);
+    return NULL;
+  }
+  return x;
+}
+
+double lt_lapack_ldl_logdet(const lt_ldl *f) {
+  size_t n = f->n;
+  const lapack_int *ipiv = f->ipiv;
+  const double *p = n ? lt_dense_data(f->f) : NULL;
+  double s = 0;
+  int negative = 0;
+  /* D(i, j) is p[i + j·n] (column-major); a 2×2 block starts where ipiv
+   * is negative (and spans two entries); the row swaps of L leave det L = 1. */
+  for (size_t k = 0; k < n; k++) {
+    double det = p[k + k * n];
+    if (ipiv[k] < 0 && k + 1 < n) {
+      double b = p[k + 1 + k * n], c = p[k + 1 + (k + 1) * n];
+      det = det * c - b * b;
+      k++;
+    }
+    if (det == 0) return -INFINITY;
+    if (det < 0) negative = !negative;
+    s += log(fabs(det));
+  }
+  return negative ? NAN : s;
+}
+
 /* ----------------------------------------------------------- eigh, svd */
 
 int lt_lapack_eigh(lt_context *ctx, const char *op, const lt_tensor *a, lt_tensor **w,

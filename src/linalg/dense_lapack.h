@@ -75,6 +75,25 @@ double lt_lapack_lu_logdet(const lt_lu *lu);
 /* log |det A|, and the sign of det A in *sign (1, -1, or 0 when singular). */
 double lt_lapack_lu_slogdet(const lt_lu *lu, double *sign);
 
+/* A symmetric indefinite factorisation A = L·D·Lᵀ (Bunch–Kaufman
+ * pivoting, LAPACK dsytrf; D has 1×1 and 2×2 blocks), of the triangle
+ * LAPACK reads: symmetry is the caller's business. */
+typedef struct lt_ldl {
+  size_t n;
+  lt_tensor *f; /* n×n: the factors (column-major 'L' on the row-major buffer) */
+  void *ipiv;   /* n lapack_ints */
+  int singular; /* a zero block in D */
+} lt_ldl;
+
+int lt_lapack_ldl(lt_context *ctx, const char *op, const lt_tensor *a, lt_ldl *f);
+void lt_lapack_ldl_free(lt_context *ctx, lt_ldl *f);
+/* X = A⁻¹B for a contiguous n×k B; an error when singular. */
+lt_tensor *lt_lapack_ldl_solve(lt_context *ctx, const char *op, const lt_ldl *f,
+                               const lt_tensor *b);
+/* log det A = Σ log |det D_k| over D's blocks: -inf when singular, NaN when
+ * det A < 0. */
+double lt_lapack_ldl_logdet(const lt_ldl *f);
+
 /* Solves T·X = B (trans == 0) or Tᵀ·X = B in place for a triangular T given
  * by a contiguous n×n buffer (its `upper` or lower triangle), B contiguous
  * n×k. */

@@ -177,6 +177,10 @@ typedef int (*lt_row_fn)(lt_context *ctx, void *ud, size_t i, double *row);
  * trace tr(K − LLᵀ). */
 int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
                         int max_rank, double tol, double *L, int *rank, double *err_out);
+/* The same to rank max_rank (tol 0), with the diagonal of K − L·Lᵀ left
+ * over in tail (n numbers; 0 at the pivots). */
+int lt_pivoted_cholesky_tail(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
+                             void *row_ud, int max_rank, double *L, int *rank, double *tail);
 
 /* The preconditioner M = L·Lᵀ + D (D diagonal, positive) with Woodbury solves
  * M⁻¹R = D⁻¹R − D⁻¹L (I + LᵀD⁻¹L)⁻¹ LᵀD⁻¹R and

@@ -30,8 +30,9 @@ static double residual_trace(size_t n, const double *d, const unsigned char *cho
   return s;
 }
 
-int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
-                        int max_rank, double tol, double *L, int *rank, double *err_out) {
+/* The factorisation; tail (may be NULL) receives the residual diagonal. */
+static int factor(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                  int max_rank, double tol, double *L, int *rank, double *err_out, double *tail) {
   *rank = 0;
   if (max_rank < 0) return lt_error(ctx, "pivoted_cholesky: negative rank");
   size_t ld = max_rank > 0 ? (size_t)max_rank : 1;
@@ -67,11 +68,22 @@ int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn
     err = residual_trace(n, d, chosen);
   }
   if (err_out) *err_out = err;
+  if (tail) memcpy(tail, d, n * sizeof(double));
 done:
   lt_linalg_free(ctx, d, n);
   lt_linalg_free(ctx, r, n);
   if (chosen) lt_free(ctx, chosen, n ? n : 1);
   return rc;
+}
+
+int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
+                        int max_rank, double tol, double *L, int *rank, double *err_out) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, tol, L, rank, err_out, NULL);
+}
+
+int lt_pivoted_cholesky_tail(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
+                             void *row_ud, int max_rank, double *L, int *rank, double *tail) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, 0.0, L, rank, NULL, tail);
 }
 
 void lt_precond_free(lt_context *ctx, lt_precond *P) {
@@ -143,23 +155,27 @@ static int precond_apply(lt_context *ctx, void *ud, size_t n, size_t kr, const d
     for (size_t j = 0; j < kr; j++) Z[i * kr + j] = R[i * kr + j] / P->d[i];
   if (k == 0 || kr == 0) return LT_OK;
   double *U = lt_linalg_alloc(ctx, "preconditioner", k * kr);
-  if (U == NULL) return LT_ERR;
+  double *V = lt_linalg_alloc(ctx, "preconditioner", n * kr);
+  if (U == NULL || V == NULL) {
+    lt_linalg_free(ctx, U, k * kr);
+    lt_linalg_free(ctx, V, n * kr);
+    return LT_ERR;
+  }
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)kr, (int)n, 1.0, P->L, (int)k,
               Z, (int)kr, 0.0, U, (int)kr);
   cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, (int)k, (int)kr,
               1.0, P->C, (int)k, U, (int)kr);
   cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, (int)k, (int)kr, 1.0,
               P->C, (int)k, U, (int)kr);
+  /* V = L·U, then Z −= D⁻¹V row by row */
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)kr, (int)k, 1.0, P->L, (int)k,
+              U, (int)kr, 0.0, V, (int)kr);
   for (size_t i = 0; i < n; i++) {
     double s = 1.0 / P->d[i];
-    const double *l = P->L + i * k;
-    for (size_t j = 0; j < kr; j++) {
-      double v = 0.0;
-      for (size_t a = 0; a < k; a++) v += l[a] * U[a * kr + j];
-      Z[i * kr + j] -= s * v;
-    }
+    for (size_t j = 0; j < kr; j++) Z[i * kr + j] -= s * V[i * kr + j];
   }
   lt_linalg_free(ctx, U, k * kr);
+  lt_linalg_free(ctx, V, n * kr);
   return LT_OK;
 }
 

@@ -1,7 +1,10 @@
 /*
  * ops/dense_linalg.c — exact linear algebra on dense matrices, registered
- * for (dense, any): Cholesky (with jitter retries) for what is known to be
- * positive semi-definite, LU for everything else, eigh and SVD through
+ * for (dense, any). Solves and log-determinants go the way of MATLAB's `\`:
+ * a symmetric matrix not known to be indefinite is tried with Cholesky
+ * first (its success proves positive definiteness, and is remembered in
+ * the matrix's properties), then LDLᵀ (dsytrf) when that fails; anything
+ * else gets LU. cholesky (with jitter retries), eigh and SVD through
  * LAPACK (src/linalg/dense_lapack.c).
  *
  * Conventions: a non-symmetric matrix is never silently symmetrised (cholesky,
@@ -15,11 +18,6 @@
 #include "../core/internal.h"
 #include "../linalg/dense_lapack.h"
 #include "ops.h"
-
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
 
 static void set_info(lt_result *res, const char *method) {
   res->info.method = method;
@@ -43,12 +41,16 @@ static int require_symmetric(lt_context *ctx, const char *op, lt_tensor *a) {
   return require_symmetric_then(ctx, op, a, 0);
 }
 
-/* Exact Cholesky (no jitter) of a matrix flagged PSD, or NULL with no error
- * left behind when it fails, so the caller can fall back to LU. */
+/* Exact Cholesky (no jitter) of a symmetric matrix that may be positive
+ * definite (flagged PSD, or not known either way), or NULL with no error
+ * left behind when it is not, so the caller can fall back. Success proves
+ * positive definiteness: the matrix is marked PSD (until written). */
 static lt_tensor *try_cholesky(lt_context *ctx, const char *op, lt_tensor *a) {
-  if (lt_is_psd(ctx, a) != LT_YES) return NULL;
+  lt_tristate psd = lt_is_psd(ctx, a);
+  if (psd == LT_NO || lt_is_symmetric(ctx, a) != LT_YES) return NULL;
   lt_tensor *u = lt_lapack_cholesky_upper_only(ctx, op, a);
   if (u == NULL) lt_clear_error(ctx);
+  else if (psd == LT_UNKNOWN) lt_prop_mark(a, LT_PROP_PSD, LT_YES);
   return u;
 }
 
@@ -80,7 +82,7 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, f);
   set_info(res, "cholesky");
   res->info.jitter = jitter; /* the factor is of A + jitter·I: say so */
-  return done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -90,14 +92,22 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_tensor *x = lt_lapack_cholesky_solve(ctx, u, args->b);
     lt_release(ctx, u);
     set_info(res, "cholesky");
-    return done(res, x);
+    return lt_result_tensor(res, x);
+  }
+  if (lt_is_symmetric(ctx, args->a) == LT_YES) {
+    lt_ldl f;
+    if (lt_lapack_ldl(ctx, "solve", args->a, &f) != LT_OK) return LT_ERR;
+    lt_tensor *x = lt_lapack_ldl_solve(ctx, "solve", &f, args->b);
+    lt_lapack_ldl_free(ctx, &f);
+    set_info(res, "ldl");
+    return lt_result_tensor(res, x);
   }
   lt_lu lu;
   if (lt_lapack_lu(ctx, "solve", args->a, &lu) != LT_OK) return LT_ERR;
   lt_tensor *x = lt_lapack_lu_solve(ctx, "solve", &lu, args->b);
   lt_lapack_lu_free(ctx, &lu);
   set_info(res, "lu");
-  return done(res, x);
+  return lt_result_tensor(res, x);
 }
 
 /* logdet and, when b is given, bᵀA⁻¹b from one factorisation. */
@@ -128,6 +138,14 @@ static int logdet_and_quad(lt_context *ctx, const char *op, lt_tensor *a, lt_ten
     lt_release(ctx, u);
     set_info(res, "cholesky");
     return rc;
+  }
+  if (b == NULL && lt_is_symmetric(ctx, a) == LT_YES) {
+    lt_ldl f;
+    if (lt_lapack_ldl(ctx, op, a, &f) != LT_OK) return LT_ERR;
+    *logdet = lt_lapack_ldl_logdet(&f);
+    lt_lapack_ldl_free(ctx, &f);
+    set_info(res, "ldl");
+    return LT_OK;
   }
   lt_lu lu;
   if (lt_lapack_lu(ctx, op, a, &lu) != LT_OK) return LT_ERR;
@@ -188,7 +206,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
     lt_tensor *t = lt_triangular_new(ctx, l, 0);
     lt_release(ctx, l);
     set_info(res, "cholesky");
-    return done(res, t);
+    return lt_result_tensor(res, t);
   }
   if (!not_pd) return LT_ERR; /* bad input or no memory: the error is set */
   lt_tensor *w, *q;
@@ -208,7 +226,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
     return lt_error(ctx, "root: matrix is not positive semi-definite");
   }
   set_info(res, "eigh");
-  return done(res, q);
+  return lt_result_tensor(res, q);
 }
 
 /* S = L⁻ᵀ (upper triangular): S·Sᵀ = L⁻ᵀL⁻¹ = A⁻¹. */
@@ -234,7 +252,7 @@ static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *t = lt_triangular_new(ctx, s, 1);
   lt_release(ctx, s);
   set_info(res, "cholesky");
-  return done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 int lt_register_dense_linalg_rules(lt_context *ctx) {
@@ -244,8 +262,8 @@ int lt_register_dense_linalg_rules(lt_context *ctx) {
     const char *name;
   } rules[] = {
       {LT_OP_CHOLESKY, rule_cholesky, "dense cholesky (LAPACK dpotrf, jitter retries)"},
-      {LT_OP_SOLVE, rule_solve, "dense solve (Cholesky if PSD, else LU)"},
-      {LT_OP_LOGDET, rule_logdet, "dense logdet (Cholesky if PSD, else LU)"},
+      {LT_OP_SOLVE, rule_solve, "dense solve (Cholesky first if symmetric, then LDLᵀ; else LU)"},
+      {LT_OP_LOGDET, rule_logdet, "dense logdet (Cholesky first if symmetric, then LDLᵀ; else LU)"},
       {LT_OP_INV_QUAD, rule_inv_quad, "dense inv_quad (one factorisation)"},
       {LT_OP_INV_QUAD_LOGDET, rule_inv_quad_logdet, "dense inv_quad_logdet (one factorisation)"},
       {LT_OP_EIGH, rule_eigh, "dense eigh (LAPACK dsyevd)"},

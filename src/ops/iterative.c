@@ -186,8 +186,64 @@ static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double 
   return LT_OK;
 }
 
-/* Builds the pivoted-Cholesky preconditioner for A when it is K + D.
- * *have = 0 (and LT_OK) when A has no such structure or the rank is 0. */
+/* Rows of A − shift·I, for a matrix with its own row function. */
+typedef struct shifted_rows {
+  lt_tensor *a;
+  double shift;
+} shifted_rows;
+
+static int shifted_row(lt_context *ctx, void *ud, size_t i, double *row) {
+  shifted_rows *s = ud;
+  if (s->a->type->row(ctx, s->a, i, row) != LT_OK) return LT_ERR;
+  row[i] -= s->shift;
+  return LT_OK;
+}
+
+/* Rank of the first pivoted Cholesky of a dense A, which only estimates the
+ * diagonal part (the more rows, the closer; rows of a dense matrix are
+ * free), as a multiple of the preconditioner's rank. */
+#define SHIFT_RANK_FACTOR 8
+
+/* A dense symmetric A shows no K + D, but a matrix K + σ²I (a kernel and
+ * its noise, made dense) is still one: the pivoted Cholesky of A leaves a
+ * residual diagonal σ² + (what the factor misses of K), so its smallest
+ * entry off the pivots estimates σ² from above, s. The preconditioner is
+ * then the one K + σ²I gets, M = L·Lᵀ + s·I with L the pivoted Cholesky of
+ * A − s·I to rank_max (stopping where that runs out of positive pivots).
+ * Any s > 0 gives a valid (SPD) M; a close one gives CG about the
+ * iterations of the kernel form. Fills d and L (rank_max columns). */
+static int dense_precond_parts(lt_context *ctx, lt_tensor *a, int rank_max, double *d, double *L,
+                               int *rank, double *tail) {
+  size_t n = a->shape[0];
+  *rank = 0;
+  if (diag_of(ctx, a, d) != LT_OK) return LT_ERR;
+  for (size_t i = 0; i < n; i++)
+    if (!(d[i] > 0.0) || !isfinite(d[i])) return LT_NOT_IMPLEMENTED;
+  size_t r1 = (size_t)rank_max * SHIFT_RANK_FACTOR;
+  if (r1 > n - 1) r1 = n - 1;
+  if (r1 == 0) return LT_NOT_IMPLEMENTED;
+  double *L1 = lt_linalg_alloc(ctx, "preconditioner", n * r1);
+  if (L1 == NULL) return LT_ERR;
+  shifted_rows rows = {a, 0.0};
+  int r;
+  int rc = lt_pivoted_cholesky_tail(ctx, n, d, shifted_row, &rows, (int)r1, L1, &r, tail);
+  lt_linalg_free(ctx, L1, n * r1);
+  if (rc != LT_OK) return LT_ERR;
+  double s = INFINITY;
+  for (size_t i = 0; i < n; i++)
+    if (tail[i] > 0.0 && tail[i] < s) s = tail[i];
+  if (!(s < INFINITY)) return LT_NOT_IMPLEMENTED;
+  rows.shift = s;
+  for (size_t i = 0; i < n; i++) tail[i] = d[i] - s; /* A − sI's diagonal */
+  if (lt_pivoted_cholesky(ctx, n, tail, shifted_row, &rows, rank_max, 0.0, L, rank, NULL) != LT_OK)
+    return LT_ERR;
+  for (size_t i = 0; i < n; i++) d[i] = s;
+  return LT_OK;
+}
+
+/* Builds the pivoted-Cholesky preconditioner for A when it is K + D, or a
+ * dense matrix (see dense_precond_parts). *have = 0 (and LT_OK) when A has
+ * no such structure or the rank is 0. */
 static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
   size_t n = a->shape[0];
   int rank_max = ctx->settings.preconditioner_size;
@@ -200,12 +256,18 @@ static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have
   double *kdiag = lt_linalg_alloc(ctx, "preconditioner", n);
   double *L = lt_linalg_alloc(ctx, "preconditioner", n * (size_t)rank_max);
   s.row_tmp = lt_linalg_alloc(ctx, "preconditioner", n);
-  int rc = LT_ERR;
-  if (d && kdiag && L && s.row_tmp) rc = split_added_diag(ctx, a, &s, d, kdiag);
+  int rc = LT_ERR, rank = 0;
+  if (d && kdiag && L && s.row_tmp) {
+    if (a->type_id == LT_TYPE_DENSE) {
+      rc = dense_precond_parts(ctx, a, rank_max, d, L, &rank, kdiag);
+    } else {
+      rc = split_added_diag(ctx, a, &s, d, kdiag);
+      if (rc == LT_OK)
+        rc = lt_pivoted_cholesky(ctx, n, kdiag, sum_row, &s, rank_max, 0.0, L, &rank, NULL);
+    }
+  }
   if (rc == LT_OK) {
-    int rank;
-    rc = lt_pivoted_cholesky(ctx, n, kdiag, sum_row, &s, rank_max, 0.0, L, &rank, NULL);
-    if (rc == LT_OK) rc = lt_precond_init(ctx, P, n, rank, L, (size_t)rank_max, d);
+    rc = lt_precond_init(ctx, P, n, rank, L, (size_t)rank_max, d);
     if (rc == LT_OK) *have = 1;
   } else if (rc == LT_NOT_IMPLEMENTED) {
     rc = LT_OK;

@@ -1,20 +1,24 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
- * kernels of API.md (rbf, matern12/32/52, periodic). The points are the
- * children (x1, and x2 unless it was omitted), copied at construction into
- * contiguous n×d matrices so later writes to the caller's tensors cannot
- * change the operator. Entries are computed on demand and never stored:
- * a product K·X forms K a block of rows at a time (at most BLOCK_DOUBLES
- * entries, 8 MB) and multiplies each block with X by dgemm, so memory is
- * O(n · block + n · k), never n1×n2.
+ * kernels of API.md (rbf, matern12/32/52, periodic): the type, its
+ * constructor and its rules. The points are the children (x1, and x2 unless
+ * it was omitted), copied at construction into contiguous n×d matrices so
+ * later writes to the caller's tensors cannot change the operator.
  *
- * With spec.derivative set the entries are ∂k/∂log θ instead (θ·∂k/∂θ,
- * r = ‖x − y‖, a = √3 r/l or √5 r/l, u_d = π|x_d − y_d|/p, S = Σ sin² u_d):
- *   lengthscale  rbf k·r²/l², matern12 k·r/l, matern32 v·a²·e^{−a},
- *                matern52 v·a²(1 + a)/3·e^{−a}, periodic k·4S/l²;
- *   period       periodic only: k·(2/l²)·Σ_d sin(2u_d)·u_d;
- *   variance     k, every kind.
- * Same row-block products; symmetric without x2, PSD only for variance.
+ * Entries are evaluated a tile at a time (kernel_eval.c) from points
+ * prepared at construction; products run over row blocks on several
+ * threads without storing K (kernel_product.c). An operator multiplied
+ * over and over (KEEP_AFTER products) stores its entries when they fit the
+ * context's kernel_cache_bytes — the upper half of K(x, x), all of
+ * K(x1, x2) — and later products read them instead of evaluating: the
+ * context keeps the stored matrices of all its kernel operators within
+ * that budget, evicting the least recently used. Prepared points and the
+ * stored matrix carry the data stamp of the points they were made from
+ * (lt_data_stamp), and are made again when a write has changed it.
+ *
+ * With spec.derivative set the entries are ∂k/∂log θ instead (formulas in
+ * kernel_eval.c): lengthscale, period (periodic only), or variance (k
+ * itself). Symmetric without x2, PSD only for the value and variance.
  * Every derivative is linear in v, so scaling by c > 0 still scales v.
  */
 #include <cblas.h>
@@ -22,265 +26,294 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/internal.h"
+#include "../core/parallel.h"
+#include "../linalg/linalg.h"
+#include "kernel.h"
 #include "ops.h"
 
-/* Largest block of kernel entries formed at once (doubles); the block has
- * between 1 and MAX_BLOCK_ROWS rows. */
-#define BLOCK_DOUBLES ((size_t)1 << 20)
-#define MAX_BLOCK_ROWS 256
-#define PI 3.14159265358979323846
-
-typedef struct kernel_payload {
+typedef struct kernel_payload kernel_payload;
+struct kernel_payload {
   lt_kernel_spec spec;
   int same; /* x2 omitted: K(x1, x1), symmetric PSD */
-} kernel_payload;
+  /* points prepared for evaluation (b unused when same), and the data
+   * stamp of the points they were prepared from (lt_data_stamp) */
+  lt_kpoints a, b;
+  int prepared;
+  uint64_t stamp;
+  /* the stored n1×n2 matrix (NULL when not kept), its bytes, and its
+   * neighbours in the context's list, most recently used first */
+  double *K;
+  size_t K_bytes;
+  int products; /* served so far (counted up to KEEP_AFTER) */
+  kernel_payload *newer, *older;
+};
 
 static lt_tensor *points1(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *points2(const lt_tensor *self) {
   return self->children[self->nchildren > 1 ? 1 : 0];
 }
 
-/* The kernel (or its lengthscale/variance derivative) as a function of its
- * argument term t, in place over a row: t = r² for the radial kinds,
- * t = Σ_d sin²(π (x_d − y_d) / p) for periodic. (The period derivative
- * needs more than t: see fill_row.) */
-static void apply_kind(const lt_kernel_spec *s, double *t, size_t len) {
-  double l = s->lengthscale, v = s->variance;
-  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
-  switch (s->kind) {
-    case LT_KERNEL_RBF: {
-      double c = 1.0 / (l * l);
-      for (size_t j = 0; j < len; j++) {
-        double q = c * t[j], k = v * exp(-0.5 * q);
-        t[j] = dl ? k * q : k;
-      }
-      return;
-    }
-    case LT_KERNEL_MATERN12:
-      for (size_t j = 0; j < len; j++) {
-        double a = sqrt(t[j]) / l, k = v * exp(-a);
-        t[j] = dl ? k * a : k;
-      }
-      return;
-    case LT_KERNEL_MATERN32: {
-      double c = sqrt(3.0) / l;
-      for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]), e = v * exp(-a);
-        t[j] = dl ? e * a * a : (1.0 + a) * e;
-      }
-      return;
-    }
-    case LT_KERNEL_MATERN52: {
-      double c = sqrt(5.0) / l;
-      for (size_t j = 0; j < len; j++) {
-        double a = c * sqrt(t[j]), e = v * exp(-a);
-        t[j] = dl ? e * a * a * (1.0 + a) / 3.0 : (1.0 + a + a * a / 3.0) * e;
-      }
-      return;
-    }
-    case LT_KERNEL_PERIODIC: {
-      double c = 2.0 / (l * l);
-      for (size_t j = 0; j < len; j++) {
-        double k = v * exp(-c * t[j]);
-        t[j] = dl ? k * 2.0 * c * t[j] : k;
-      }
-      return;
-    }
-  }
+/* ------------------------------------------------------ prepared points */
+
+static void drop_prepared(lt_context *ctx, kernel_payload *p) {
+  lt_kpoints_free(ctx, &p->a);
+  lt_kpoints_free(ctx, &p->b);
+  p->prepared = 0;
 }
 
-/* The periodic kernel's ∂/∂log p from S = Σ sin² u_d and D = Σ sin(2u_d)·u_d. */
-static double periodic_dperiod(const lt_kernel_spec *s, double S, double D) {
-  double c = 2.0 / (s->lengthscale * s->lengthscale);
-  return s->variance * exp(-c * S) * c * D;
+/* ------------------------------------------------------- stored matrix */
+
+static void cache_unlink(lt_context *ctx, kernel_payload *p) {
+  if (p->newer) p->newer->older = p->older;
+  else ctx->kernel_caches = p->older;
+  if (p->older) p->older->newer = p->newer;
+  p->newer = p->older = NULL;
 }
 
-/* Periodic kernels: sin and cos of π x_d / p for every coordinate, so that
- * sin(π (x − y) / p) = sx·cy − cx·sy costs no sin per entry. NULL (and
- * *bytes 0) for the other kinds. */
-static int trig_table(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *P, double **out,
-                      size_t *bytes) {
-  *out = NULL;
-  *bytes = 0;
-  if (s->kind != LT_KERNEL_PERIODIC || lt_numel(P) == 0) return LT_OK;
-  if (!lt_mul_size(ctx, "kernel", lt_numel(P), 2 * sizeof(double), bytes)) return LT_ERR;
-  double *t = lt_malloc(ctx, *bytes);
-  if (t == NULL) return LT_ERR;
-  const double *x = lt_dense_data(P);
-  for (size_t q = 0; q < lt_numel(P); q++) {
-    double a = PI * x[q] / s->period;
-    t[2 * q] = sin(a);
-    t[2 * q + 1] = cos(a);
+static void cache_drop(lt_context *ctx, kernel_payload *p) {
+  if (p->K == NULL) return;
+  cache_unlink(ctx, p);
+  lt_free(ctx, p->K, p->K_bytes);
+  ctx->kernel_cache_used -= p->K_bytes;
+  p->K = NULL;
+  p->K_bytes = 0;
+}
+
+/* Puts p, not in the list, at its front (the most recently used). */
+static void cache_push(lt_context *ctx, kernel_payload *p) {
+  p->newer = NULL;
+  p->older = ctx->kernel_caches;
+  if (p->older) p->older->newer = p;
+  ctx->kernel_caches = p;
+}
+
+/* Marks p's matrix, already in the list, the most recently used. */
+static void cache_touch(lt_context *ctx, kernel_payload *p) {
+  if (ctx->kernel_caches == p) return;
+  cache_unlink(ctx, p);
+  cache_push(ctx, p);
+}
+
+/* Evicts the least recently used matrices until at most limit bytes are
+ * stored; 0 when the list runs out first. */
+static int cache_evict_to(lt_context *ctx, size_t limit) {
+  while (ctx->kernel_cache_used > limit) {
+    kernel_payload *last = ctx->kernel_caches;
+    while (last && last->older) last = last->older;
+    if (last == NULL) return 0;
+    cache_drop(ctx, last);
   }
-  *out = t;
+  return 1;
+}
+
+/* Room for bytes more within the budget, evicting the least recently used
+ * matrices of other operators; 0 when it cannot fit. */
+static int cache_make_room(lt_context *ctx, size_t bytes) {
+  size_t budget = ctx->settings.kernel_cache_bytes;
+  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+}
+
+/* Evicts stored matrices, least recently used first, until the context's
+ * kernel_cache_bytes holds them all (called when the budget is lowered). */
+void lt_kernel_cache_trim(lt_context *ctx) {
+  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
+}
+
+/* Prepared points (and an unchanged stored matrix) for the current
+ * contents of the points. */
+static int ensure_prepared(lt_context *ctx, lt_tensor *self) {
+  kernel_payload *p = self->payload;
+  lt_tensor *x1 = points1(self), *x2 = points2(self);
+  uint64_t stamp = lt_data_stamp(self); /* the latest write to the points */
+  if (p->prepared && p->stamp == stamp) return LT_OK;
+  drop_prepared(ctx, p);
+  cache_drop(ctx, p);
+  size_t n = x1->shape[0], d = x1->shape[1];
+  double centre[64], *c = centre;
+  size_t c_bytes = d * sizeof(double);
+  if (d > 64 && (c = lt_malloc(ctx, c_bytes)) == NULL) return LT_ERR;
+  const double *xp = lt_dense_data(x1);
+  for (size_t q = 0; q < d; q++) c[q] = 0.0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t q = 0; q < d; q++) c[q] += xp[i * d + q];
+  for (size_t q = 0; q < d && n > 0; q++) c[q] /= (double)n;
+  int gemm = lt_kernel_use_gemm(&p->spec, d);
+  int rc = lt_kpoints_prepare(ctx, &p->spec, x1, c, gemm, &p->a);
+  if (rc == LT_OK && !p->same) rc = lt_kpoints_prepare(ctx, &p->spec, x2, c, gemm, &p->b);
+  if (c != centre) lt_free(ctx, c, c_bytes);
+  if (rc != LT_OK) {
+    drop_prepared(ctx, p);
+    return LT_ERR;
+  }
+  p->prepared = 1;
+  p->stamp = stamp;
   return LT_OK;
 }
 
-/* Row i of K(A, B), columns [j0, nb), into out. ta and tb are the points'
- * trig tables for periodic kernels (NULL: sin is computed per entry). */
-static void fill_row(const lt_kernel_spec *s, const lt_tensor *A, const double *ta, size_t i,
-                     const lt_tensor *B, const double *tb, size_t j0, double *out) {
-  size_t d = A->shape[1], nb = B->shape[0];
-  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B);
-  if (s->derivative == LT_KERNEL_D_PERIOD) {
-    /* sin u and cos u from the tables (or directly), u = π (x_q − y_q) / p;
-     * sin(2u)·u is even in u, so the sign of the difference does not matter. */
-    double w = PI / s->period;
-    const double *tx = ta ? ta + 2 * i * d : NULL;
-    for (size_t j = j0; j < nb; j++) {
-      const double *ty = tb ? tb + 2 * j * d : NULL;
-      double S = 0, D = 0;
-      for (size_t q = 0; q < d; q++) {
-        double u = w * (x[q] - y[j * d + q]), su, cu;
-        if (tx && ty) {
-          su = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
-          cu = tx[2 * q + 1] * ty[2 * q + 1] + tx[2 * q] * ty[2 * q];
-        } else {
-          su = sin(u);
-          cu = cos(u);
-        }
-        S += su * su;
-        D += 2.0 * su * cu * u;
-      }
-      out[j - j0] = periodic_dperiod(s, S, D);
-    }
-    return;
+/* The evaluation of K (transposed: of Kᵀ = K(x2, x1)). */
+static lt_keval evaluator(const kernel_payload *p, int transposed) {
+  const lt_kpoints *a = &p->a, *b = p->same ? &p->a : &p->b;
+  lt_keval e = {.spec = p->spec,
+                .a = transposed ? b : a,
+                .b = transposed ? a : b,
+                .same = p->same,
+                .gemm = lt_kernel_use_gemm(&p->spec, p->a.d)};
+  return e;
+}
+
+/* Products an operator serves before it stores its entries: enough to
+ * tell a matrix used over and over (a CG or SLQ run of many steps, a fit)
+ * from one multiplied a few times, for which evaluating is cheaper than
+ * writing its numbers to fresh memory. On the 2-core VM of bench/RESULTS.md
+ * the first touch of a fresh page costs about 4 ns per byte (32 ns per
+ * stored entry, against 0.5-1 ns to evaluate one), so storing pays after
+ * some 25 products with one column; on common hosts after 2 or 3. */
+#define KEEP_AFTER 10
+
+/* The stored matrix: the upper slabs of K(x, x) (kernel_product.c), or all
+ * of K(x1, x2) row-major. */
+static size_t stored_count(const lt_tensor *self, int *ok) {
+  const kernel_payload *p = self->payload;
+  size_t na = self->shape[0], nb = self->shape[1];
+  *ok = na > 0 && nb > 0 && nb <= SIZE_MAX / sizeof(double) / na;
+  if (!*ok) return 0;
+  return p->same ? lt_kernel_upper_count(na) : na * nb;
+}
+
+/* The stored matrix, when kept; made now when make is set and it fits the
+ * budget. NULL when there is none: the caller evaluates. Making it fails
+ * quietly (no memory: the products stay matrix-free). */
+static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
+  kernel_payload *p = self->payload;
+  if (p->K) {
+    cache_touch(ctx, p);
+    return p->K;
   }
-  if (s->kind == LT_KERNEL_PERIODIC && ta && tb) {
-    const double *tx = ta + 2 * i * d;
-    for (size_t j = j0; j < nb; j++) {
-      const double *ty = tb + 2 * j * d;
-      double acc = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = tx[2 * q] * ty[2 * q + 1] - tx[2 * q + 1] * ty[2 * q];
-        acc += t * t;
-      }
-      out[j - j0] = acc;
-    }
-  } else if (s->kind == LT_KERNEL_PERIODIC) {
-    for (size_t j = j0; j < nb; j++) {
-      double acc = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = sin(PI * (x[q] - y[j * d + q]) / s->period);
-        acc += t * t;
-      }
-      out[j - j0] = acc;
-    }
+  int ok;
+  size_t count = stored_count(self, &ok), bytes = count * sizeof(double);
+  if (!make || !ok || !cache_make_room(ctx, bytes)) return NULL;
+  double *K = lt_malloc(ctx, bytes);
+  if (K == NULL) {
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  lt_keval e = evaluator(p, 0);
+  int nt = lt_thread_count(ctx);
+  int rc = p->same ? lt_kernel_fill_upper(ctx, &e, K, nt) : lt_kernel_fill(ctx, &e, K, nt);
+  if (rc != LT_OK) {
+    lt_free(ctx, K, bytes);
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  p->K = K;
+  p->K_bytes = bytes;
+  ctx->kernel_cache_used += bytes;
+  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
+  return K;
+}
+
+/* ------------------------------------------------------------- products */
+
+/* Y = K·X (transposed: Kᵀ·X) from the full stored K(x1, x2), by BLAS. */
+static void stored_times(const lt_tensor *self, const double *K, int transposed, const double *x,
+                         size_t k, double *y) {
+  int na = (int)self->shape[0], nb = (int)self->shape[1];
+  int rows = transposed ? nb : na, cols = transposed ? na : nb;
+  CBLAS_TRANSPOSE t = transposed ? CblasTrans : CblasNoTrans;
+  if (k == 1) cblas_dgemv(CblasRowMajor, t, na, nb, 1.0, K, nb, x, 1, 0.0, y, 1);
+  else
+    cblas_dgemm(CblasRowMajor, t, CblasNoTrans, rows, (int)k, cols, 1.0, K, nb, x, (int)k, 0.0, y,
+                (int)k);
+}
+
+/* K·X (transposed: Kᵀ·X) for a contiguous X. */
+static lt_tensor *kernel_apply(lt_context *ctx, lt_tensor *self, lt_tensor *X, int transposed) {
+  kernel_payload *p = self->payload;
+  size_t rows = self->shape[transposed ? 1 : 0], cols = self->shape[transposed ? 0 : 1];
+  size_t k = X->shape[1];
+  if (cols > INT_MAX || rows > INT_MAX || k > INT_MAX) {
+    lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", cols, k);
+    return NULL;
+  }
+  if (ensure_prepared(ctx, self) != LT_OK) return NULL;
+  if (p->products < KEEP_AFTER) p->products++;
+  const double *K = stored_matrix(ctx, self, p->products >= KEEP_AFTER);
+  lt_tensor *out = lt_dense_matrix(ctx, rows, k);
+  if (out == NULL || rows == 0 || k == 0) return out;
+  double *y = lt_dense_data(out);
+  const double *x = lt_dense_data(X);
+  int rc = LT_OK, nt = lt_thread_count(ctx);
+  if (K != NULL && p->same) {
+    rc = lt_kernel_upper_product(ctx, K, rows, x, k, y, nt);
+  } else if (K != NULL) {
+    stored_times(self, K, transposed, x, k, y);
   } else {
-    for (size_t j = j0; j < nb; j++) {
-      double r2 = 0;
-      for (size_t q = 0; q < d; q++) {
-        double t = x[q] - y[j * d + q];
-        r2 += t * t;
-      }
-      out[j - j0] = r2;
-    }
+    lt_keval e = evaluator(p, transposed);
+    rc = lt_kernel_product(ctx, &e, x, k, y, nt);
   }
-  apply_kind(s, out, nb - j0);
-}
-
-/* k(x1_i, x2_j). */
-static double kernel_value(const lt_kernel_spec *s, const lt_tensor *A, size_t i,
-                           const lt_tensor *B, size_t j) {
-  size_t d = A->shape[1];
-  const double *x = lt_dense_data(A) + i * d, *y = lt_dense_data(B) + j * d;
-  double t = 0;
-  if (s->derivative == LT_KERNEL_D_PERIOD) {
-    double D = 0;
-    for (size_t q = 0; q < d; q++) {
-      double u = PI * (x[q] - y[q]) / s->period, su = sin(u);
-      t += su * su;
-      D += sin(2.0 * u) * u;
-    }
-    return periodic_dperiod(s, t, D);
-  }
-  for (size_t q = 0; q < d; q++) {
-    double u = s->kind == LT_KERNEL_PERIODIC ? sin(PI * (x[q] - y[q]) / s->period) : x[q] - y[q];
-    t += u * u;
-  }
-  apply_kind(s, &t, 1);
-  return t;
-}
-
-/* K(A, B) · X, a block of rows at a time. With symmetric (A and B the same
- * points) only the blocks on and right of the diagonal are formed: each
- * block B_i = K[rows i, columns >= i0] adds B_i·X to its rows and the
- * transpose of its part right of the diagonal block to the rows below,
- * halving the kernel evaluations. */
-static lt_tensor *kernel_product(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *A,
-                                 const lt_tensor *B, lt_tensor *X, int symmetric) {
-  size_t na = A->shape[0], nb = B->shape[0], k = X->shape[1];
-  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){na, k});
-  if (out == NULL || na == 0 || nb == 0 || k == 0) return out;
-  if (nb > INT_MAX || k > INT_MAX) {
-    lt_release(ctx, out);
-    lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", nb, k);
-    return NULL;
-  }
-  size_t rows = BLOCK_DOUBLES / nb;
-  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
-  if (rows > na) rows = na;
-  size_t bytes = 0, ta_bytes = 0, tb_bytes = 0;
-  double *block = NULL, *ta = NULL, *tb = NULL;
-  if (!lt_mul_size(ctx, "kernel", rows * sizeof(double), nb, &bytes) ||
-      (block = lt_malloc(ctx, bytes)) == NULL || trig_table(ctx, s, A, &ta, &ta_bytes) != LT_OK ||
-      (!symmetric && trig_table(ctx, s, B, &tb, &tb_bytes) != LT_OK)) {
-    lt_free(ctx, block, bytes);
-    lt_free(ctx, ta, ta_bytes);
+  if (rc != LT_OK) {
     lt_release(ctx, out);
     return NULL;
   }
-  const double *x = lt_dense_data(X), *tbv = symmetric ? ta : tb;
-  double *o = lt_dense_data(out);
-  for (size_t i0 = 0; i0 < na; i0 += rows) {
-    size_t b = na - i0 < rows ? na - i0 : rows;
-    size_t j0 = symmetric ? i0 : 0, width = nb - j0;
-    for (size_t i = 0; i < b; i++) fill_row(s, A, ta, i0 + i, B, tbv, j0, block + i * width);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)k, (int)width, 1.0, block,
-                (int)width, x + j0 * k, (int)k, 1.0, o + i0 * k, (int)k);
-    if (symmetric && width > b)
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(width - b), (int)k, (int)b, 1.0,
-                  block + b, (int)width, x + i0 * k, (int)k, 1.0, o + (i0 + b) * k, (int)k);
-  }
-  lt_free(ctx, block, bytes);
-  lt_free(ctx, ta, ta_bytes);
-  lt_free(ctx, tb, tb_bytes);
   return out;
 }
 
 static lt_tensor *kernel_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points1(self), points2(self), X, p->same);
+  return kernel_apply(ctx, self, X, 0);
 }
 
-/* Every kernel here is symmetric in its arguments: K(x1, x2)ᵀ = K(x2, x1). */
+/* K(x1, x2)ᵀ = K(x2, x1): the same entries read the other way. */
 static lt_tensor *kernel_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
-  const kernel_payload *p = self->payload;
-  return kernel_product(ctx, &p->spec, points2(self), points1(self), X, p->same);
+  return kernel_apply(ctx, self, X, 1);
 }
 
-static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
-  (void)ctx;
+/* Entry (i, j) of the stored matrix. */
+static double stored_entry(const lt_tensor *self, size_t i, size_t j) {
   const kernel_payload *p = self->payload;
-  *out = kernel_value(&p->spec, points1(self), i, points2(self), j);
-  return LT_OK;
+  size_t nb = self->shape[1];
+  return p->same ? lt_kernel_upper_entry(p->K, nb, i, j) : p->K[i * nb + j];
 }
 
 static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
-  (void)ctx;
-  const kernel_payload *p = self->payload;
-  fill_row(&p->spec, points1(self), NULL, i, points2(self), NULL, 0, out);
+  kernel_payload *p = self->payload;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  size_t nb = self->shape[1];
+  if (p->K) {
+    for (size_t j = 0; j < nb; j++) out[j] = stored_entry(self, i, j);
+    return LT_OK;
+  }
+  lt_keval e = evaluator(p, 0);
+  size_t work_count = lt_kernel_tile_work(&e, 1, nb);
+  double *work = NULL;
+  if (work_count && (work = lt_linalg_alloc(ctx, "kernel", work_count)) == NULL) return LT_ERR;
+  lt_kernel_tile(&e, i, 1, 0, nb, out, nb, work);
+  lt_linalg_free(ctx, work, work_count);
+  return LT_OK;
+}
+
+static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
+  kernel_payload *p = self->payload;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  if (p->K) {
+    *out = stored_entry(self, i, j);
+    return LT_OK;
+  }
+  lt_keval e = evaluator(p, 0);
+  double work[1];
+  lt_kernel_tile(&e, i, 1, j, 1, out, 1, work);
   return LT_OK;
 }
 
 static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
-  lt_free(ctx, self->payload, sizeof(kernel_payload));
+  kernel_payload *p = self->payload;
+  cache_drop(ctx, p);
+  drop_prepared(ctx, p);
+  lt_free(ctx, p, sizeof *p);
 }
 
 static size_t kernel_payload_bytes(const lt_tensor *self) {
-  (void)self;
-  return sizeof(kernel_payload);
+  const kernel_payload *p = self->payload;
+  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes;
 }
 
 const lt_type lt_kernel_type = {
@@ -335,7 +368,7 @@ static lt_tensor *copy_points(lt_context *ctx, const lt_tensor *x, const char *w
 /* The operator on already-copied points (b NULL: K(a, a)). */
 static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
                               const lt_kernel_spec *spec) {
-  kernel_payload *p = lt_malloc(ctx, sizeof *p);
+  kernel_payload *p = lt_calloc(ctx, 1, sizeof *p);
   if (p == NULL) return NULL;
   p->spec = *spec;
   p->same = b == NULL;
@@ -344,6 +377,12 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
                              children, b ? 2 : 1, p);
   if (t == NULL) {
     lt_free(ctx, p, sizeof *p);
+    return NULL;
+  }
+  /* prepared now, so that an operator's memory stays what construction
+   * made it (until it stores its matrix) */
+  if (ensure_prepared(ctx, t) != LT_OK) {
+    lt_release(ctx, t);
     return NULL;
   }
   if (p->same) {
@@ -405,7 +444,11 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
-  for (size_t i = 0; i < n; i++) kernel_entry(ctx, a, i, i, lt_dense_data(d) + i);
+  for (size_t i = 0; i < n; i++)
+    if (kernel_entry(ctx, a, i, i, lt_dense_data(d) + i) != LT_OK) {
+      lt_release(ctx, d);
+      return LT_ERR;
+    }
   return done(res, d);
 }
 
@@ -417,25 +460,19 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
   return LT_OK;
 }
 
-/* The dense matrix entry by entry: O(n1 n2 d), no products. */
+/* The dense matrix, evaluated on several threads. */
 static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
-  const kernel_payload *p = a->payload;
+  kernel_payload *p = a->payload;
+  if (ensure_prepared(ctx, a) != LT_OK) return LT_ERR;
   lt_tensor *out = lt_dense_matrix(ctx, a->shape[0], a->shape[1]);
   if (out == NULL) return LT_ERR;
-  double *ta = NULL, *tb = NULL;
-  size_t ta_bytes = 0, tb_bytes = 0;
-  if (trig_table(ctx, &p->spec, points1(a), &ta, &ta_bytes) != LT_OK ||
-      trig_table(ctx, &p->spec, points2(a), &tb, &tb_bytes) != LT_OK) {
-    lt_free(ctx, ta, ta_bytes);
+  lt_keval e = evaluator(p, 0);
+  if (lt_kernel_fill(ctx, &e, lt_dense_data(out), lt_thread_count(ctx)) != LT_OK) {
     lt_release(ctx, out);
     return LT_ERR;
   }
-  for (size_t i = 0; i < a->shape[0]; i++)
-    fill_row(&p->spec, points1(a), ta, i, points2(a), tb, 0, lt_dense_data(out) + i * a->shape[1]);
-  lt_free(ctx, ta, ta_bytes);
-  lt_free(ctx, tb, tb_bytes);
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
   return done(res, out);
 }

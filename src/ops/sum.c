@@ -166,7 +166,60 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
   return LT_OK;
 }
 
+/* The dense sum term by term: the first term's dense matrix (copied unless
+ * it is a fresh one of our own), the others added in place — a diagonal or
+ * c·I term on the diagonal only. At most one term's dense matrix exists
+ * beside the result; the generic rule would multiply by identity columns,
+ * O(n³) for a kernel term. The result keeps the sum's properties. */
+static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *self = args->a, *out = NULL;
+  size_t rows = self->shape[0], cols = self->shape[1];
+  for (int i = 0; i < self->nchildren; i++) {
+    lt_tensor *t = self->children[i];
+    if (t->type_id == LT_TYPE_DIAG || t->type_id == LT_TYPE_IDENTITY) continue;
+    lt_tensor *d = lt_to_dense(ctx, t);
+    lt_tensor *c = d ? lt_dense_contiguous(ctx, d) : NULL;
+    lt_release(ctx, d);
+    if (c == NULL) goto fail;
+    if (out != NULL) {
+      accumulate(out, c);
+      lt_release(ctx, c);
+    } else if (c->refcount == 1 && c->storage->refcount == 1 && c != t) {
+      out = c; /* made for us alone: add into it */
+    } else {
+      out = lt_dense_clone(ctx, c);
+      lt_release(ctx, c);
+      if (out == NULL) goto fail;
+    }
+  }
+  if (out == NULL && (out = lt_dense_zeros(ctx, 2, self->shape)) == NULL) goto fail;
+  for (int i = 0; i < self->nchildren; i++) {
+    lt_tensor *t = self->children[i];
+    if (t->type_id != LT_TYPE_DIAG && t->type_id != LT_TYPE_IDENTITY) continue;
+    lt_tensor *v = lt_diagonal(ctx, t);
+    lt_tensor *c = v ? lt_dense_contiguous(ctx, v) : NULL;
+    lt_release(ctx, v);
+    if (c == NULL) goto fail;
+    double *o = lt_dense_data(out);
+    const double *dv = lt_dense_data(c);
+    for (size_t k = 0; k < rows && k < cols; k++) o[k * cols + k] += dv[k];
+    lt_release(ctx, c);
+  }
+  memset(out->props, LT_UNKNOWN, sizeof out->props);
+  if (lt_prop_get(self, LT_PROP_SYMMETRIC) == LT_YES) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
+  if (lt_prop_get(self, LT_PROP_PSD) == LT_YES) lt_prop_mark(out, LT_PROP_PSD, LT_YES);
+  res->t[0] = out;
+  return LT_OK;
+fail:
+  lt_release(ctx, out);
+  return LT_ERR;
+}
+
 int lt_register_sum_rules(lt_context *ctx) {
+  if (lt_register_rule(ctx, LT_OP_DENSE, LT_TYPE_SUM, LT_TYPE_ANY, "sum dense (termwise)",
+                       rule_dense, NULL, NULL, 0) != LT_OK)
+    return LT_ERR;
   if (lt_register_rule(ctx, LT_OP_DIAGONAL, LT_TYPE_SUM, LT_TYPE_ANY, "sum diagonal (termwise)",
                        rule_diagonal, NULL, NULL, 0) != LT_OK)
     return LT_ERR;

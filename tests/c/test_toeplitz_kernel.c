@@ -2,8 +2,9 @@
  * test_toeplitz_kernel.c — Toeplitz and kernel operators through the C API:
  * peak memory during large products (a counting allocator), every
  * allocation failure on the constructors and products (no leak, an error
- * message, never a crash), and Toeplitz products from two contexts in two
- * threads at once (FFTW's planner is shared by the process).
+ * message, never a crash), Toeplitz products from two contexts in two
+ * threads at once (FFTW's planner is shared by the process), and a kernel's
+ * stored matrix following writes to its points.
  * Prints "N passed, M failed"; exits non-zero on any failure.
  */
 #include <math.h>
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/core/internal.h"
+#include "../../src/core/internal.h" /* a kernel operator's points: its child */
 
 #include "check.h"
 
@@ -92,6 +93,63 @@ static void test_kernel_peak(void) {
         "%zu bytes held after releasing everything", cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
+}
+
+/* max |a − b| / max |b| over two dense tensors of n numbers. */
+static double max_rel_diff(const lt_tensor *a, const lt_tensor *b, size_t n) {
+  double d = 0, m = 0;
+  for (size_t i = 0; i < n; i++) {
+    d = fmax(d, fabs(lt_dense_data(a)[i] - lt_dense_data(b)[i]));
+    m = fmax(m, fabs(lt_dense_data(b)[i]));
+  }
+  return d / m;
+}
+
+/* An operator multiplied many times stores its matrix (kernel_cache_bytes);
+ * a write through the API into its points (its child's storage) must make
+ * it evaluate again: its products then equal a new operator's on the
+ * written points. Releasing it gives the memory back. */
+static void test_kernel_cache_versions(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  const size_t n = 200;
+  uint64_t s = 7;
+  lt_tensor *x = lt_dense_matrix(ctx, n, 2), *X = lt_dense_matrix(ctx, n, 2);
+  for (size_t i = 0; i < 2 * n; i++) lt_dense_data(x)[i] = 3 * uniform(&s);
+  for (size_t i = 0; i < 2 * n; i++) lt_dense_data(X)[i] = uniform(&s) - 0.5;
+  lt_settings_of(ctx)->kernel_cache_bytes = (size_t)1 << 30;
+  lt_kernel_spec spec = {.kind = LT_KERNEL_MATERN52, .lengthscale = 0.6, .variance = 1.1};
+  size_t before = lt_memory(ctx);
+  lt_tensor *K = lt_kernel_new(ctx, x, NULL, &spec), *Y0 = NULL;
+  for (int t = 0; K && t < 12; t++) {
+    lt_release(ctx, Y0);
+    Y0 = lt_matmul(ctx, K, X);
+  }
+  size_t held = lt_memory(ctx) - before;
+  CHECK(Y0 && held > n * n / 2 * sizeof(double), "stored matrix: %zu bytes held", held);
+  /* write into the operator's own copy of the points */
+  lt_tensor *pts = K ? K->children[0] : NULL;
+  CHECK(pts && lt_dense_set(ctx, pts, 2, (size_t[]){7, 1}, 2.5) == LT_OK, "write: %s",
+        lt_last_error(ctx));
+  lt_dense_data(x)[7 * 2 + 1] = 2.5;
+  lt_tensor *K2 = lt_kernel_new(ctx, x, NULL, &spec);
+  lt_tensor *Y1 = lt_matmul(ctx, K, X), *Y2 = K2 ? lt_matmul(ctx, K2, X) : NULL;
+  CHECK(Y1 && Y2, "products after the write: %s", lt_last_error(ctx));
+  if (Y1 && Y2) {
+    CHECK(max_rel_diff(Y1, Y2, 2 * n) <= 1e-14, "after a write: %g from the new points",
+          max_rel_diff(Y1, Y2, 2 * n));
+    CHECK(max_rel_diff(Y0, Y2, 2 * n) > 1e-6, "the write changed nothing (%g)",
+          max_rel_diff(Y0, Y2, 2 * n));
+  }
+  lt_release(ctx, Y0);
+  lt_release(ctx, Y1);
+  lt_release(ctx, Y2);
+  lt_release(ctx, K);
+  lt_release(ctx, K2);
+  CHECK(lt_memory(ctx) == before, "%zu bytes held after releasing the operators",
+        lt_memory(ctx) - before);
+  lt_release(ctx, x);
+  lt_release(ctx, X);
+  lt_context_free(ctx);
 }
 
 static void test_toeplitz_peak(void) {
@@ -202,6 +260,31 @@ static lt_tensor *kernel_scenario(lt_context *ctx) {
   return Z;
 }
 
+/* An operator that stores its matrix (and several threads), then a
+ * transposed product from it. */
+static lt_tensor *kernel_stored_scenario(lt_context *ctx) {
+  const size_t n = 300;
+  lt_settings_of(ctx)->kernel_cache_bytes = (size_t)1 << 30;
+  lt_settings_of(ctx)->num_threads = 2;
+  lt_kernel_spec spec = {.kind = LT_KERNEL_RBF, .lengthscale = 0.5, .variance = 1.0};
+  lt_tensor *x = lt_dense_full(ctx, 2, (size_t[]){n, 1}, 0.0);
+  for (size_t i = 0; x && i < n; i++) lt_dense_data(x)[i] = (double)i / (double)n;
+  lt_tensor *K = x ? lt_kernel_new(ctx, x, NULL, &spec) : NULL;
+  lt_tensor *X = K ? lt_dense_full(ctx, 2, (size_t[]){n, 2}, 1.0) : NULL, *Y = NULL;
+  for (int t = 0; X && t < 12; t++) {
+    lt_release(ctx, Y);
+    if ((Y = lt_matmul(ctx, K, X)) == NULL) break;
+  }
+  lt_tensor *Yt = Y ? lt_transpose(ctx, Y) : NULL;
+  lt_tensor *Z = Yt ? lt_matmul(ctx, Yt, K) : NULL;
+  lt_release(ctx, x);
+  lt_release(ctx, K);
+  lt_release(ctx, X);
+  lt_release(ctx, Y);
+  lt_release(ctx, Yt);
+  return Z;
+}
+
 static void test_failures(const char *name, scenario f) {
   int failures_seen = 0, ok = 0;
   for (long k = 0; k < 400 && !ok; k++) {
@@ -288,10 +371,12 @@ static void test_threads(void) {
 
 int main(void) {
   test_kernel_peak();
+  test_kernel_cache_versions();
   test_toeplitz_peak();
   test_failures("toeplitz", toeplitz_scenario);
   test_failures("toeplitz solve", toeplitz_solve_scenario);
   test_failures("kernel", kernel_scenario);
+  test_failures("kernel stored", kernel_stored_scenario);
   test_threads();
   return check_summary();
 }

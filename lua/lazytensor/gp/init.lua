@@ -375,8 +375,9 @@ function Model:mll_and_grad()
       noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - trace_inv)
     end
   end
-  local q = r:dot(alpha)
-  local ld = Ky:logdet()
+  -- The value as model:mll() computes it (which refuses a Ky that is not
+  -- numerically PD), so the fit never settles on a point mll() rejects.
+  local q, ld = Ky:inv_quad_logdet(r)
   local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local off = m
   if not self.fixed.noise then

@@ -1,0 +1,163 @@
+-- bench/peers/compare.lua FILE.jsonl: pairs the lazytensor and peer lines of
+-- one bench/peers/run.sh run and prints, per problem, both times, both
+-- accuracies and the speed-up (peer time / lazytensor time) — as JSON lines
+-- ("workload":"compare") and as a Markdown table for bench/RESULTS.md.
+
+local path = arg[1] or "bench/peers/last_run.jsonl"
+
+-- The lines are flat JSON objects of strings, numbers, booleans and nulls.
+local function parse(line)
+  local obj, pos = {}, 1
+  local function skip() pos = line:find("[^%s,:]", pos) or #line + 1 end
+  local function value()
+    skip()
+    local c = line:sub(pos, pos)
+    if c == '"' then
+      local out, i = {}, pos + 1
+      while true do
+        local ch = line:sub(i, i)
+        if ch == "" then error("unterminated string") end
+        if ch == '"' then break end
+        if ch == "\\" then
+          local e = line:sub(i + 1, i + 1)
+          if e == "u" then -- \uXXXX (Python's json escapes non-ASCII): UTF-8
+            out[#out + 1] = utf8.char(tonumber(line:sub(i + 2, i + 5), 16) or 63)
+            i = i + 6
+          else
+            out[#out + 1] = ({n = "\n", t = "\t"})[e] or e
+            i = i + 2
+          end
+        else
+          out[#out + 1] = ch
+          i = i + 1
+        end
+      end
+      pos = i + 1
+      return table.concat(out)
+    end
+    local word = line:match("^[^,}%]]+", pos)
+    pos = pos + #word
+    word = word:gsub("%s+$", "")
+    if word == "true" then return true end
+    if word == "false" then return false end
+    if word == "null" or word == "NaN" then return nil end
+    return tonumber(word)
+  end
+  pos = line:find("{", 1, true)
+  if not pos then return nil end
+  pos = pos + 1
+  while true do
+    skip()
+    if line:sub(pos, pos) == "}" or pos > #line then break end
+    local key = value()
+    obj[key] = value()
+  end
+  return obj
+end
+
+local function key_of(r)
+  return table.concat({r.workload or "", r.op or "", tostring(r.n or ""), tostring(r.d or ""),
+                       r.kind or "", r.path or ""}, "|")
+end
+
+-- A line about a whole program (a failure, a timeout, a missing peer)
+-- names its problem in "args" ("W8 n d kind path", or the workload alone).
+local function from_args(r)
+  if r.op ~= "*" or type(r.args) ~= "string" then return r end
+  local w = {}
+  for word in r.args:gmatch("%S+") do w[#w + 1] = word end
+  if w[1] == "W8" and #w >= 5 then
+    r.op, r.n, r.d, r.kind, r.path = "mll_grad", tonumber(w[2]), tonumber(w[3]), w[4], w[5]
+  end
+  return r
+end
+
+local lt_rows, peer_rows, peer_any, order = {}, {}, {}, {}
+for line in io.lines(path) do
+  local ok, r = pcall(parse, line)
+  if ok and r and r.workload ~= "meta" and r.workload ~= "compare" then
+    r = from_args(r)
+    local k = key_of(r)
+    if r.system == "lazytensor" then
+      if not lt_rows[k] then order[#order + 1] = k end
+      lt_rows[k] = lt_rows[k] or {}
+      table.insert(lt_rows[k], r)
+    elseif r.system and r.op == "*" then
+      peer_any[r.workload] = r -- the peer could not run any of this workload
+    elseif r.system then
+      peer_rows[k] = r
+    end
+  end
+end
+
+local function seconds(s)
+  if not s then return "-" end
+  if s >= 1 then return string.format("%.2f s", s) end
+  return string.format("%.0f ms", s * 1e3)
+end
+
+local function sci(v) return v and string.format("%.1e", v) or "-" end
+
+-- The accuracy a line reports: relative errors against the exact answer.
+local function accuracy(r)
+  if r.workload == "W8" then
+    local g = r.grad_relerr and ("grad " .. sci(r.grad_relerr)) or "grad: no exact reference"
+    return "mll " .. sci(r.mll_relerr) .. ", " .. g
+  end
+  return sci(r.relerr_vs_exact)
+end
+
+local function describe(r)
+  if r.workload == "W8" then
+    local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
+    return string.format("W8 %s d=%d n=%d %s%s", r.kind, r.d, r.n, r.path, variant)
+  end
+  return string.format("W5 %s%s", r.op, r.variant and (" [" .. r.variant .. "]") or "")
+end
+
+local function extra(r)
+  local parts = {}
+  if r.iterations then parts[#parts + 1] = "iters " .. r.iterations end
+  if r.dense_products then parts[#parts + 1] = "products " .. r.dense_products end
+  if r.method then parts[#parts + 1] = tostring(r.method) end
+  if r.structure then parts[#parts + 1] = r.structure end
+  return table.concat(parts, ", ")
+end
+
+local function json_line(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    local s = type(v) == "number" and string.format("%.6g", v)
+      or (type(v) == "boolean" and tostring(v))
+      or string.format("%q", tostring(v))
+    parts[#parts + 1] = string.format("%q:%s", k, s)
+  end
+  print("{" .. table.concat(parts, ",") .. "}")
+end
+
+local table_rows = {}
+for _, k in ipairs(order) do
+  for _, r in ipairs(lt_rows[k]) do
+    local p = peer_rows[k] or peer_any[r.workload]
+    local speedup = (p and p.median_s and r.median_s) and p.median_s / r.median_s or nil
+    json_line({workload = "compare", problem = describe(r), lazytensor_s = r.median_s,
+               peer = p and p.system or "none", peer_s = p and p.median_s or nil,
+               speedup = speedup, lazytensor_accuracy = r.skipped or accuracy(r),
+               peer_accuracy = p and (p.skipped or accuracy(p)) or "no peer line"})
+    table_rows[#table_rows + 1] = string.format("| %s | %s | %s | %s | %s | %s | %s |",
+      describe(r), r.skipped and ("skipped: " .. r.skipped) or seconds(r.median_s),
+      p and (p.skipped and ("skipped: " .. p.skipped) or seconds(p.median_s)) or "no peer line",
+      speedup and string.format("%.2fx", speedup) or "-", r.skipped and "-" or accuracy(r),
+      p and not p.skipped and accuracy(p) or "-",
+      extra(r) .. ((p and not p.skipped) and (" / " .. extra(p)) or ""))
+  end
+end
+print()
+print("| problem | lazytensor | peer | speed-up | lazytensor error | peer error |"
+      .. " notes (lt / peer) |")
+print("|---|---|---|---|---|---|---|")
+for _, row in ipairs(table_rows) do print(row) end

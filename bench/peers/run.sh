@@ -1,0 +1,116 @@
+#!/bin/sh
+# bench/peers/run.sh [W5] [W8]: lazytensor and linear_operator (with torch
+# autograd) side by side on the same problems, one after the other for each
+# problem so that both see the same load. `make bench-peers` runs it.
+#
+# Each problem's data and exact answers are made by bench/peers/lt_side.lua
+# (into $BENCH_PEERS_DATA); bench/peers/peers.py reads them. Every
+# measurement is a JSON line (kept in $BENCH_OUT); bench/peers/compare.lua
+# then pairs the two systems' lines: both times, both accuracies, and the
+# speed-up (the peer's time over lazytensor's).
+#
+# The peer needs Debian's python3-torch, python3-numpy, python3-scipy and a
+# linear_operator source tree ($LO_SRC; bench/peers/setup.sh says how to get
+# one). Without them the lazytensor rows still run and every peer row says
+# why it is missing.
+#
+#   BENCH_PEERS_SIZES   W8's n (default "1000 4000 20000")
+#   BENCH_PEERS_KINDS   W8's kernels (default "rbf matern52")
+#   BENCH_PEERS_DIMS    W8's d (default "2 5")
+#   BENCH_PEERS_PATHS   W8's paths (default "exact iterative")
+#   BENCH_THREADS       threads for both systems (default 1)
+#   BENCH_TIMEOUT       seconds per program (default 1800)
+#   LO_SRC              linear_operator tree (default ../linear_operator_src
+#                       beside the repository)
+set -u
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+
+LUA=${LUA:-lua5.4}
+PY=${PYTHON:-/usr/bin/python3}
+DIR=${BENCH_PEERS_DATA:-bench/peers/data}
+OUT=${BENCH_OUT:-bench/peers/last_run.jsonl}
+TIMEOUT=${BENCH_TIMEOUT:-1800}
+SIZES=${BENCH_PEERS_SIZES:-1000 4000 20000}
+KINDS=${BENCH_PEERS_KINDS:-rbf matern52}
+DIMS=${BENCH_PEERS_DIMS:-2 5}
+PATHS=${BENCH_PEERS_PATHS:-exact iterative}
+WORKLOADS=${*:-W5 W8}
+LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
+export LO_SRC BENCH_THREADS="${BENCH_THREADS:-1}"
+# BLAS threads follow BENCH_THREADS on both sides
+export OPENBLAS_NUM_THREADS="$BENCH_THREADS" OMP_NUM_THREADS="$BENCH_THREADS"
+export LUA_CPATH="./?.so;;" LUA_PATH="./lua/?.lua;./lua/?/init.lua;./bench/?.lua;;"
+
+[ -f lazytensor.so ] || { echo "bench/peers/run.sh: no lazytensor.so (run make)" >&2; exit 1; }
+mkdir -p "$DIR" || exit 1
+
+# Why the peer cannot run, or nothing when it can.
+peer_missing() {
+  [ -x "$PY" ] || { echo "no $PY (Debian python3)"; return; }
+  "$PY" -c "import torch, numpy, scipy" 2>/dev/null ||
+    { echo "python3 cannot import torch, numpy and scipy (apt-get install python3-torch python3-numpy python3-scipy)"; return; }
+  [ -f "$LO_SRC/linear_operator/__init__.py" ] ||
+    { echo "no linear_operator source tree at $LO_SRC (see bench/peers/setup.sh)"; return; }
+  [ -f "$LO_SRC/linear_operator/version.py" ] ||
+    { echo "$LO_SRC/linear_operator/version.py is missing (see bench/peers/setup.sh)"; return; }
+}
+MISSING=$(peer_missing)
+[ -n "$MISSING" ] && echo "bench/peers/run.sh: peer rows skipped: $MISSING" >&2
+
+: > "$OUT"
+RC=$(mktemp) || exit 1
+trap 'rm -f "$RC"' EXIT
+
+# run SYSTEM WORKLOAD COMMAND...: its lines to stdout and $OUT; a JSON line
+# when it fails or times out.
+run() {
+  system=$1 workload=$2
+  shift 2
+  { timeout "$TIMEOUT" "$@"; echo $? > "$RC"; } | tee -a "$OUT"
+  rc=$(cat "$RC")
+  if [ "$rc" != 0 ]; then
+    why="exited with status $rc"
+    [ "$rc" = 124 ] && why="timed out after $TIMEOUT s"
+    printf '{"workload":"%s","op":"*","system":"%s","args":"%s","skipped":"%s"}\n' \
+      "$workload" "$system" "$*" "$why" | tee -a "$OUT"
+  fi
+}
+
+# peer ARGS...: the peer's side of one problem, or the reason it is skipped.
+peer() {
+  if [ -n "$MISSING" ]; then
+    printf '{"workload":"%s","op":"*","system":"linear_operator","args":"%s","skipped":"%s"}\n' \
+      "$1" "$*" "$MISSING" | tee -a "$OUT"
+  else
+    run linear_operator "$1" "$PY" bench/peers/peers.py "$DIR" "$@"
+  fi
+}
+
+printf '{"workload":"meta","op":"load_start","loadavg":"%s","nproc":%s,"threads":%s}\n' \
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "$(getconf _NPROCESSORS_ONLN)" "$BENCH_THREADS" | tee -a "$OUT"
+for w in $WORKLOADS; do
+  case $w in
+    W5)
+      run lazytensor W5 "$LUA" bench/peers/lt_side.lua "$DIR" W5
+      peer W5
+      ;;
+    W8)
+      for n in $SIZES; do
+        for d in $DIMS; do
+          for kind in $KINDS; do
+            for path in $PATHS; do
+              run lazytensor W8 "$LUA" bench/peers/lt_side.lua "$DIR" W8 "$n" "$d" "$kind" "$path"
+              peer W8 "$n" "$d" "$kind" "$path"
+            done
+          done
+        done
+      done
+      ;;
+    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8)" >&2; exit 1 ;;
+  esac
+done
+printf '{"workload":"meta","op":"load_end","loadavg":"%s"}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
+echo
+"$LUA" bench/peers/compare.lua "$OUT"

@@ -1,0 +1,90 @@
+/*
+ * ops/kernel.h — what the files of the kernel operator share (internal).
+ *
+ *   kernel.c          the type: constructor, payload, rules
+ *   kernel_eval.c     entries, a tile at a time: points prepared once
+ *                     (centred, scaled), distances, then one function per
+ *                     kind mapping a tile of distances to values or
+ *                     derivatives in loops the compiler vectorises
+ *   kernel_product.c  K·X without storing K (row blocks on several
+ *                     threads), and the stored K (the cache) when it fits
+ *
+ * Adding a kind: its scaling of the points in lt_kpoints_prepare, its map
+ * in kernel_eval.c's map_tile, its derivatives beside. Per-dimension
+ * lengthscales only change the scaling (z = (x − c) / l per dimension).
+ */
+#ifndef LT_OPS_KERNEL_H
+#define LT_OPS_KERNEL_H
+
+#include "../core/internal.h"
+
+/* One side's points, prepared for evaluation: z = (x − c)/l for the radial
+ * kinds (c the first side's mean: distances do not change, and the dgemm
+ * form ‖z‖² + ‖w‖² − 2zᵀw loses less to cancellation), z = π x / p for
+ * periodic. One allocation of `bytes`. */
+typedef struct lt_kpoints {
+  size_t n, d;
+  double *zt;    /* d×n: coordinate q of point i at zt[q·n + i] */
+  double *z;     /* n×d row-major (the dgemm path), or NULL */
+  double *norm2; /* n: ‖z_i‖² (with z), or NULL */
+  double *trig;  /* periodic: 2d×n, sin z then cos z, or NULL */
+  size_t bytes;
+  void *block;
+} lt_kpoints;
+
+/* Everything an evaluation needs; read-only while threads use it. */
+typedef struct lt_keval {
+  lt_kernel_spec spec;
+  const lt_kpoints *a, *b; /* rows, columns */
+  int same;                /* K(x, x): zero distance on the diagonal */
+  int gemm;                /* distances through dgemm */
+} lt_keval;
+
+/* Whether distances in d dimensions go through dgemm. */
+int lt_kernel_use_gemm(const lt_kernel_spec *s, size_t d);
+
+/* Prepares n×d points (contiguous dense) with centre c (d numbers) for
+ * spec s; with_gemm adds the row-major copy and norms. */
+int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *x,
+                       const double *c, int with_gemm, lt_kpoints *out);
+void lt_kpoints_free(lt_context *ctx, lt_kpoints *p);
+
+/* Scratch (doubles) lt_kernel_tile needs for a tile of rows × cols. */
+size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols);
+
+/* out[i·ld + j] = entry (i0 + i, j0 + j) for i < rows, j < cols. Allocates
+ * nothing and touches no context: safe on any thread. */
+void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
+                    size_t ld, double *work);
+
+/* ------------------------------------------------------ kernel_product.c */
+
+/* Y (na×k, contiguous, overwritten) = K·X for X (nb×k, contiguous), K
+ * evaluated a tile at a time on nthreads threads. When e->same, each
+ * entry above the diagonal is evaluated once for both triangles. The
+ * result depends on na, nb, k only, never on nthreads. */
+int lt_kernel_product(lt_context *ctx, const lt_keval *e, const double *X, size_t k, double *Y,
+                      int nthreads);
+
+/* All of K (na×nb row-major) into out, on nthreads threads. */
+int lt_kernel_fill(lt_context *ctx, const lt_keval *e, double *out, int nthreads);
+
+/* The stored form of a symmetric n×n K: the tiles on and right of the
+ * diagonal (about half of K). Its size in doubles, its filling, an entry
+ * (any i, j), and the product with it (as lt_kernel_product). */
+size_t lt_kernel_upper_count(size_t n);
+int lt_kernel_fill_upper(lt_context *ctx, const lt_keval *e, double *U, int nthreads);
+double lt_kernel_upper_entry(const double *U, size_t n, size_t i, size_t j);
+int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const double *X, size_t k,
+                            double *Y, int nthreads);
+
+/* ----------------------------------------------------- kernel_tilemul.c */
+
+/* Yt[c·ldy + i] += Σ_j T[i·ldt + j]·Xt[c·ldx + j] (i < r, j < w, c < k). */
+void lt_tile_dots(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *Xt,
+                  size_t ldx, double *Yt, size_t ldy);
+/* Yt[c·ldy + j] += Σ_i T[i·ldt + j]·X[i·ldx + c] (i < r, j < w, c < k). */
+void lt_tile_axpys(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *X,
+                   size_t ldx, double *Yt, size_t ldy);
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * ops/kernel_eval.c — kernel entries a tile at a time (see kernel.h).
+ *
+ * A tile is evaluated in two passes over it: distances (q = ‖z_i − z_j‖²
+ * with z the scaled points; S = Σ_d sin²(z_i,d − z_j,d) for periodic), then
+ * one loop per kind and derivative mapping them to entries. Both passes run
+ * along a row of the tile over contiguous numbers, so the compiler
+ * vectorises them; exp is our own (exp_vec) because libm's exp is a call
+ * the vectoriser cannot see through. The file is compiled with
+ * -fno-math-errno -fno-trapping-math (Makefile), which lets sqrt and the
+ * clamps vectorise; on x86-64 with GCC the tile function is also built for
+ * AVX2 and AVX-512 and picked at load time. No clone contracts a·b + c
+ * into an FMA (ISO C mode), so every clone gives the same bits.
+ *
+ * Entries, with q the scaled squared distance (r²/l²), a = √(cq) (c = 1,
+ * 3, 5 for matern12/32/52), S = Σ sin² u_d, u = π (x − y) / p,
+ * D = Σ sin(2u_d)·u_d:
+ *   rbf       v e^{−q/2};            ∂/∂log l: k·q
+ *   matern12  v e^{−a};              ∂/∂log l: k·a
+ *   matern32  v (1 + a) e^{−a};      ∂/∂log l: v a² e^{−a}
+ *   matern52  v (1 + a + a²/3) e^{−a}; ∂/∂log l: v a²(1 + a)/3 e^{−a}
+ *   periodic  v e^{−2S/l²};          ∂/∂log l: k·4S/l²; ∂/∂log p: k·2D/l²
+ * and ∂/∂log v = k for every kind.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernel.h"
+
+#define PI 3.14159265358979323846
+
+/* From this many dimensions on, distances of the radial kinds go through
+ * dgemm (‖z‖² + ‖w‖² − 2 zᵀw): below it the direct loop is faster (a tile
+ * of 64×512 entries, measured on x86-64 with OpenBLAS). */
+#define GEMM_MIN_DIM 10
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+    !defined(LT_NO_TARGET_CLONES)
+#define HOT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT_CLONES
+#endif
+
+int lt_kernel_use_gemm(const lt_kernel_spec *s, size_t d) {
+  return s->kind != LT_KERNEL_PERIODIC && d >= GEMM_MIN_DIM;
+}
+
+/* ---------------------------------------------------------------- points */
+
+void lt_kpoints_free(lt_context *ctx, lt_kpoints *p) {
+  if (p->block) lt_free(ctx, p->block, p->bytes);
+  memset(p, 0, sizeof *p);
+}
+
+int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor *x,
+                       const double *c, int with_gemm, lt_kpoints *out) {
+  memset(out, 0, sizeof *out);
+  size_t n = x->shape[0], d = x->shape[1], nd, count;
+  int periodic = s->kind == LT_KERNEL_PERIODIC;
+  /* zt, then z and norm2 (gemm) or the trig table (periodic) */
+  if (!lt_mul_size(ctx, "kernel", n, d, &nd)) return LT_ERR;
+  size_t extra = with_gemm ? nd + n : periodic ? 2 * nd : 0;
+  if (nd > SIZE_MAX / 2 - extra || !lt_mul_size(ctx, "kernel", nd + extra, sizeof(double), &count))
+    return lt_error(ctx, "kernel: %zu points of %zu dimensions are too many", n, d);
+  double *m = lt_malloc(ctx, count);
+  if (m == NULL) return LT_ERR;
+  out->n = n;
+  out->d = d;
+  out->block = m;
+  out->bytes = count;
+  out->zt = m;
+  const double *xp = lt_dense_data(x);
+  double scale = periodic ? PI / s->period : 1.0 / s->lengthscale;
+  for (size_t i = 0; i < n; i++)
+    for (size_t q = 0; q < d; q++)
+      out->zt[q * n + i] = periodic ? xp[i * d + q] * scale : (xp[i * d + q] - c[q]) * scale;
+  if (with_gemm) {
+    out->z = m + nd;
+    out->norm2 = m + 2 * nd;
+    for (size_t i = 0; i < n; i++) {
+      double s2 = 0;
+      for (size_t q = 0; q < d; q++) {
+        double v = out->zt[q * n + i];
+        out->z[i * d + q] = v;
+        s2 += v * v;
+      }
+      out->norm2[i] = s2;
+    }
+  } else if (periodic) {
+    out->trig = m + nd;
+    for (size_t k = 0; k < nd; k++) {
+      out->trig[k] = sin(out->zt[k]);
+      out->trig[nd + k] = cos(out->zt[k]);
+    }
+  }
+  return LT_OK;
+}
+
+/* ------------------------------------------------------------------- exp */
+
+/* e^x for x ≤ 0 within 1 ulp of libm (x > 0 works too, up to 709), written
+ * as straight-line arithmetic so loops over it vectorise: x = k ln 2 + r
+ * (Cody–Waite, |r| ≤ ln2 / 2), e^r by its Taylor polynomial of degree 13
+ * (truncation below 2^-58), 2^k as two factors so that results down to the
+ * subnormals come out right. e^0 is exactly 1; NaN stays NaN. */
+static inline double exp_vec(double x) {
+  const double log2e = 1.4426950408889634, ln2_hi = 6.93147180369123816490e-01,
+               ln2_lo = 1.90821492927058770002e-10, shifter = 0x1.8p52;
+  x = 709.0 < x ? 709.0 : x;
+  x = -745.5 > x ? -745.5 : x;
+  double t = x * log2e + shifter; /* k in the low bits of t */
+  double kf = t - shifter;
+  double r = (x - kf * ln2_hi) - kf * ln2_lo;
+  double p = 1.0 / 6227020800.0;
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  uint64_t tb, sb;
+  double sh = shifter;
+  memcpy(&tb, &t, sizeof tb);
+  memcpy(&sb, &sh, sizeof sb);
+  /* k + 1100 ≥ 0 as an unsigned number: logical shifts only (AVX2 has no
+   * 64-bit arithmetic shift); 2^k = 2^k1 · 2^k2 with both factors normal. */
+  uint64_t kb = tb - sb + 1100, k1 = kb >> 1, k2 = kb - k1;
+  uint64_t e1 = (k1 + 1023 - 550) << 52, e2 = (k2 + 1023 - 550) << 52;
+  double s1, s2;
+  memcpy(&s1, &e1, sizeof s1);
+  memcpy(&s2, &e2, sizeof s2);
+  return p * s1 * s2;
+}
+
+/* ------------------------------------------------------------- distances */
+
+/* q[i][j] = ‖z_a(i0 + i) − z_b(j0 + j)‖² by coordinate passes along rows. */
+static inline void distances_direct(const lt_kpoints *A, const lt_kpoints *B, size_t i0,
+                                    size_t rows, size_t j0, size_t cols, double *out, size_t ld) {
+  size_t d = A->d;
+  for (size_t i = 0; i < rows; i++) {
+    double *o = out + i * ld;
+    for (size_t j = 0; j < cols; j++) o[j] = 0.0;
+    for (size_t q = 0; q < d; q++) {
+      double zi = A->zt[q * A->n + i0 + i];
+      const double *zj = B->zt + q * B->n + j0;
+      for (size_t j = 0; j < cols; j++) {
+        double t = zi - zj[j];
+        o[j] += t * t;
+      }
+    }
+  }
+}
+
+/* The same as ‖z_i‖² + ‖z_j‖² − 2 z_iᵀz_j, the cross terms by dgemm,
+ * clamped at 0 (rounding can make it slightly negative); exactly 0 on the
+ * diagonal of K(x, x). */
+static inline void distances_gemm(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                                  double *out, size_t ld) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  size_t d = A->d;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)d, -2.0,
+              A->z + i0 * d, (int)d, B->z + j0 * d, (int)d, 0.0, out, (int)ld);
+  for (size_t i = 0; i < rows; i++) {
+    double *o = out + i * ld, ni = A->norm2[i0 + i];
+    const double *nj = B->norm2 + j0;
+    for (size_t j = 0; j < cols; j++) {
+      double v = o[j] + ni + nj[j];
+      o[j] = 0.0 > v ? 0.0 : v;
+    }
+    if (e->same && i0 + i >= j0 && i0 + i < j0 + cols) o[i0 + i - j0] = 0.0;
+  }
+}
+
+/* Periodic: S = Σ_d sin² u_d from sin(z_i − z_j) = s_i c_j − c_i s_j, and
+ * with dper (the period derivative) D = Σ_d 2 sin u_d cos u_d · u_d. */
+static inline void distances_periodic(const lt_kpoints *A, const lt_kpoints *B, size_t i0,
+                                      size_t rows, size_t j0, size_t cols, double *out, size_t ld,
+                                      double *dsum, int dper) {
+  size_t d = A->d, na = A->n, nb = B->n;
+  for (size_t i = 0; i < rows; i++) {
+    double *o = out + i * ld, *D = dper ? dsum + i * cols : NULL;
+    for (size_t j = 0; j < cols; j++) o[j] = 0.0;
+    if (D)
+      for (size_t j = 0; j < cols; j++) D[j] = 0.0;
+    for (size_t q = 0; q < d; q++) {
+      double si = A->trig[q * na + i0 + i], ci = A->trig[(d + q) * na + i0 + i];
+      const double *sj = B->trig + q * nb + j0, *cj = B->trig + (d + q) * nb + j0;
+      for (size_t j = 0; j < cols; j++) {
+        double su = si * cj[j] - ci * sj[j];
+        o[j] += su * su;
+      }
+      if (D) {
+        double zi = A->zt[q * na + i0 + i];
+        const double *zj = B->zt + q * nb + j0;
+        for (size_t j = 0; j < cols; j++) {
+          double su = si * cj[j] - ci * sj[j], cu = ci * cj[j] + si * sj[j];
+          D[j] += 2.0 * su * cu * (zi - zj[j]);
+        }
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ maps */
+
+/* One row of distances into entries, in place. */
+static inline void map_row(const lt_kernel_spec *s, double *t, const double *D, size_t len) {
+  double v = s->variance;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  switch (s->kind) {
+    case LT_KERNEL_RBF:
+      if (dl)
+        for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-0.5 * t[j]) * t[j];
+      else
+        for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-0.5 * t[j]);
+      return;
+    case LT_KERNEL_MATERN12:
+      for (size_t j = 0; j < len; j++) {
+        double a = sqrt(t[j]), k = v * exp_vec(-a);
+        t[j] = dl ? k * a : k;
+      }
+      return;
+    case LT_KERNEL_MATERN32: {
+      const double c = sqrt(3.0);
+      if (dl)
+        for (size_t j = 0; j < len; j++) {
+          double a = c * sqrt(t[j]);
+          t[j] = v * exp_vec(-a) * a * a;
+        }
+      else
+        for (size_t j = 0; j < len; j++) {
+          double a = c * sqrt(t[j]);
+          t[j] = v * exp_vec(-a) * (1.0 + a);
+        }
+      return;
+    }
+    case LT_KERNEL_MATERN52: {
+      const double c = sqrt(5.0);
+      if (dl)
+        for (size_t j = 0; j < len; j++) {
+          double a = c * sqrt(t[j]);
+          t[j] = v * exp_vec(-a) * a * a * (1.0 + a) / 3.0;
+        }
+      else
+        for (size_t j = 0; j < len; j++) {
+          double a = c * sqrt(t[j]);
+          t[j] = v * exp_vec(-a) * (1.0 + a + a * a / 3.0);
+        }
+      return;
+    }
+    case LT_KERNEL_PERIODIC: {
+      double c = 2.0 / (s->lengthscale * s->lengthscale);
+      if (s->derivative == LT_KERNEL_D_PERIOD)
+        for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-c * t[j]) * c * D[j];
+      else if (dl)
+        for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-c * t[j]) * 2.0 * c * t[j];
+      else
+        for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-c * t[j]);
+      return;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ tile */
+
+size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols) {
+  return e->spec.derivative == LT_KERNEL_D_PERIOD ? rows * cols : 0;
+}
+
+HOT_CLONES
+static void tile_compute(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                         double *out, size_t ld, double *work) {
+  const lt_kernel_spec *s = &e->spec;
+  int dper = s->derivative == LT_KERNEL_D_PERIOD;
+  if (s->kind == LT_KERNEL_PERIODIC)
+    distances_periodic(e->a, e->b, i0, rows, j0, cols, out, ld, work, dper);
+  else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
+  else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
+  for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);
+}
+
+void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
+                    size_t ld, double *work) {
+  if (rows == 0 || cols == 0) return;
+  tile_compute(e, i0, rows, j0, cols, out, ld, work);
+}
