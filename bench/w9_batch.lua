@@ -13,7 +13,7 @@ package.path = dir .. "/?.lua;" .. package.path
 local B = require "benchlib"
 
 local W = "W9"
-local batch, n, d = 64, 200, 2
+local batch, n = 64, 200 -- members, points per member (in 2 dimensions)
 local spec = { kind = "rbf", lengthscale = 0.3 }
 local noise = 0.01
 local OPS = { "solve", "inv_quad_logdet", "solve (dense)", "inv_quad_logdet (dense)" }
