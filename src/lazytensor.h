@@ -659,6 +659,18 @@ typedef struct lt_kernel_spec {
  * PSD only for the variance derivative (which equals K). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
+/* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's
+ * points) for a kernel operator K and a dense contiguous 2-d X of as many
+ * rows as K (Kᵀ) has columns: out receives (r1 − r0) × k numbers, row-major.
+ * Each row is computed whole, its entries summed in an order fixed by the
+ * row alone, so when r0 and r1 are multiples of LT_KERNEL_ROW_BLOCK (r1 may
+ * also be the row count) the rows have the same bits whatever the range,
+ * the thread count or the process computing them: what a product split by
+ * rows across processes needs (lazytensor.mpi). K's own product sums the
+ * halves of a symmetric K in another order (equal up to rounding). */
+#define LT_KERNEL_ROW_BLOCK 64
+int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t r0, size_t r1,
+                          const lt_tensor *X, double *out);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
 /* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
