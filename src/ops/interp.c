@@ -111,25 +111,7 @@ static size_t interp_payload_bytes(const lt_tensor *self) {
   return sizeof *p + (p->n + 1) * sizeof *p->rowptr + p->nnz * (sizeof *p->cols + sizeof *p->vals);
 }
 
-/* No parameters: the weights are functions of the data. */
-static int interp_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
-  (void)ctx, (void)self, (void)out;
-  return LT_OK;
-}
-
-static int interp_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
-                             lt_paramset *grads) {
-  (void)ctx, (void)self, (void)w, (void)grads;
-  return LT_OK;
-}
-
-static lt_tensor *interp_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
-                                 const lt_paramset *values) {
-  (void)ctx, (void)children, (void)values;
-  return lt_retain(self);
-}
-
-static const lt_type interp_type = {
+const lt_type lt_interp_type = {
     .name = "interp",
     .matmul = interp_matmul,
     .t_matmul = interp_t_matmul,
@@ -137,9 +119,8 @@ static const lt_type interp_type = {
     .row = interp_row,
     .destroy = interp_destroy,
     .payload_bytes = interp_payload_bytes,
-    .params = interp_params,
-    .bilinear_derivative = interp_derivative,
-    .rebuild = interp_rebuild,
+    /* no parameters: the weights are functions of the data */
+    .bilinear_derivative = ltg_no_parameters,
 };
 
 /* ------------------------------------------------------ W·K·Wᵀ diagonal */
@@ -148,10 +129,11 @@ static const lt_type interp_type = {
 static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_tensor **w2) {
   if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return 0;
   const lt_tensor *left = prod->children[0], *t = prod->children[1];
-  if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1 || t->children[0]->type != &interp_type)
+  if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1 ||
+      t->children[0]->type != &lt_interp_type)
     return 0;
   if (left->type_id != LT_TYPE_PRODUCT || left->nchildren != 2 ||
-      left->children[0]->type != &interp_type)
+      left->children[0]->type != &lt_interp_type)
     return 0;
   *w1 = left->children[0], *K = left->children[1], *w2 = t->children[0];
   return 1;
@@ -205,13 +187,13 @@ static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *re
   return LT_OK;
 }
 
-int lt_register_interp(lt_context *ctx) {
-  if (lt_register_type(ctx, &interp_type) < 0) return LT_ERR;
-  if (lt_register_rule(ctx, LT_OP_DENSE, LT_TYPE_PRODUCT, LT_TYPE_ANY,
+int lt_register_interp_rules(lt_context *ctx) {
+  const int P = LT_TYPE_PRODUCT;
+  if (lt_register_rule(ctx, LT_OP_DENSE, P, LT_TYPE_ANY,
                        "W·K·Wᵀ dense (SKI: W·(K·Wᵀ), never K's dense form)", rule_ski_dense, NULL,
                        NULL, 0) != LT_OK)
     return LT_ERR;
-  return lt_register_rule(ctx, LT_OP_DIAGONAL, LT_TYPE_PRODUCT, LT_TYPE_ANY,
+  return lt_register_rule(ctx, LT_OP_DIAGONAL, P, LT_TYPE_ANY,
                           "W·K·Wᵀ diagonal (SKI: interp rows and K's entries)", rule_ski_diagonal,
                           NULL, NULL, 0);
 }
@@ -307,7 +289,7 @@ lt_tensor *lt_interp_new(lt_context *ctx, lt_tensor *x, const double *lo, const 
   }
   size_t g = check_grid(ctx, d, lo, h, m);
   if (g == 0) return NULL;
-  int type_id = lt_type_id(ctx, "interp");
+  int type_id = lt_type_id_of(ctx, &lt_interp_type);
   if (type_id < 0) return NULL;
   size_t per_row = (size_t)1 << (2 * d), nnz;
   if (!lt_mul_size(ctx, "interp", n, per_row, &nnz)) return NULL;

@@ -19,9 +19,7 @@
 
 static lt_tensor *lr_part(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *diag_part(const lt_tensor *self) { return self->children[1]; }
-static const double *diag_values(const lt_tensor *self) {
-  return lt_dense_data(diag_part(self)->children[0]);
-}
+static const double *diag_values(const lt_tensor *self) { return lt_diag_values(diag_part(self)); }
 
 static lt_tensor *lrd_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *out = lt_apply(ctx, lr_part(self), X);
@@ -412,7 +410,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   woodbury_free(ctx, &f);
   if (X == NULL) return LT_ERR;
   woodbury_info(res);
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  return lt_result_tensor(res, st_like_rhs(ctx, X, args->b));
 }
 
 /* logdet, or slogdet when ud is set: det D · det C, with both signs. */
@@ -465,7 +463,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (d == NULL) return LT_ERR;
   lt_tensor *out = lt_dense_binary(ctx, LT_EW_ADD, d, diag_part(args->a)->children[0]);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -489,7 +487,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   lt_tensor *lt_ = lt_transpose(ctx, lr_part(args->a));
   lt_tensor *out = rebuild(ctx, lt_, diag_part(args->a));
   lt_release(ctx, lt_);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c·(D + L) = cD + cL: both parts keep their types under scaling. */
@@ -508,7 +506,7 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* (D + L) + diag(e) = (D + e) + L. */
@@ -519,7 +517,7 @@ static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, e);
   lt_tensor *out = d ? rebuild(ctx, lr_part(args->a), d) : NULL;
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* lowrank + diag(e) and lowrank:add_diag(e). */
@@ -529,7 +527,7 @@ static int rule_lowrank_add_diag(lt_context *ctx, const lt_args *args, lt_result
   lt_tensor *e = diag_of(ctx, args->b, args->a->shape[0]);
   lt_tensor *out = e ? lt_lowrank_diag_new(ctx, args->a, e) : NULL;
   lt_release(ctx, e);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* The diagonal values of a diag or identity operator, as a 1-d or 0-d dense. */
@@ -545,7 +543,7 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
   /* lowrank + diag keeps the diag itself: it stays a leaf of its own (the
    * gradients of D + U·Vᵀ are keyed by the operators the program made). */
   if (!ud && args->b->type_id == LT_TYPE_DIAG && lt_is_square(args->a))
-    return st_done(res, lt_lowrank_diag_new(ctx, args->a, args->b));
+    return lt_result_tensor(res, lt_lowrank_diag_new(ctx, args->a, args->b));
   lt_tensor *e = diagonal_operand(ctx, args->b);
   if (e == NULL) return LT_ERR;
   lt_args a2 = *args;
@@ -557,51 +555,9 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
 
 /* ------------------------------------------------------ a lazy root */
 
-/* R = [D^½ | U] (n × (n+k)) with R Rᵀ = D + U Uᵀ, for U = V and D ≥ 0:
- * an operator whose products cost O(n k), so that sampling from a
- * D + U Uᵀ covariance never forms anything n×n. */
-typedef struct lrd_root {
-  lt_tensor *u;     /* n×k (retained) */
-  lt_tensor *sqrtd; /* 1-d n: √dᵢ */
-} lrd_root;
-
-static lt_tensor *root_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  lrd_root *r = ud;
-  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
-  lt_tensor *out = lt_dense_matrix(ctx, n, c);
-  if (out == NULL) return NULL;
-  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
-  double *o = lt_dense_data(out);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
-  if (c > 0)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)c, (int)k, 1.0,
-                lt_dense_data(r->u), (int)k, x + n * c, (int)c, 1.0, o, (int)c);
-  return out;
-}
-
-static lt_tensor *root_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  lrd_root *r = ud;
-  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
-  lt_tensor *out = lt_dense_matrix(ctx, n + k, c);
-  if (out == NULL) return NULL;
-  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
-  double *o = lt_dense_data(out);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
-  if (c > 0)
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)c, (int)n, 1.0,
-                lt_dense_data(r->u), (int)k, x, (int)c, 0.0, o + n * c, (int)c);
-  return out;
-}
-
-static void root_free(lt_context *ctx, void *ud) {
-  lrd_root *r = ud;
-  lt_release(ctx, r->u);
-  lt_release(ctx, r->sqrtd);
-  lt_free(ctx, r, sizeof *r);
-}
-
+/* R = [D^½ | U] (n × (n+k)) with R Rᵀ = D + U Uᵀ, for U = V and D ≥ 0: a
+ * lazy cat of a diag and U, whose products cost O(n k), so that sampling
+ * from a D + U Uᵀ covariance never forms anything n×n. */
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a, *lr = lr_part(a);
@@ -612,30 +568,18 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   const double *d = diag_values(a);
   for (size_t i = 0; i < n; i++)
     if (!(d[i] >= 0)) return LT_NOT_IMPLEMENTED; /* also NaN */
-  lrd_root *r = lt_malloc(ctx, sizeof *r);
-  if (r == NULL) return LT_ERR;
-  r->u = lt_retain(lr->children[0]);
-  r->sqrtd = lt_dense_vector(ctx, n);
-  if (r->sqrtd == NULL) {
-    root_free(ctx, r);
-    return LT_ERR;
+  lt_tensor *sqrtd = lt_dense_vector(ctx, n), *D = NULL, *R = NULL;
+  if (sqrtd != NULL) {
+    for (size_t i = 0; i < n; i++) lt_dense_data(sqrtd)[i] = sqrt(d[i]);
+    D = lt_diag_new(ctx, sqrtd);
   }
-  for (size_t i = 0; i < n; i++) lt_dense_data(r->sqrtd)[i] = sqrt(d[i]);
-  lt_operator_def def = {.rows = n,
-                         .cols = n + r->u->shape[1],
-                         .matmul = root_matmul,
-                         .t_matmul = root_t_matmul,
-                         .ud = r,
-                         .free_ud = root_free,
-                         .name = "lowrank_plus_diag root [sqrt(D) | U]"};
-  lt_tensor *R = lt_operator_new(ctx, &def);
-  if (R == NULL) {
-    root_free(ctx, r);
-    return LT_ERR;
-  }
+  if (D != NULL) R = lt_cat_new(ctx, (lt_tensor *[]){D, lr->children[0]}, 2, 1);
+  lt_release(ctx, sqrtd);
+  lt_release(ctx, D);
+  if (R == NULL) return LT_ERR;
   woodbury_info(res);
   res->info.method = "lowrank_plus_diag";
-  return st_done(res, R);
+  return lt_result_tensor(res, R);
 }
 
 /* (D + L) + L₂ = D + (L + L₂) and (D + L) + (D₂ + L₂) = (D + D₂) + (L + L₂):
@@ -659,7 +603,7 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 int lt_register_lowrank_diag_rules(lt_context *ctx) {

@@ -1,5 +1,5 @@
 /*
- * structured.h — helpers shared by the structured types of ops-a (lowrank,
+ * structured.h — helpers shared by the structured types (lowrank,
  * lowrank_plus_diag, kron, kron_plus_identity, blockdiag, chol). Not part of
  * the public API.
  */
@@ -7,12 +7,6 @@
 #define LT_STRUCTURED_H
 
 #include "../core/internal.h"
-
-/* res->t[0] = t; LT_OK when t is not NULL. */
-static inline int st_done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
 
 /* A right-hand side (dense 1-d n or 2-d n×k) as a contiguous n×k matrix. */
 lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b);
