@@ -248,7 +248,7 @@ local function data(n, d, seed)
 end
 
 describe("gp.exact{structure = 'ski'}", function()
-  for _, case in ipairs{{d = 1, n = 25, m = 12}, {d = 2, n = 20, m = 7}} do
+  for _, case in ipairs{{d = 1, n = 25, m = 12}, {d = 2, n = 20, m = 7}, {d = 3, n = 8, m = 5}} do
     it(string.format("%d-d: MLL and gradient are those of the interpolated dense matrix",
                      case.d), function()
       local P, y = data(case.n, case.d, 3)

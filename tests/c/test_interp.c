@@ -189,7 +189,6 @@ static void test_ski_rules_and_failures(void) {
     counter cnt = {0, -1};
     lt_context *c = lt_context_new(counting_alloc, &cnt);
     if (c == NULL) continue;
-    size_t base = cnt.current;
     cnt.fail_after = k;
     lt_tensor *R = ski_scenario(c, &err);
     cnt.fail_after = -1;
@@ -200,9 +199,10 @@ static void test_ski_rules_and_failures(void) {
       if (msg == NULL || msg[0] == '\0') CHECK(0, "allocation %ld failed without a message", k);
     }
     lt_release(c, R);
-    if (cnt.current != base)
-      CHECK(0, "allocation %ld failing leaked %zu bytes", k, cnt.current - base);
+    /* what the context does not free is a leak (it keeps caches, such as
+     * Toeplitz's FFT plans, until it goes) */
     lt_context_free(c);
+    if (cnt.current != 0) CHECK(0, "allocation %ld failing leaked %zu bytes", k, cnt.current);
   }
   CHECK(ok && failures > 5, "SKI scenario: %d failure points, succeeded: %d", failures, ok);
 }
