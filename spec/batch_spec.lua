@@ -110,6 +110,24 @@ describe("batches", function()
         tostring(lt.diag(lt.rand(3, 4) + 1)))
     end)
 
+    it("lt.psd marks every member", function()
+      local T = lt.batch{lt.operator{shape = {2, 2}, matmul = function(x) return x * 2 end},
+                         lt.operator{shape = {2, 2}, matmul = function(x) return x * 3 end}}
+      assert.is_nil(lt.is_psd(T))
+      local P = lt.psd(T)
+      assert.is_true(lt.is_psd(P))
+      assert.is_true(lt.is_psd(P[2]))
+      assert.is_nil(lt.is_psd(T[2])) -- T itself keeps its flags
+      close(P:logdet(), {2 * math.log(2), 2 * math.log(3)}, 1e-12, "logdet")
+    end)
+
+    it("explain says which batch rules run, then member by member", function()
+      local text = lt.explain("solve", lt.randn(3, 4, 4), lt.randn(3, 4))
+      assert.matches("solve(dense, dense, batched):", text, 1, true)
+      assert.matches("batch_dense_solve_cholesky", text, 1, true)
+      assert.matches("member by member", lt.explain("logdet", lt.diag(lt.rand(3, 4))), 1, true)
+    end)
+
     it("is symmetric and PSD when every member is", function()
       assert.is_true(lt.is_psd(lt.diag(lt.rand(3, 4) + 1)))
       assert.is_false(lt.is_psd(lt.batch{lt.diag{1, 2}, lt.diag{1, -2}}))

@@ -253,6 +253,36 @@ lt_tensor *lt_batch_member(lt_context *ctx, lt_tensor *t, size_t i) {
   return batch_node(ctx, "member", t->children + i * plan.count, &plan);
 }
 
+lt_tensor *lt_batch_map(lt_context *ctx, const char *op, lt_tensor *t,
+                        lt_tensor *(*fn)(lt_context *ctx, lt_tensor *member)) {
+  int nb = lt_batch_ndim(t);
+  lt_batch_plan plan = {.nb = nb};
+  memcpy(plan.shape, t->shape, sizeof(size_t) * (size_t)nb);
+  if (lt_batch_count(ctx, op, &plan) != LT_OK) return NULL;
+  lt_tensor **made = lt_calloc(ctx, plan.count, sizeof *made);
+  if (made == NULL) return NULL;
+  lt_tensor *out = NULL;
+  size_t idx[LT_MAX_DIM] = {0};
+  for (size_t j = 0; j < plan.count; j++, lt_batch_next(&plan, idx)) {
+    lt_tensor *m = lt_batch_member_at(ctx, t, nb, &plan, idx);
+    made[j] = m ? fn(ctx, m) : NULL;
+    lt_release(ctx, m);
+    if (made[j] == NULL) {
+      lt_batch_member_error(ctx, op, &plan, idx);
+      goto done;
+    }
+    if (!same_shape(made[j], made[0])) {
+      members_differ(ctx, op, made[0], made[j]);
+      goto done;
+    }
+  }
+  out = batch_node(ctx, op, made, &plan);
+done:
+  for (size_t j = 0; j < plan.count; j++) lt_release(ctx, made[j]);
+  lt_free(ctx, made, plan.count * sizeof *made);
+  return out;
+}
+
 int lt_batch_member_type(const lt_tensor *t) {
   if (!lt_is_lazy_batch(t)) return t->type_id;
   int id = t->children[0]->type_id;

@@ -665,6 +665,7 @@ lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
  * its children and payload). The promise lapses when data beneath is
  * written, as any flag does. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
+  if (lt_batch_ndim(a) > 0) return lt_batch_map(ctx, "psd", a, lt_psd); /* every member */
   if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
   lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
                                              : lt_lazy_share(ctx, a);
