@@ -75,6 +75,12 @@ describe("batches", function()
       close(D, {{{1, 0}, {0, 1}}, {{1, 2}, {3, 4}}}, 0, "dense stack")
     end)
 
+    it("stacks dense tensors of any shape, vectors too", function()
+      local S = lt.batch{lt.tensor{1, 2, 3}, lt.tensor{4, 5, 6}}
+      close(S, {{1, 2, 3}, {4, 5, 6}}, 0, "two vectors")
+      assert.is_false(pcall(lt.batch, {lt.tensor{1, 2}, lt.diag{1, 2}}))
+    end)
+
     it("of batches adds a leading batch dimension", function()
       local V, W = lt.rand(3, 2) + 1, lt.rand(3, 2) + 1
       local B = lt.batch{lt.diag(V), lt.diag(W)}

@@ -192,6 +192,14 @@ lt_tensor *lt_batch_stack(lt_context *ctx, const char *op, lt_tensor *const *mem
   return batch_node(ctx, op, members, plan);
 }
 
+/* Dense tensors of one shape, of any number of dimensions, stacked along
+ * a new first dimension. */
+static lt_tensor *stack_dense_members(lt_context *ctx, lt_tensor *const *members, size_t n) {
+  lt_batch_plan plan = {.nb = 1, .count = n};
+  plan.shape[0] = n;
+  return dense_stack(ctx, members, &plan);
+}
+
 /* Batched members are flattened: k members of batch shape {c...} give a
  * batch {k, c...} of their members. */
 lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n) {
@@ -204,10 +212,13 @@ lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n) {
       members_differ(ctx, "batch", members[0], members[j]);
       return NULL;
     }
-  if (members[0]->ndim < 2) {
+  int all_dense = 1;
+  for (size_t j = 0; j < n; j++) all_dense &= members[j]->storage != NULL;
+  if (members[0]->ndim < 2 && !all_dense) {
     lt_error(ctx, "batch: members must be matrices, got %d-d", members[0]->ndim);
     return NULL;
   }
+  if (all_dense) return stack_dense_members(ctx, members, n); /* any shape */
   int inner = lt_batch_ndim(members[0]);
   lt_batch_plan plan = {.nb = 1 + inner};
   plan.shape[0] = n;
