@@ -62,6 +62,47 @@ describe("batches", function()
     end)
   end)
 
+  describe("block CG above max_cholesky_size", function()
+    local X = lt.randn(4, 40, 2)
+    local function member(i)
+      return lt.kernel(X[i], {kind = "matern52", lengthscale = 0.7}) + lt.identity(40, 0.01 * i)
+    end
+    local K = lt.batch{member(1), member(2), member(3), member(4)}
+
+    it("solves every member's columns in one run, as each member's CG alone", function()
+      lt.with_settings({max_cholesky_size = 0}, function()
+        assert.matches("batch_solve_block_cg", lt.explain("solve", K, lt.randn(4, 40)), 1, true)
+        for _, B in ipairs{lt.randn(4, 40), lt.randn(4, 40, 3), lt.randn(40, 2)} do
+          local x, info = K:solve(B)
+          assert.equal("cg", info.method)
+          assert.is_true(info.converged)
+          local most = 0
+          for i = 1, 4 do
+            local Bi = B:dim() == 2 and B:size(1) == 4 and B[i] or (B:dim() == 3 and B[i] or B)
+            local xi, mi = member(i):solve(Bi)
+            most = math.max(most, mi.iterations)
+            close(x[i], xi, 1e-10, "member " .. i)
+            assert.is_true((member(i) * x[i] - Bi):norm() <= 1e-5 * Bi:norm(), "residual " .. i)
+          end
+          assert.equal(most, info.iterations)
+        end
+      end)
+    end)
+
+    it("leaves members not flagged positive definite to their own methods", function()
+      local S = lt.randn(40, 40)
+      S = S * S:t() + lt.eye(40) * 40
+      local op = lt.operator{shape = {40, 40}, symmetric = true, matmul = function(v) return S * v end}
+      local B = lt.batch{op, member(1)}
+      lt.with_settings({max_cholesky_size = 0}, function()
+        local b = lt.randn(2, 40)
+        local x = B:solve(b)
+        close(x[1], S:solve(b[1]), 1e-5, "the operator member")
+        close(x[2], member(1):solve(b[2]), 1e-12, "the kernel member")
+      end)
+    end)
+  end)
+
   describe("lt.batch", function()
     it("stacks operators of any types; dense members into a dense tensor", function()
       local B = lt.batch{lt.diag{1, 2}, lt.tensor{{1, 2}, {3, 4}}}

@@ -21,6 +21,7 @@
 
 #include "../core/internal.h"
 #include "../linalg/linalg.h"
+#include "iterative.h"
 #include "ops.h"
 
 typedef enum { KIND_SPD, KIND_SYMMETRIC, KIND_GENERAL } op_kind;
@@ -835,4 +836,8 @@ int lt_register_iterative_dense_rules(lt_context *ctx) {
     if (register_rule(ctx, &RULES[i], LT_TYPE_DENSE) != LT_OK) return LT_ERR;
   }
   return LT_OK;
+}
+
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
+  return build_precond(ctx, a, P, have);
 }
