@@ -251,6 +251,25 @@ describe("batches", function()
       end
     end)
 
+    it("multiply member by member with BLAS, broadcasting; views go member by member", function()
+      assert.matches("batch_dense_matmul", lt.explain("matmul", lt.randn(3, 4, 4), lt.randn(4, 2)),
+        1, true)
+      local A, B = lt.randn(2, 1, 4, 5), lt.randn(3, 5, 2)
+      local C = A * B
+      assert.same({2, 3, 4, 2}, C:shape())
+      local v = lt.randn(5)
+      local Av = A * v
+      assert.same({2, 1, 4}, Av:shape())
+      for i = 1, 2 do
+        close(Av[i][1], A[i][1] * v, 1e-14, "matvec " .. i)
+        for j = 1, 3 do close(C[i][j], A[i][1] * B[j], 1e-14, ("member {%d, %d}"):format(i, j)) end
+      end
+      local W = lt.randn(3, 5, 4):narrow(3, 1, 2) -- not contiguous: the fallback
+      local Cw = A[1] * W
+      assert.same({3, 4, 2}, Cw:shape())
+      for j = 1, 3 do close(Cw[j], A[1][1] * W[j], 1e-14, "view member " .. j) end
+    end)
+
     it("inv_quad_logdet equals the members' own", function()
       local S, b = spd(6, 8), lt.randn(6, 8)
       local q, ld, info = S:inv_quad_logdet(b)
