@@ -175,6 +175,13 @@ describe("batches", function()
       assert.matches("member by member", lt.explain("logdet", lt.diag(lt.rand(3, 4))), 1, true)
     end)
 
+    it("equals only a tensor of its shape and entries", function()
+      local D = lt.diag(lt.tensor{{1, 2}, {1, 2}})
+      assert.is_true(lt.equal(D, D:dense()))
+      assert.is_false(lt.equal(D, lt.diag{1, 2})) -- every member equal, but not the shape
+      assert.is_false(lt.equal(D, lt.diag(lt.tensor{{1, 2}, {1, 3}})))
+    end)
+
     it("is symmetric and PSD when every member is", function()
       assert.is_true(lt.is_psd(lt.diag(lt.rand(3, 4) + 1)))
       assert.is_false(lt.is_psd(lt.batch{lt.diag{1, 2}, lt.diag{1, -2}}))
