@@ -185,6 +185,10 @@ describe("batches", function()
     it("is symmetric and PSD when every member is", function()
       assert.is_true(lt.is_psd(lt.diag(lt.rand(3, 4) + 1)))
       assert.is_false(lt.is_psd(lt.batch{lt.diag{1, 2}, lt.diag{1, -2}}))
+      local G = lt.randn(3, 4, 4) -- a dense batch: its members looked at
+      assert.is_false(lt.is_symmetric(G))
+      assert.is_true(lt.is_symmetric(G * G:t()))
+      assert.is_nil(lt.is_psd(G * G:t())) -- as for a plain dense matrix: not proven
     end)
   end)
 

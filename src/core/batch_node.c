@@ -294,6 +294,26 @@ done:
   return out;
 }
 
+lt_tristate lt_batch_all(lt_context *ctx, lt_tensor *t,
+                         lt_tristate (*fn)(lt_context *ctx, lt_tensor *member)) {
+  int nb = lt_batch_ndim(t);
+  lt_batch_plan plan = {.nb = nb};
+  memcpy(plan.shape, t->shape, sizeof(size_t) * (size_t)nb);
+  if (lt_batch_count(ctx, "property", &plan) != LT_OK) {
+    lt_clear_error(ctx);
+    return LT_UNKNOWN;
+  }
+  lt_tristate all = LT_YES;
+  size_t idx[LT_MAX_DIM] = {0};
+  for (size_t j = 0; j < plan.count && all != LT_NO; j++, lt_batch_next(&plan, idx)) {
+    lt_tensor *m = lt_batch_member_at(ctx, t, nb, &plan, idx);
+    lt_tristate v = m ? fn(ctx, m) : LT_UNKNOWN;
+    lt_release(ctx, m);
+    if (v != LT_YES) all = v == LT_NO ? LT_NO : LT_UNKNOWN;
+  }
+  return all;
+}
+
 int lt_batch_member_type(const lt_tensor *t) {
   if (!lt_is_lazy_batch(t)) return t->type_id;
   int id = t->children[0]->type_id;
