@@ -303,6 +303,8 @@ describe("batches", function()
         local x = lt.diag(lt.rand(3, 4) + 1):solve(b)
         assert(q and ld and x)
         assert.is_false(pcall(function() return lt.batch{lt.diag{1, -1}, lt.eye(2)}:cholesky() end))
+        assert(S * lt.randn(3, 4, 2) and lt.is_symmetric(S))
+        lt.with_settings({max_cholesky_size = 0}, function() assert(S:solve(b)) end)
       end
       q, ld, x = nil, nil, nil -- luacheck: ignore
       collect()
