@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "../core/batch_shape.h"
-#include "iterative.h"
+#include "../linalg/linalg.h"
 #include "ops.h"
 
 typedef struct member {
@@ -156,7 +156,9 @@ static int prepare_members(lt_context *ctx, lt_tensor *a, int nba, const lt_batc
     if ((m[i].a = lt_batch_member_at(ctx, a, nba, plan, idx)) == NULL) return LT_ERR;
     if (lt_is_psd(ctx, m[i].a) != LT_YES) return LT_NOT_IMPLEMENTED;
     if (lt_linop_of_tensor(ctx, m[i].a, &m[i].A) != LT_OK) return LT_ERR;
-    if (lt_iterative_preconditioner(ctx, m[i].a, &m[i].P, &m[i].have) != LT_OK) return LT_ERR;
+    if (lt_iterative_preconditioner(ctx, m[i].a, ctx->settings.preconditioner_size, &m[i].P,
+                                    &m[i].have) != LT_OK)
+      return LT_ERR;
   }
   return LT_OK;
 }

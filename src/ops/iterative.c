@@ -21,7 +21,6 @@
 
 #include "../core/internal.h"
 #include "../linalg/linalg.h"
-#include "iterative.h"
 #include "ops.h"
 
 typedef enum { KIND_SPD, KIND_SYMMETRIC, KIND_GENERAL } op_kind;
@@ -246,8 +245,12 @@ static int dense_precond_parts(lt_context *ctx, lt_tensor *a, int rank_max, doub
  * dense matrix (see dense_precond_parts). *have = 0 (and LT_OK) when A has
  * no such structure or the rank is 0. */
 static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
+  return lt_iterative_preconditioner(ctx, a, ctx->settings.preconditioner_size, P, have);
+}
+
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, lt_precond *P,
+                                int *have) {
   size_t n = a->shape[0];
-  int rank_max = ctx->settings.preconditioner_size;
   *have = 0;
   if (rank_max <= 0) return LT_OK;
   if ((size_t)rank_max > n) rank_max = (int)n;
@@ -836,8 +839,4 @@ int lt_register_iterative_dense_rules(lt_context *ctx) {
     if (register_rule(ctx, &RULES[i], LT_TYPE_DENSE) != LT_OK) return LT_ERR;
   }
   return LT_OK;
-}
-
-int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
-  return build_precond(ctx, a, P, have);
 }
