@@ -428,6 +428,12 @@ end
 -- small case (2×2, or 5×5 for a type with a minimum size: interp needs 4
 -- grid points). A type without one is still fuzzed where the arithmetic
 -- makes it (sum, product, ...); fuzz.unseen says which never appeared.
+-- The leaf makers by type name (maker(rng, m, n) → {op =, ref =, s =} or
+-- nil) and the generator they take: spec/batch_conformance_spec.lua
+-- batches every type that has one.
+fuzz.leaves = leaves
+fuzz.new_rng = new_rng
+
 function fuzz.available_leaves()
   local r = new_rng(12345)
   local kinds = {}
