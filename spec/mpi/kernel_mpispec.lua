@@ -15,6 +15,14 @@ describe("mpi.rank and mpi.size", function()
     assert.is_true(mpi.rank() >= 0 and mpi.rank() < mpi.size())
     assert.are.equal(math.type(mpi.rank()), "integer")
   end)
+
+  it("fixes the thread count, alike on every rank", function()
+    -- 0 (OpenBLAS's count) by default; the module sets the smallest count
+    -- any rank had (test-mpi.sh runs unbound, so every rank and the
+    -- one-rank run see all the cores, and the bits checks compare runs of
+    -- one count)
+    assert.is_true(lt.settings.num_threads >= 1)
+  end)
 end)
 
 describe("mpi.kernel products", function()

@@ -94,7 +94,7 @@ local function options(what, opts, keys)
 end
 
 local EXACT_KEYS = {"x", "y", "kernel", "noise", "mean", "mean_value", "fixed", "structure",
-                    "trace_rank"}
+                    "trace_rank", "distributed"}
 
 -- σ² a positive finite number, or n positive finite per-point variances.
 local function check_noise(noise, n)
@@ -120,7 +120,9 @@ end
 -- ("auto", "toeplitz", "kron", "kernel", "dense"), fixed = {noise = true,
 -- mean = true}, trace_rank (rank of the pivoted-Cholesky control variate in
 -- stochastic gradients, default 64, 0 for plain Hutchinson; see
--- stochastic_gradient). Any other key is an error.
+-- stochastic_gradient), distributed (true: K and ∂K are mpi.kernel operators
+-- whose products are spread over MPI ranks; needs lazytensor.mpi and the
+-- "kernel" structure, doc/mpi.md). Any other key is an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -143,6 +145,8 @@ function gp.exact(spec)
     structure_choice = spec.structure or "auto",
     fixed = {noise = fixed.noise and true or nil, mean = fixed.mean and true or nil},
     trace_rank = spec.trace_rank,
+    -- distributed = true: K and ∂K are mpi.kernel operators (doc/mpi.md)
+    make_kernel = spec.distributed and require("lazytensor.mpi").kernel or nil,
   }, Model)
   if self.mean_kind ~= "constant" and self.mean_kind ~= "zero" then
     fail("mean must be 'constant' or 'zero', got %s", tostring(self.mean_kind))
@@ -202,7 +206,8 @@ end
 function Model:covariance()
   local now = state(self, false)
   if not fresh(self.cov_state, now) then
-    self.cov = structure.build(self.kernel, self.points, {structure = self.structure_choice})
+    self.cov = structure.build(self.kernel, self.points,
+                               {structure = self.structure_choice, make_kernel = self.make_kernel})
     self.cov_state = now
   end
   return self.cov

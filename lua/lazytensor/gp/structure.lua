@@ -406,17 +406,20 @@ local function points_tensor(points)
   return lt.tensor(points)
 end
 
-local function kernel_sum(x1, x2, comps, derivative)
+local function kernel_sum(x1, x2, comps, derivative, make)
+  make = make or lt.kernel
   local K
   for _, c in ipairs(comps) do
     local spec = c_spec(c, derivative)
-    local Kc = x2 and lt.kernel(x1, x2, spec) or lt.kernel(x1, spec)
+    local Kc = x2 and make(x1, x2, spec) or make(x1, spec)
     K = K and K + Kc or Kc
   end
   return K
 end
 
-local function build_kernel(kernel, points, comps)
+-- make: lt.kernel, or mpi.kernel (distributed = true) for K and ∂K, whose
+-- products are the n×n work; cross- and test covariances stay lt.kernel.
+local function build_kernel(kernel, points, comps, make)
   local X = points_tensor(points)
   local kinds = {}
   for i, c in ipairs(comps) do kinds[i] = c.kind end
@@ -427,12 +430,12 @@ local function build_kernel(kernel, points, comps)
                             .. "lt.kernel in C: K and ∂K/∂log θ lazy (entries on demand, "
                             .. "row-block products, O(n) memory)",
                             #points, #points[1], table.concat(kinds, " + ")),
-    K = kernel_sum(X, nil, comps), -- PSD: a sum of PSD kernel operators
+    K = kernel_sum(X, nil, comps, nil, make), -- PSD: a sum of PSD kernel operators
   }
   local params = kernel:parameters()
   function cov.derivative(p)
     local par = params[p]
-    return lt.kernel(X, c_spec(par.kernel, par.name))
+    return make(X, c_spec(par.kernel, par.name))
   end
   function cov.cross(star)
     return kernel_sum(points_tensor(star), X, comps)
@@ -466,9 +469,18 @@ end
 --- Builds the covariance for `kernel` over `points` (an array of coordinate
 -- arrays). opts.structure forces "toeplitz", "kron", "kernel", "dense" (or
 -- "auto").
+-- opts.make_kernel (mpi.kernel: gp.exact's distributed = true) builds K and
+-- ∂K with it and insists on the kernel structure.
 function structure.build(kernel, points, opts)
   opts = opts or {}
   local want = opts.structure or "auto"
+  if opts.make_kernel then
+    if want ~= "auto" and want ~= "kernel" then
+      error("lazytensor: gp: distributed = true needs the kernel structure, got structure = '"
+            .. tostring(want) .. "'", 0)
+    end
+    want = "kernel"
+  end
   local want_grads = opts.gradients ~= false
   if want == "auto" or want == "toeplitz" then
     local x0, h = regular_spacing(points)
@@ -492,8 +504,8 @@ function structure.build(kernel, points, opts)
   if want == "auto" or want == "kernel" then
     local comps
     comps, why = c_components(kernel, #points[1])
-    if comps then return build_kernel(kernel, points, comps) end
-    if want == "kernel" then
+    if comps then return build_kernel(kernel, points, comps, opts.make_kernel or lt.kernel) end
+    if want == "kernel" or opts.make_kernel then
       error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52 or periodic "
             .. "kernels over all input dimensions, got " .. why, 0)
     end
