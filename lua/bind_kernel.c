@@ -103,7 +103,7 @@ static int l_kernel(lua_State *L) {
   lt_tensor *x1 = ltb_operand(L, 1, "kernel");
   lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_kernel_new(ctx, x1, x2, &spec));
+  return ltb_fill(L, box, lt_kernel_new_batched(ctx, x1, x2, &spec));
 }
 
 static const luaL_Reg constructors[] = {{"kernel", l_kernel}, {NULL, NULL}};

@@ -140,7 +140,7 @@ static int l_construct(lua_State *L) {
   for (int i = 0; i < c->nargs; i++)
     idx = read_arg(L, idx, given, type->name, &c->args[i], &values[i]);
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, c->make(ctx, values));
+  return ltb_fill(L, box, lt_construct(ctx, id, values));
 }
 
 /* lt.types(): the names of the registered types, by id ("dense" first). */

@@ -582,6 +582,10 @@ static int m_index(lua_State *L) {
                      luaL_typename(L, 2));
   if (lt_ndim(t) == 0) return ltb_error(L, "index", "cannot index a 0-d tensor");
   size_t i = ltb_check_index(L, 2, lt_size(t, 0), "index");
+  if (!lt_is_dense(t) && lt_batch_ndim(t) > 0) { /* a batch's member, lazy where t is */
+    ltb_box *box = ltb_new_box(L);
+    return ltb_fill(L, box, lt_batch_member(ctx, t, i));
+  }
   if (!lt_is_dense(t)) {
     ltb_box *box = ltb_new_box(L);
     return ltb_fill(L, box, lt_row(ctx, t, i));
@@ -638,12 +642,18 @@ static int m_tostring(lua_State *L) {
   static const char *const flag[] = {"?", "yes", "no"};
   /* An lt.operator's name = "..." shows next to its type. */
   const char *name = lt_operator_name(t);
-  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %zux%zu, symmetric: %s, psd: %s]",
-           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
-           lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
-           flag[lt_prop_get(t, LT_PROP_PSD)]);
+  char dims[96];
+  size_t used = 0;
+  for (int d = 0; d < lt_ndim(t) && used < sizeof dims; d++) {
+    int w = snprintf(dims + used, sizeof dims - used, d ? "x%zu" : "%zu", lt_size(t, d));
+    used += w > 0 ? (size_t)w : 0;
+  }
+  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %s, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "", dims,
+           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
   size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
-  if (rows > 400 || cols > 400 || rows * cols > 400) {
+  /* a batch shows its head only; its members print themselves (A[i]) */
+  if (lt_batch_ndim(t) > 0 || rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
     return 1;
   }
@@ -685,6 +695,18 @@ static int l_is_lazy(lua_State *L) {
 static int l_shape(lua_State *L) {
   lt_tensor *t = ltb_operand(L, 1, "shape");
   int n = lt_ndim(t);
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) {
+    lua_pushinteger(L, (lua_Integer)lt_size(t, d));
+    lua_rawseti(L, -2, d + 1);
+  }
+  return 1;
+}
+
+/* The batch dimensions: {} for a plain matrix (and vectors, scalars). */
+static int l_batch_shape(lua_State *L) {
+  lt_tensor *t = ltb_operand(L, 1, "batch_shape");
+  int n = lt_batch_ndim(t);
   lua_createtable(L, n, 0);
   for (int d = 0; d < n; d++) {
     lua_pushinteger(L, (lua_Integer)lt_size(t, d));
@@ -848,26 +870,20 @@ static const luaL_Reg module_functions[] = {{"add", l_add},
                                             {"memory", l_memory},
                                             {"free", l_free},
                                             {"shape", l_shape},
+                                            {"batch_shape", l_batch_shape},
                                             {"size", l_size},
                                             {"dim", l_dim},
                                             {"numel", l_numel},
                                             {NULL, NULL}};
 
-static const luaL_Reg common_methods[] = {{"shape", l_shape},
-                                          {"size", l_size},
-                                          {"dim", l_dim},
-                                          {"numel", l_numel},
-                                          {"free", l_free},
-                                          {"is_psd", l_is_psd},
-                                          {"is_symmetric", l_is_symmetric},
-                                          {"add", l_add},
-                                          {"sub", l_sub},
-                                          {"mul", l_mul},
-                                          {"matmul", l_matmul},
-                                          {"scale", l_scale},
-                                          {"div", l_div},
-                                          {"neg", l_neg},
-                                          {"type", l_type},
+static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", l_batch_shape},
+                                          {"size", l_size},     {"dim", l_dim},
+                                          {"numel", l_numel},   {"free", l_free},
+                                          {"is_psd", l_is_psd}, {"is_symmetric", l_is_symmetric},
+                                          {"add", l_add},       {"sub", l_sub},
+                                          {"mul", l_mul},       {"matmul", l_matmul},
+                                          {"scale", l_scale},   {"div", l_div},
+                                          {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
 static const luaL_Reg metamethods[] = {{"__add", l_add},

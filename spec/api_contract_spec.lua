@@ -324,14 +324,15 @@ describe("API.md: Dense tensors", function()
   end)
 
   describe("Views and copies", function()
-    it("'t:t() (2-d transpose view; an error for other ranks)'", function()
+    it("'t:t() (2-d transpose view; a batch's members transposed; an error for 1-d)'", function()
       local a = lt.tensor{{1, 2, 3}, {4, 5, 6}}
       local b = a:t()
       assert.same({{1, 4}, {2, 5}, {3, 6}}, b:totable())
       b:set(3, 1, 30)
       assert.equal(30, a:get(1, 3))
       lazy_error("t", function() return lt.zeros(3):t() end)
-      lazy_error("t", function() return lt.zeros(2, 2, 2):t() end)
+      local batch = lt.tensor{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}
+      assert.same({{{1, 3}, {2, 4}}, {{5, 7}, {6, 8}}}, batch:t():totable())
     end)
 
     it("'t:reshape(...) (a view when contiguous)'", function()

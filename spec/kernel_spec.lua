@@ -379,7 +379,7 @@ describe("kernel", function()
       fails("period must be a positive number, got 0", x,
         {kind = "periodic", lengthscale = 1, period = 0})
       fails("x1 has 2 features per point but x2 has 3", x, lt.zeros(2, 3), rbf)
-      fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
+      fails("x1 must be a 1%-d or 2%-d", lt.tensor(2), rbf) -- ({b, n, d}: a batch)
       fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)
       fails("expected a spec table", x, x)
       fails("x2 is a spec table", x, rbf, rbf)

@@ -200,6 +200,9 @@ typedef struct lt_arg_spec {
   int optional;     /* may be absent (nil, or not given) */
   double fallback;  /* NUMBER, SIZE: the value when absent */
   const char *const *choices; /* CHOICE: NULL-terminated; when absent, the first */
+  int dims;                   /* TENSOR: the dimensions of one member's argument (1: a vector,
+                                 2 or 0: a matrix or operator); more are batch dimensions, and
+                                 lt_construct makes a batch of members (API.md "Batches") */
 } lt_arg_spec;
 
 /* An argument's value; the fields its kind uses. */
@@ -706,6 +709,53 @@ const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
  * included): a binding that keeps its callbacks alive per expression walks
  * only the parts of a tree where one can be. */
 int lt_contains_operator(const lt_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* Batches (API.md "Batches"; src/core/batch*.c)                       */
+/* ------------------------------------------------------------------ */
+
+/* A tensor of shape {b1, ..., bk, m, n} is a batch of m×n members. A dense
+ * tensor of more than two dimensions is one as its matrix operations see it
+ * (element-wise operations broadcast it as an n-d array); a batched lazy
+ * operator is a node of lt_batch_new whose members keep their own types
+ * (lt_typename names the members' type when they share one). Every
+ * operation takes batched operands: the batch dimensions broadcast as
+ * numpy's do, rules registered for batches (lt_register_batch_rule) run
+ * first, otherwise the 2-d operation runs member by member. Results are
+ * batched: tensor results gain the batch dimensions, and number results
+ * become dense tensors of the batch shape, in res.t[k] at their position k
+ * among the row's results (lt_call; the typed functions returning numbers,
+ * such as lt_logdet, refuse batched operands). equal gives one boolean (all
+ * members equal). info: the largest iterations, residual and jitter;
+ * converged when every member converged. */
+
+/* The number of batch dimensions (0 for a plain matrix, a vector, a scalar). */
+int lt_batch_ndim(const lt_tensor *t);
+/* The operators members[0..n-1], all of one shape (2-d, or batched with one
+ * batch shape), stacked along a new first batch dimension: dense members
+ * give a dense {n, ...} tensor (a copy), others a batched lazy node holding
+ * them. */
+lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n);
+/* Member i (0-based) along the first batch dimension of a batched t: one
+ * batch dimension fewer, lazy where t is (a dense t gives a view). */
+lt_tensor *lt_batch_member(lt_context *ctx, lt_tensor *t, size_t i);
+/* A type's constructor (lt_type.constructor) for the argument values given,
+ * where tensor arguments may carry batch dimensions beyond their spec's
+ * dims: the members are made one by one from the broadcast members of the
+ * arguments and stacked into a batched operator. Bindings call this rather
+ * than constructor->make. */
+lt_tensor *lt_construct(lt_context *ctx, int type_id, const lt_arg *values);
+/* lt_kernel_new with x1 (and x2) of shape {b..., n, d}: a batch of kernels. */
+lt_tensor *lt_kernel_new_batched(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
+                                 const lt_kernel_spec *spec);
+/* Registers a batch-aware rule: fn receives batched operands (type ids are
+ * the members' types: "dense" for a dense n-d tensor) and fills res as a
+ * batched call returns it (number results as tensors in res.t[k]), or
+ * answers LT_NOT_IMPLEMENTED to leave the call to the member-by-member
+ * fallback. Batch-aware rules live apart from the 2-d ones: a 2-d rule
+ * never receives a batched operand. */
+int lt_register_batch_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                           lt_rule_fn fn, void *ud);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

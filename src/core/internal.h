@@ -256,4 +256,23 @@ int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
 int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
 
+/* Batches (batch.c) -------------------------------------------------------- */
+/* A lazy operator with batch dimensions: a node of lt_batch_new. */
+static inline int lt_is_lazy_batch(const lt_tensor *t) {
+  return t != NULL && t->storage == NULL && t->ndim > 2;
+}
+/* Whether a call has batched operands (as its operation reads them): then
+ * lt_batch_run answers it, never a 2-d rule. */
+int lt_batch_wanted(const lt_args *args);
+/* Runs a call with batched operands: the batch-aware rules of the members'
+ * types, else the 2-d operation member by member (lt_call), results
+ * stacked (see "Batches" in lazytensor.h). */
+int lt_batch_run(lt_context *ctx, const lt_args *args, lt_result *res);
+/* The batch-aware rules for op on member types ta, tb (registry.c):
+ * LT_NOT_IMPLEMENTED when none answers. */
+int lt_dispatch_batch_rules(lt_context *ctx, const lt_args *args, lt_result *res, int ta, int tb);
+/* The type a batched operator's members share (its own type when they
+ * differ); a plain tensor's type. */
+int lt_batch_member_type(const lt_tensor *t);
+
 #endif

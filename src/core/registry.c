@@ -386,6 +386,9 @@ int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b) {
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
   int ta, tb, unary;
   if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;
+  /* Batched operands go to the batch rules or member by member (batch.c),
+   * never to a 2-d rule. */
+  if (lt_batch_wanted(args)) return lt_batch_run(ctx, args, res);
   lt_apply_num_threads(ctx);
   uint64_t keys[4];
   int nkeys = candidate_keys(args->op, ta, tb, unary, keys);
@@ -411,6 +414,46 @@ int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
                     lt_type_name(ctx, ta));
   return lt_error(ctx, "%s: not implemented for (%s, %s)", lt_op_name(ctx, args->op),
                   lt_type_name(ctx, ta), lt_type_name(ctx, tb));
+}
+
+/* --------------------------------------------------------- batch rules */
+
+/* Batch-aware rules live under keys of their own (this bit set), so that
+ * the lists a 2-d call searches never hold one, and a batched call finds
+ * only them. */
+#define BATCH_KEY ((uint64_t)1 << 63)
+
+int lt_register_batch_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                           lt_rule_fn fn, void *ud) {
+  if (fn == NULL) return lt_error(ctx, "implements: a rule needs a function");
+  if (op < 0 || op >= LT_OP_BUILTIN_COUNT + ctx->nops)
+    return lt_error(ctx, "implements: unknown operation id %d", op);
+  if (check_type_id(ctx, type_a) != LT_OK || check_type_id(ctx, type_b) != LT_OK) return LT_ERR;
+  if (op_is_unary(op)) type_b = LT_TYPE_ANY;
+  lt_rule *r = new_rule(ctx, name, fn, ud, NULL, 0);
+  if (r == NULL) return LT_ERR;
+  if (reserve_slots(ctx, 1) != LT_OK) {
+    free_rule(ctx, r);
+    return LT_ERR;
+  }
+  push_rule(ctx, rule_key(op, type_a, type_b) | BATCH_KEY, r);
+  return LT_OK;
+}
+
+int lt_dispatch_batch_rules(lt_context *ctx, const lt_args *args, lt_result *res, int ta, int tb) {
+  int unary = op_is_unary(args->op) || args->b == NULL;
+  uint64_t keys[4];
+  int nkeys = candidate_keys(args->op, ta, unary ? LT_TYPE_ANY : tb, unary, keys);
+  for (int k = 0; k < nkeys; k++) {
+    if (k > 0 && keys[k] == keys[k - 1]) continue;
+    lt_rule_slot *s = find_slot(ctx, keys[k] | BATCH_KEY);
+    for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next) {
+      memset(res, 0, sizeof *res);
+      int rc = r->fn(ctx, args, res, r->ud);
+      if (rc != LT_NOT_IMPLEMENTED) return rc == LT_OK ? LT_OK : LT_ERR;
+    }
+  }
+  return LT_NOT_IMPLEMENTED;
 }
 
 /* ------------------------------------------------------------- explain */

@@ -44,7 +44,7 @@ static lt_tensor *diag_make(lt_context *ctx, const lt_arg *args) {
 
 /* lt.diag(v) */
 static const lt_constructor diag_constructor = {
-    1, {{.kind = LT_ARG_TENSOR, .name = "the diagonal v"}}, diag_make};
+    1, {{.kind = LT_ARG_TENSOR, .name = "the diagonal v", .dims = 1}}, diag_make};
 
 const lt_type lt_diag_type = {
     .name = "diag",

@@ -396,8 +396,8 @@ static lt_tensor *toeplitz_make(lt_context *ctx, const lt_arg *args) {
 /* lt.toeplitz(c [, r]) */
 static const lt_constructor toeplitz_constructor = {
     2,
-    {{.kind = LT_ARG_TENSOR, .name = "the first column c"},
-     {.kind = LT_ARG_TENSOR, .name = "the first row r", .optional = 1}},
+    {{.kind = LT_ARG_TENSOR, .name = "the first column c", .dims = 1},
+     {.kind = LT_ARG_TENSOR, .name = "the first row r", .optional = 1, .dims = 1}},
     toeplitz_make};
 
 const lt_type lt_toeplitz_type = {
