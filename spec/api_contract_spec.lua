@@ -1526,7 +1526,9 @@ describe("API.md: Errors", function()
       {"explain", "string", function() return lt.explain(nil, lt.diag{1}) end},
       {"mvn", "cov", function() return lt.mvn(lt.zeros(2)) end},
       {"mvn", "mean", function() return lt.mvn(5, lt.eye(2)) end},
-      {"mvn", "1-d", function() return lt.mvn(lt.zeros(2, 2), lt.eye(4)) end},
+      -- (a 2-d mean is a batch of means: of 2 entries each here, for a 4x4 cov)
+      {"mvn", "2 entries per member but cov is 4x4",
+       function() return lt.mvn(lt.zeros(2, 2), lt.eye(4)) end},
       {"mvn:log_prob", "x", function() return lt.mvn(lt.zeros(2), lt.eye(2)):log_prob(5) end},
     }
     for _, c in ipairs(cases) do

@@ -18,6 +18,7 @@
 -- `lt.kl`, loading this file on first use; `mvn.install(lt)` sets them too.
 
 local mvn = {}
+local batch = require "lazytensor.mvn_batch"
 
 local LOG_2PI = math.log(2 * math.pi)
 
@@ -46,10 +47,12 @@ MVN.__index = MVN
 MVN.__name = "lazytensor.mvn"
 
 --- A multivariate normal with the given mean (1-d tensor or Lua array of k
--- numbers) and covariance (any k x k positive definite operator).
+-- numbers) and covariance (any k x k positive definite operator); a batch
+-- of normals for mean {b..., k} or cov {b..., k, k} (lazytensor.mvn_batch).
 function mvn.new(mean, cov)
   mean = as_tensor(mean, "mvn", "mean")
   cov = as_tensor(cov, "mvn", "cov")
+  if batch.is_batched(mean, cov) then return setmetatable(batch.new(mean, cov), MVN) end
   if mean:dim() ~= 1 then
     error(string.format("lazytensor: mvn: mean must be 1-d, got %s",
       table.concat(mean:shape(), "x")), 0)
@@ -112,6 +115,7 @@ end
 -- for an n x k tensor of points (one per row).
 function MVN:log_prob(x)
   x = as_tensor(x, "mvn:log_prob", "x")
+  if self.batch_shape then return batch.log_prob(self, x) end
   if x:dim() == 1 then
     if x:numel() ~= self.k then
       error(string.format("lazytensor: mvn:log_prob: x has %d entries, expected %d",
@@ -138,6 +142,7 @@ end
 -- rank for this covariance) would give samples of the wrong covariance:
 -- an error, with what to change, rather than wrong samples.
 function MVN:rsample(n)
+  if self.batch_shape then return batch.rsample(self, n) end
   local lt = lib()
   local root, info = self:root()
   if info.converged == false then
@@ -198,6 +203,7 @@ function mvn.kl(p, q)
   if p.k ~= q.k then
     error(string.format("lazytensor: kl: dimensions differ (%d and %d)", p.k, q.k), 0)
   end
+  if p.batch_shape or q.batch_shape then return batch.kl(p, q) end
   local quad, logdet_q = q._cov:inv_quad_logdet(q._mean - p._mean)
   local trace = q._cov:inv_quad(p:root():dense())
   return 0.5 * (trace + quad - p.k + logdet_q - p:logdet())
