@@ -12,6 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+# Containers often forbid the cross-process reads (CMA) OpenMPI's shared
+# memory uses for large messages; plain copies work everywhere.
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 export LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;'
 work=$(mktemp -d)
 reference="$work/one-rank.bits"
