@@ -367,14 +367,24 @@ typedef struct operator_call {
   lt_tensor *X, *out;
 } operator_call;
 
-static int protected_matmul(lua_State *L) {
-  operator_call *c = lua_touserdata(L, 1);
+/* Pushes the operator's anchor {matmul, t_matmul, params, bilinear_derivative,
+ * with_params} (raises when it is gone). */
+static void push_anchor(lua_State *L, const lua_operator *op) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &anchors_key);
-  lua_pushinteger(L, (lua_Integer)c->op->id);
+  lua_pushinteger(L, (lua_Integer)op->id);
   lua_rawget(L, -2);
   if (!lua_istable(L, -1))
     ltb_throw(L, "lazytensor: operator: its Lua functions were collected (a C host kept the "
                  "operator without the Lua value it came from)");
+  lua_remove(L, -2);
+}
+
+/* The anchor's slots. */
+enum { ANCHOR_MATMUL = 1, ANCHOR_T_MATMUL, ANCHOR_PARAMS, ANCHOR_DERIVATIVE, ANCHOR_WITH_PARAMS };
+
+static int protected_matmul(lua_State *L) {
+  operator_call *c = lua_touserdata(L, 1);
+  push_anchor(L, c->op);
   lua_rawgeti(L, -1, c->which);
   cb_push_tensor(L, c->op->S, c->X);
   lua_call(L, 1, 1);
@@ -403,6 +413,139 @@ static lt_tensor *lua_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
 static lt_tensor *lua_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
   (void)ctx;
   return call_operator(ud, 2, X);
+}
+
+/* ---------------------------------------------- Lua operators' gradients */
+
+typedef struct grad_call {
+  lua_operator *op;
+  lt_tensor *self;
+  const lt_cotangent *w;
+  lt_paramset *set;  /* params: out; derivative: grads */
+  lt_tensor *eye;    /* derivative of a dense W: R = I */
+  lt_tensor *result; /* rebuild: the new operator */
+} grad_call;
+
+/* Adds the table on top, {name = number | dense tensor}, to c->set for
+ * c->self. With `declared` (a stack index, or 0), every name must be a key
+ * of that table (the operator's params). */
+static void add_named(lua_State *L, grad_call *c, int declared, const char *what) {
+  lt_context *ctx = c->op->S->ctx;
+  int t = lua_gettop(L);
+  if (!lua_istable(L, t))
+    ltb_throw(L, "lazytensor: operator: %s must return a table {name = value}, got %s", what,
+              luaL_typename(L, t));
+  lua_pushnil(L);
+  while (lua_next(L, t) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      ltb_throw(L, "lazytensor: operator: %s: names must be strings, got %s", what,
+                luaL_typename(L, -2));
+    const char *name = lua_tostring(L, -2);
+    if (declared) {
+      lua_getfield(L, declared, name);
+      if (lua_isnil(L, -1))
+        ltb_throw(L, "lazytensor: operator: %s gave '%s', which is not one of its params", what,
+                  name);
+      lt_tensor *p = cb_to_tensor(L, -1), *g = cb_to_tensor(L, -2);
+      if ((p == NULL) != (g == NULL) || (p && lt_numel(p) != lt_numel(g)))
+        ltb_throw(L,
+                  "lazytensor: operator: %s: the gradient for '%s' must be %s like the "
+                  "parameter",
+                  what, name, p ? "a tensor of the same size" : "a number");
+      lua_pop(L, 1);
+    }
+    lt_tensor *v = cb_to_tensor(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER && (v == NULL || !lt_is_dense(v)))
+      ltb_throw(L, "lazytensor: operator: %s: '%s' must be a number or a dense tensor, got %s",
+                what, name, v ? lt_typename(ctx, v) : luaL_typename(L, -1));
+    int rc = v ? lt_paramset_add_tensor(ctx, c->set, c->self, name, v)
+               : lt_paramset_add_number(ctx, c->set, c->self, name, lua_tonumber(L, -1));
+    if (rc != LT_OK) ltb_throw(L, "lazytensor: %s", lt_last_error(ctx));
+    lua_pop(L, 1);
+  }
+}
+
+static int protected_params(lua_State *L) {
+  grad_call *c = lua_touserdata(L, 1);
+  push_anchor(L, c->op);
+  lua_rawgeti(L, -1, ANCHOR_PARAMS);
+  if (!lua_isnil(L, -1)) add_named(L, c, 0, "params");
+  return 0;
+}
+
+static int lua_op_params(lt_context *ctx, void *ud, lt_tensor *self, lt_paramset *out) {
+  (void)ctx;
+  grad_call c = {ud, self, NULL, out, NULL, NULL};
+  return run_protected(c.op->S, protected_params, &c, "params");
+}
+
+/* bilinear_derivative(L, R) → {name = gradient}; a dense W is (W, I). */
+static int protected_derivative(lua_State *L) {
+  grad_call *c = lua_touserdata(L, 1);
+  push_anchor(L, c->op);
+  int anchor = lua_gettop(L);
+  lua_rawgeti(L, anchor, ANCHOR_PARAMS);
+  lua_rawgeti(L, anchor, ANCHOR_DERIVATIVE);
+  cb_push_tensor(L, c->op->S, c->w->L ? c->w->L : c->w->W);
+  cb_push_tensor(L, c->op->S, c->w->L ? c->w->R : c->eye);
+  lua_call(L, 2, 1);
+  add_named(L, c, anchor + 1, "bilinear_derivative");
+  return 0;
+}
+
+static int lua_op_derivative(lt_context *ctx, void *ud, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads) {
+  grad_call c = {ud, self, w, grads, NULL, NULL};
+  if (w->d) return LT_NOT_IMPLEMENTED; /* the core sends it again as a dense W */
+  if (w->W && (c.eye = lt_dense_eye(ctx, lt_cols(self))) == NULL) return LT_ERR;
+  int rc = run_protected(c.op->S, protected_derivative, &c, "bilinear_derivative");
+  lt_release(ctx, c.eye);
+  return rc;
+}
+
+/* with_params(values) → a new operator: values has every parameter (the
+ * new ones where given, the operator's own otherwise). */
+static int protected_rebuild(lua_State *L) {
+  grad_call *c = lua_touserdata(L, 1);
+  const lt_paramset *values = (const lt_paramset *)c->set;
+  push_anchor(L, c->op);
+  int anchor = lua_gettop(L);
+  lua_rawgeti(L, anchor, ANCHOR_WITH_PARAMS);
+  lua_newtable(L);
+  int tbl = lua_gettop(L);
+  lua_rawgeti(L, anchor, ANCHOR_PARAMS);
+  int own = lua_gettop(L);
+  if (lua_istable(L, own)) {
+    lua_pushnil(L);
+    while (lua_next(L, own) != 0) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, tbl);
+    }
+  }
+  lua_pop(L, 1);
+  for (size_t i = 0; i < lt_paramset_count(values); i++) {
+    const lt_param *p = lt_paramset_at(values, i);
+    if (p->leaf != c->self) continue;
+    if (p->tensor) cb_push_tensor(L, c->op->S, p->tensor);
+    else lua_pushnumber(L, p->number);
+    lua_setfield(L, tbl, p->name);
+  }
+  lua_call(L, 1, 1);
+  lt_tensor *t = cb_to_tensor(L, -1);
+  if (t == NULL)
+    ltb_throw(L, "lazytensor: operator: with_params must return an operator, got %s",
+              luaL_typename(L, -1));
+  c->result = lt_retain(t);
+  return 0;
+}
+
+static lt_tensor *lua_op_rebuild(lt_context *ctx, void *ud, lt_tensor *self,
+                                 const lt_paramset *values) {
+  (void)ctx;
+  grad_call c = {ud, self, NULL, (lt_paramset *)values, NULL, NULL};
+  if (run_protected(c.op->S, protected_rebuild, &c, "with_params") != LT_OK) return NULL;
+  return c.result;
 }
 
 /* Runs inside the C core, when the operator dies: touches no Lua value (its
@@ -477,16 +620,59 @@ static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
   return v;
 }
 
+/* params = {name = number | dense tensor}: checked when the operator is
+ * made, so that params() and gradients never meet a bad value. */
+static void check_params(lua_State *L, int spec) {
+  lua_getfield(L, spec, "params");
+  int t = lua_gettop(L);
+  if (lua_isnil(L, t)) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, t) || cb_to_tensor(L, t) != NULL)
+    ltb_error(L, "operator", "params must be a table {name = value}, got %s", luaL_typename(L, t));
+  lua_pushnil(L);
+  while (lua_next(L, t) != 0) {
+    lt_tensor *v = cb_to_tensor(L, -1);
+    if (lua_type(L, -2) != LUA_TSTRING)
+      ltb_error(L, "operator", "params: names must be strings, got %s", luaL_typename(L, -2));
+    if (lua_type(L, -1) != LUA_TNUMBER && (v == NULL || !lt_is_dense(v)))
+      ltb_error(L, "operator", "params: '%s' must be a number or a dense tensor, got %s",
+                lua_tostring(L, -2), luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Pushes a copy of spec.params (nil when absent): the operator's
+ * parameters do not change when the program edits its table. */
+static void copy_params(lua_State *L, int spec) {
+  lua_getfield(L, spec, "params");
+  if (lua_isnil(L, -1)) return;
+  int from = lua_gettop(L);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, from) != 0) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_remove(L, from);
+}
+
 /* lt.operator{shape = {m, n}, matmul = f [, t_matmul = g] [, psd =]
- * [, symmetric =] [, name =]} */
+ * [, symmetric =] [, name =] [, params = {name = value},
+ * bilinear_derivative = function(L, R) return {name = gradient} end,
+ * with_params = function(values) return operator end]} */
 static int l_operator(lua_State *L) {
   ltb_state *S = ltb_get_state(L);
   if (lua_type(L, 1) != LUA_TTABLE)
     return ltb_error(L, "operator", "expected a table {shape = {m, n}, matmul = f, ...}, got %s",
                      luaL_typename(L, 1));
   lua_settop(L, 1);
-  static const char *const keys[] = {"shape",     "matmul", "t_matmul", "psd",
-                                     "symmetric", "name",   NULL};
+  static const char *const keys[] = {"shape",       "matmul", "t_matmul", "psd",
+                                     "symmetric",   "name",   "params",   "bilinear_derivative",
+                                     "with_params", NULL};
   ltb_check_keys(L, 1, "operator", "the definition", keys);
   lua_getfield(L, 1, "shape");
   if (lua_type(L, 2) != LUA_TTABLE || lua_rawlen(L, 2) != 2)
@@ -506,10 +692,16 @@ static int l_operator(lua_State *L) {
   if (!lua_isfunction(L, -1))
     return ltb_error(L, "operator", "matmul must be a function, got %s", luaL_typename(L, -1));
   lua_pop(L, 1);
-  lua_getfield(L, 1, "t_matmul");
-  if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
-    return ltb_error(L, "operator", "t_matmul must be a function, got %s", luaL_typename(L, -1));
-  lua_pop(L, 1);
+  static const char *const optional_functions[] = {"t_matmul", "bilinear_derivative",
+                                                   "with_params"};
+  for (int i = 0; i < 3; i++) {
+    lua_getfield(L, 1, optional_functions[i]);
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+      return ltb_error(L, "operator", "%s must be a function, got %s", optional_functions[i],
+                       luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  check_params(L, 1);
   /* Everything that may raise (the box, the anchor and its entry) happens
    * before the C allocation below, so that nothing can leak. */
   ltb_box *box = ltb_new_box(L);
@@ -520,12 +712,20 @@ static int l_operator(lua_State *L) {
 #if LUA_VERSION_NUM >= 504
   make_weak_table(L, &box_anchors_key, "k"); /* box → its anchors */
 #endif
-  lua_createtable(L, 2, 0); /* the anchor: {matmul, t_matmul} */
+  lua_createtable(L, 5, 0); /* the anchor: see ANCHOR_MATMUL ... */
   lua_getfield(L, 1, "matmul");
-  lua_rawseti(L, -2, 1);
+  lua_rawseti(L, -2, ANCHOR_MATMUL);
   lua_getfield(L, 1, "t_matmul");
   int has_t_matmul = !lua_isnil(L, -1);
-  lua_rawseti(L, -2, 2);
+  lua_rawseti(L, -2, ANCHOR_T_MATMUL);
+  copy_params(L, 1);
+  lua_rawseti(L, -2, ANCHOR_PARAMS);
+  lua_getfield(L, 1, "bilinear_derivative");
+  int has_derivative = !lua_isnil(L, -1);
+  lua_rawseti(L, -2, ANCHOR_DERIVATIVE);
+  lua_getfield(L, 1, "with_params");
+  int has_rebuild = !lua_isnil(L, -1);
+  lua_rawseti(L, -2, ANCHOR_WITH_PARAMS);
   int anchor = lua_gettop(L);
   lua_createtable(L, 0, 1); /* the box's set of anchors: just its own */
   lua_pushvalue(L, anchor);
@@ -544,6 +744,9 @@ static int l_operator(lua_State *L) {
   S->lua_operators++;
   def.matmul = lua_matmul;
   def.t_matmul = has_t_matmul ? lua_t_matmul : NULL;
+  def.params = lua_op_params;
+  def.bilinear_derivative = has_derivative ? lua_op_derivative : NULL;
+  def.rebuild = has_rebuild ? lua_op_rebuild : NULL;
   def.ud = op;
   def.free_ud = free_lua_operator;
   box->t = lt_operator_new(S->ctx, &def);

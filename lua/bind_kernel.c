@@ -1,7 +1,8 @@
 /*
  * bind_kernel.c — lt.kernel(x1 [, x2], spec) (spec.derivative =
- * "lengthscale" | "variance" | "period" gives ∂K/∂log θ): the spec table is
- * more than a constructor's parameters (bind_types.c) can say.
+ * "lengthscale" | "variance" | "period" gives ∂K/∂log θ; spec.lengthscale
+ * a list or 1-d tensor: ARD, one per dimension): the spec table is more
+ * than a constructor's parameters (bind_types.c) can say.
  */
 #include <string.h>
 
@@ -10,11 +11,9 @@
 static const struct {
   const char *name;
   lt_kernel_kind kind;
-} kinds[] = {{"rbf", LT_KERNEL_RBF},
-             {"matern12", LT_KERNEL_MATERN12},
-             {"matern32", LT_KERNEL_MATERN32},
-             {"matern52", LT_KERNEL_MATERN52},
-             {"periodic", LT_KERNEL_PERIODIC}};
+} kinds[] = {{"rbf", LT_KERNEL_RBF},           {"matern12", LT_KERNEL_MATERN12},
+             {"matern32", LT_KERNEL_MATERN32}, {"matern52", LT_KERNEL_MATERN52},
+             {"periodic", LT_KERNEL_PERIODIC}, {"rq", LT_KERNEL_RQ}};
 
 /* spec.derivative: ∂K/∂log θ instead of K. */
 static const struct {
@@ -39,33 +38,61 @@ static double spec_number(lua_State *L, int idx, const char *name, int required,
   return v;
 }
 
+/* spec.lengthscale: a number, or a list / 1-d tensor of one per dimension
+ * (ARD). The ARD numbers stay on the stack (a contiguous tensor the spec
+ * points into) until the operator is made. */
+static void spec_lengthscale(lua_State *L, int idx, lt_kernel_spec *spec) {
+  lua_getfield(L, idx, "lengthscale");
+  int t = lua_type(L, -1);
+  if (t == LUA_TNUMBER || t == LUA_TNIL) {
+    lua_pop(L, 1);
+    spec->lengthscale = spec_number(L, idx, "lengthscale", 1, 0.0);
+    return;
+  }
+  if (t != LUA_TTABLE && t != LUA_TUSERDATA)
+    ltb_error(L, "kernel", "spec.lengthscale must be a number or a list of numbers, got %s",
+              luaL_typename(L, -1));
+  lt_tensor *ls = ltb_operand(L, lua_gettop(L), "kernel");
+  if (lt_ndim(ls) != 1)
+    ltb_error(L, "kernel", "spec.lengthscale must be a number or a 1-d list, got %d dimensions",
+              lt_ndim(ls));
+  ltb_box *box = ltb_new_box(L);
+  box->t = lt_dense_contiguous(ltb_ctx(L), ls);
+  if (box->t == NULL) ltb_raise(L);
+  spec->lengthscales = lt_dense_data(box->t);
+  spec->n_lengthscales = lt_size(box->t, 0);
+  spec->lengthscale = 1.0;
+}
+
 static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
-  static const char *const keys[] = {"kind",   "lengthscale", "variance",
-                                     "period", "derivative",  NULL};
+  static const char *const keys[] = {"kind",  "lengthscale", "variance", "period",
+                                     "alpha", "derivative",  NULL};
   ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
     ltb_error(L, "kernel",
-              "spec.kind must be a string (rbf, matern12, matern32, matern52 or "
-              "periodic), got %s",
+              "spec.kind must be a string (rbf, matern12, matern32, matern52, "
+              "periodic or rq), got %s",
               luaL_typename(L, -1));
   const char *kind = lua_tostring(L, -1);
   size_t i = 0, n = sizeof kinds / sizeof kinds[0];
   while (i < n && strcmp(kinds[i].name, kind) != 0) i++;
   if (i == n)
     ltb_error(L, "kernel",
-              "unknown kind '%s' (expected rbf, matern12, matern32, matern52 or "
-              "periodic)",
+              "unknown kind '%s' (expected rbf, matern12, matern32, matern52, "
+              "periodic or rq)",
               kind);
   lua_pop(L, 1);
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;
-  spec->lengthscale = spec_number(L, idx, "lengthscale", 1, 0.0);
+  spec_lengthscale(L, idx, spec);
   spec->variance = spec_number(L, idx, "variance", 0, 1.0);
   spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
+  spec->alpha = spec_number(L, idx, "alpha", 0, 1.0);
+  if (spec->kind != LT_KERNEL_RQ) spec->alpha = 0.0;
   lua_getfield(L, idx, "derivative");
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TSTRING)

@@ -86,6 +86,7 @@ int ltb_call_op(lua_State *L, int op_id, int first) {
     else lua_pushnumber(L, res.x[nx++]);
   }
   for (int i = 0; i < kt; i++) ltb_anchor(L, S, base + 1 + i);
+  if (kt > 0) ltb_gc_nudge(L, S); /* as ltb_fill does: the collector sees no tensor memory */
   int nresults = lua_gettop(L) - base;
   if (op->reports_info) {
     ltb_push_info(L, &res.info);

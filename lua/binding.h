@@ -37,6 +37,15 @@ typedef struct ltb_state {
   size_t lua_operators; /* lt.operator tensors alive (see ltb_anchor) */
   size_t operator_ids;  /* the last lt.operator's id */
   const void *meta;     /* the tensor metatable (lua_topointer), to recognise boxes */
+  /* Handles: every box's userdata sits at index box->handle of a weak
+   * array in the registry (slot `handles`), so that the userdata holding a
+   * tensor can be pushed again (ltb_push_handle). Freed indices are reused:
+   * free_handles (a userdata's memory, in registry slot free_slot: Lua's
+   * memory, not the library's) has room for every index ever given out. */
+  int handles, free_slot;
+  int next_handle;
+  int *free_handles;
+  size_t nfree, free_cap;
 } ltb_state;
 
 /* A tensor userdata holds a pointer to its box, a small block of C memory
@@ -51,6 +60,7 @@ typedef struct ltb_state {
 typedef struct ltb_box {
   lt_tensor *t;
   struct ltb_box *prev, *next; /* the state's list */
+  int handle;                  /* the userdata's index in the handles array, 0: none */
 } ltb_box;
 
 /* The tensor of a tensor userdata (NULL once freed, closed or collected);
@@ -97,6 +107,10 @@ ltb_box *ltb_push_box(lua_State *L, ltb_state *S);
 /* Stores t in the box (taking ownership) and returns 1; with t NULL raises
  * the context's error. */
 int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
+/* Steps Lua's collector in proportion to the library's memory growth (it
+ * does not see the tensors' memory); every call that returns new tensors
+ * runs it. */
+void ltb_gc_nudge(lua_State *L, ltb_state *S);
 /* The box (tensor userdata) at idx holds, as its user value, the anchors of
  * the lt.operators in its tensor's tree (their Lua functions): a closure
  * that reaches the box is garbage together with it, as no registry
@@ -104,6 +118,10 @@ int ltb_fill(lua_State *L, ltb_box *box, lt_tensor *t);
  * operator's product anchors it (ltb_fill, ltb_call_op, callbacks' and
  * hosts' pushes call this); a no-op while no lt.operator is alive. */
 void ltb_anchor(lua_State *L, ltb_state *S, int idx);
+/* Pushes the userdata the program holds for t (its oldest live one:
+ * gradients come back keyed by the very userdata that made the leaf), or a
+ * new one holding a reference to t. */
+void ltb_push_handle(lua_State *L, ltb_state *S, lt_tensor *t);
 /* Number, table or tensor at idx → tensor; a converted value replaces the
  * stack slot, so the garbage collector owns it. */
 lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
@@ -156,6 +174,8 @@ void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: kernel */
 /* bind_types.c: lt.types(), and lt.<type> for every type with a
  * constructor in its descriptor (call it after the hand-written ones). */
 void ltb_open_types(lua_State *L, int module);
+/* bind_grad.c: gradients (params, bilinear_derivative, with_params) */
+void ltb_open_grad(lua_State *L, int module);
 /* bind_ops.c: every operation of the table not wrapped by hand above, as
  * lt.<op> and A:<op> (call it last), and lt.call. */
 void ltb_open_ops(lua_State *L, int module);

@@ -119,6 +119,63 @@ int ltb_push_cstring(lua_State *L, char *s) {
 
 /* --------------------------------------------------------------- tensors */
 
+/* ------------------------------------------------------------- handles */
+
+/* Room in free_handles for one more index than given out so far: taking
+ * and returning indices then never allocates (boxes die in finalizers).
+ * The stack is a userdata's memory, grown by a new userdata (a memory error
+ * is raised here, before any box exists); the old one goes with the
+ * collector. */
+static void reserve_handle(lua_State *L, ltb_state *S) {
+  if (S->nfree > 0 || (size_t)S->next_handle < S->free_cap) return;
+  size_t cap = S->free_cap ? 2 * S->free_cap : 256;
+  int *p = ltb_newuserdata(L, cap * sizeof *p);
+  if (S->nfree > 0) memcpy(p, S->free_handles, S->nfree * sizeof *p);
+  lua_rawseti(L, LUA_REGISTRYINDEX, S->free_slot); /* an existing slot: no allocation */
+  S->free_handles = p;
+  S->free_cap = cap;
+}
+
+static int take_handle(ltb_state *S) {
+  return S->nfree > 0 ? S->free_handles[--S->nfree] : ++S->next_handle;
+}
+
+/* The box's userdata (on top) goes into the handles array at its index.
+ * Nothing needs removing later: the array's values are weak, and an index
+ * is only reused by a new box, which overwrites it. */
+static void record_handle(lua_State *L, const ltb_state *S, const ltb_box *b) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->handles);
+  lua_pushvalue(L, -2);
+  lua_rawseti(L, -2, b->handle);
+  lua_pop(L, 1);
+}
+
+/* The userdata of box b, pushed, when the handles array still holds it
+ * (not once the collector has cleared it for its finalizer); else nothing. */
+static int push_box_userdata(lua_State *L, const ltb_state *S, const ltb_box *b) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S->handles);
+  lua_rawgeti(L, -1, b->handle);
+  lua_remove(L, -2);
+  ltb_box **slot = lua_touserdata(L, -1);
+  if (slot && *slot == b) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+void ltb_push_handle(lua_State *L, ltb_state *S, lt_tensor *t) {
+  const ltb_box *oldest = NULL;
+  for (const ltb_box *b = S->boxes; b; b = b->next) /* newest first */
+    if (b->t == t && b->handle) oldest = b;
+  for (const ltb_box *b = oldest; b; b = b->prev) /* back towards the newest */
+    if (b->t == t && push_box_userdata(L, S, b)) return;
+  luaL_getmetatable(L, TENSOR_NAME);
+  ltb_box *box = ltb_push_box(L, S);
+  box->t = lt_retain(t);
+  ltb_anchor(L, S, lua_gettop(L));
+}
+
+/* --------------------------------------------------------------- boxes */
+
 /* The userdata gets its metatable (its __gc) before the box exists, and the
  * box is on the state's list before it owns anything: a memory error at any
  * step leaks nothing. */
@@ -127,14 +184,17 @@ ltb_box *ltb_push_box(lua_State *L, ltb_state *S) {
   *slot = NULL;
   lua_insert(L, -2);
   lua_setmetatable(L, -2);
+  reserve_handle(L, S);
   ltb_box *b = lt_malloc(S->ctx, sizeof *b);
   if (b == NULL) ltb_throw(L, "lazytensor: %s", lt_last_error(S->ctx));
   b->t = NULL;
+  b->handle = take_handle(S);
   b->prev = NULL;
   b->next = S->boxes;
   if (S->boxes) S->boxes->prev = b;
   S->boxes = b;
   *slot = b;
+  record_handle(L, S, b);
   return b;
 }
 
@@ -152,7 +212,7 @@ ltb_box *ltb_new_box(lua_State *L) {
  * memory is still in cache (W1: 64 kB is 6-8 % faster per op than 1 MB). */
 #define LTB_GC_STRIDE ((size_t)1 << 16)
 
-static void gc_nudge(lua_State *L, ltb_state *S) {
+void ltb_gc_nudge(lua_State *L, ltb_state *S) {
   size_t m = lt_memory(S->ctx);
   if (m < S->gc_mark) S->gc_mark = m;
   if (m - S->gc_mark < LTB_GC_STRIDE) return;
@@ -187,7 +247,7 @@ static int fill(lua_State *L, ltb_state *S, ltb_box *box, lt_tensor *t) {
     if (idx) ltb_anchor(L, S, idx);
   }
   if (S->pending_error != LUA_NOREF) ltb_raise(L);
-  gc_nudge(L, S);
+  ltb_gc_nudge(L, S);
   return 1;
 }
 
@@ -546,6 +606,7 @@ static void drop_box(lua_State *L, ltb_box **slot) {
   if (S->ctx == NULL) return;
   S->L = L;
   unlink_box(S, b);
+  if (b->handle) S->free_handles[S->nfree++] = b->handle; /* room reserved when taken */
   lt_release(S->ctx, b->t);
   lt_free(S->ctx, b, sizeof *b);
 }
@@ -935,7 +996,8 @@ static void create_state(lua_State *L) {
   lua_pop(L, 1);
   ltb_state *S = ltb_newuserdata(L, sizeof *S);
   memset(S, 0, sizeof *S);
-  S->pending_error = S->not_implemented = S->progress = S->error_slot = LUA_NOREF;
+  S->pending_error = S->not_implemented = S->progress = S->error_slot = S->handles = S->free_slot =
+      LUA_NOREF;
   S->L = L;
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, state_gc);
@@ -953,6 +1015,14 @@ static void create_state(lua_State *L) {
   S->error_slot = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushboolean(L, 0);
   S->progress = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushboolean(L, 0); /* the slot of the handles' free stack (reserve_handle) */
+  S->free_slot = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_newtable(L); /* the handles array, weak values */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  S->handles = luaL_ref(L, LUA_REGISTRYINDEX);
   /* luaL_unref runs where it must not raise (inside the C core, when an
    * lt.operator dies). It can only allocate when it creates the registry's
    * free-list entry (Lua 5.1-5.3 keep it at t[0]): create it now, once. */
@@ -1016,6 +1086,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
+  ltb_open_grad(L, module);
   ltb_open_types(L, module);
   ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);

@@ -32,4 +32,16 @@ describe("examples", function()
     assert.is_true(f1998 > 360 and f1998 < 370)
     assert.is_true(f2007 > f1998 + 5)
   end)
+
+  it("learn_covariance: L-BFGS on lt.mvn's log_prob gradients converges", function()
+    local ok, out = run("examples/learn_covariance.lua")
+    assert.is_true(ok, out)
+    local before = tonumber(out:match("initial log%-likelihood (%-?[%d.]+)"))
+    local after = tonumber(out:match("\nlog%-likelihood (%-?[%d.]+)"))
+    assert.is_truthy(before and after, out)
+    assert.is_true(after > before + 1000)
+    assert.matches("%(ftol%)", out) -- converged, not stopped
+    local lengthscale = tonumber(out:match("kernel: lengthscale ([%d.]+) m"))
+    assert.is_true(lengthscale > 10 and lengthscale < 200, out) -- between the grid step and the hill
+  end)
 end)

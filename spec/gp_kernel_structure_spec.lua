@@ -105,14 +105,27 @@ describe("gp kernel structure: choice", function()
     assert.matches("lazytensor: gp: unknown structure 'banded'", err)
   end)
 
-  it("keeps K, the derivatives and the cross-covariance lazy", function()
+  it("keeps K and the cross-covariance lazy; the gradients come from the kernel leaves", function()
     local kernel = K.rbf{dims = {1, 2}} + K.periodic{dims = {1, 2}, fixed = {period = true}}
     local cov = gp.structure.build(kernel, P)
     assert.equal("kernel", cov.kind)
     assert.equal("sum", lt.type(cov.K))
     assert.is_true(cov.K:is_psd())
-    for p = 1, kernel:count() do assert.equal("kernel", lt.type(cov.derivative(p))) end
     assert.is_true(lt.is_lazy(cov.cross({{0.1, 0.2}, {1, 2}})))
+    -- every free hyperparameter is a parameter of an lt.kernel leaf of Ky,
+    -- and σ² the scale of an identity
+    local Ky, links = cov.noisy(0.1)
+    local covered = {}
+    for _, link in ipairs(links) do
+      if link.noise then
+        assert.equal("identity", lt.type(link.leaf))
+      else
+        assert.equal("kernel", lt.type(link.leaf))
+        for p in pairs(link.d) do covered[p] = true end
+      end
+    end
+    for p = 1, kernel:count() do assert.is_true(covered[p], "parameter " .. p) end
+    assert.equal("sum", lt.type(Ky))
   end)
 end)
 

@@ -312,15 +312,31 @@ describe("gp iterative path", function()
       y[i] = math.sin(x[i]) + 0.1 * math.sin(17 * x[i])
     end
     local model = gp.exact{x = x, y = y, kernel = K.rbf{lengthscale = 0.5}, noise = 0.05}
-    lt.manual_seed(1)
     local exact_v, exact_g = lt.with_settings({max_cholesky_size = 10000},
                                               function() return model:mll_and_grad() end)
-    local v, g = lt.with_settings({max_cholesky_size = 100, num_trace_samples = 40,
-                                   cg_tolerance = 1e-8},
-                                  function() return model:mll_and_grad() end)
+    -- 40 Rademacher probes: tr(Ky⁻¹ ∂K) within about 3% (rms over seeds),
+    -- and the gradient ½(αᵀ∂Kα − tr) amplifies that where the two nearly
+    -- cancel (the lengthscale here: up to 13% in 16 seeds); the MLL within
+    -- 0.8% rms (worst 1.7% in 16 seeds). 4 seeds, each within 20% (MLL:
+    -- 2.5%), their mean within 5% (MLL: 1%).
+    local mean_g, mean_v = {}, 0
+    for seed = 1, 4 do
+      lt.manual_seed(seed)
+      local v, g, info = lt.with_settings({max_cholesky_size = 100, num_trace_samples = 40,
+                                           cg_tolerance = 1e-8},
+                                          function() return model:mll_and_grad() end)
+      assert.equal("slq", info.method)
+      assert.is_true(info.converged)
+      close(v, exact_v, 0.025, "iterative mll")
+      mean_v = mean_v + v / 4
+      for p = 1, #g do
+        close(g[p], exact_g[p], 0.2, "stochastic gradient " .. p)
+        mean_g[p] = (mean_g[p] or 0) + g[p] / 4
+      end
+    end
+    close(mean_v, exact_v, 0.01, "mean iterative mll")
+    for p = 1, #mean_g do close(mean_g[p], exact_g[p], 0.05, "mean stochastic gradient " .. p) end
     local _, info = lt.with_settings({max_cholesky_size = 100}, function() return model:mll() end)
     assert.equal("slq", info.method)
-    close(v, exact_v, 0.01, "iterative mll")
-    for p = 1, #g do close(g[p], exact_g[p], 0.1, "stochastic gradient " .. p) end
   end)
 end)

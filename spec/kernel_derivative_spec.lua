@@ -181,6 +181,18 @@ describe("kernel derivatives", function()
     end
   end)
 
+  -- their gradients (second derivatives of k) against central differences
+  it("have gradients: lengthscale, variance, period, x1 and x2", function()
+    local gradcheck = require "support.gradcheck"
+    local x, y = lt.tensor(X), lt.tensor(Y)
+    for _, kind in ipairs(KINDS) do
+      for _, dname in ipairs(derivatives_of(kind)) do
+        assert.is_true(gradcheck.check(lt.kernel(x, spec_of(kind, dname))) > 0)
+        assert.is_true(gradcheck.check(lt.kernel(x, y, spec_of(kind, dname))) > 0)
+      end
+    end
+  end)
+
   it("rejects bad derivative names with clear errors, without leaking", function()
     local x = lt.tensor(X)
     local function fails(pattern, spec)

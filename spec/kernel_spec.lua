@@ -17,6 +17,9 @@ local formulas = {
     return s.variance * (1 + math.sqrt(5) * r / l + 5 * r * r / (3 * l * l))
       * math.exp(-math.sqrt(5) * r / l)
   end,
+  rq = function(r, s)
+    return s.variance * (1 + r * r / (2 * s.alpha * s.lengthscale ^ 2)) ^ -s.alpha
+  end,
 }
 
 local function points_of(x)
@@ -33,8 +36,12 @@ local function k(s, x, y)
     for d = 1, #x do acc = acc + math.sin(math.pi * math.abs(x[d] - y[d]) / s.period) ^ 2 end
     return variance * math.exp(-2 * acc / s.lengthscale ^ 2)
   end
+  -- ARD (a list of lengthscales): distances scaled per dimension, l = 1
+  local ard = type(s.lengthscale) == "table"
   local r2 = 0
-  for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
+  for d = 1, #x do r2 = r2 + ((x[d] - y[d]) / (ard and s.lengthscale[d] or 1)) ^ 2 end
+  if ard then spec.lengthscale = 1 end
+  spec.alpha = s.alpha
   return formulas[s.kind](math.sqrt(r2), spec)
 end
 
@@ -61,12 +68,23 @@ end
 local X1 = {{0, 0}, {1.1, 0.3}, {-0.4, 1.2}, {2.0, -1.0}, {0.7, 2.1}, {-1.5, -0.6}}
 local X2 = {{0.2, -0.1}, {1.9, 0.8}, {-1.0, 0.4}, {0.5, 1.5}}
 local T1 = {0.1, 0.9, 1.7, 2.3, 3.1}
+-- 12 features: distances (and the gradient pass's) through dgemm
+local function wide(n, seed)
+  local P = {}
+  for i = 1, n do
+    P[i] = {}
+    for q = 1, 12 do P[i][q] = math.sin(seed * i + 0.37 * q * q) * 0.6 end
+  end
+  return P
+end
+local W1, W2 = wide(6, 1.3), wide(4, 2.9)
 local specs = {
   {kind = "rbf", lengthscale = 0.8},
   {kind = "matern12", lengthscale = 1.3, variance = 2},
   {kind = "matern32", lengthscale = 0.9, variance = 0.5},
   {kind = "matern52", lengthscale = 1.1, variance = 1.5},
   {kind = "periodic", lengthscale = 0.9, variance = 1.2, period = 2.5},
+  {kind = "rq", lengthscale = 0.9, variance = 1.4, alpha = 0.7},
 }
 for _, s in ipairs(specs) do
   local name = "kernel " .. s.kind
@@ -74,6 +92,26 @@ for _, s in ipairs(specs) do
   conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
   conformance.check(name .. " K(x2, x1) 4x6, d = 2", case(X2, X1, s))
   conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, s, {psd = true}))
+  conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, s))
+end
+-- ARD: one lengthscale per dimension (every kind but periodic)
+local ard_specs = {
+  {kind = "rbf", lengthscale = {0.6, 1.7}, variance = 1.3},
+  {kind = "matern12", lengthscale = {1.4, 0.8}},
+  {kind = "matern32", lengthscale = {0.7, 2.1}, variance = 0.6},
+  {kind = "matern52", lengthscale = {1.2, 0.5}, variance = 1.5},
+  {kind = "rq", lengthscale = {0.8, 1.9}, variance = 0.9, alpha = 2.3},
+}
+local ard12 = {}
+for q = 1, 12 do ard12[q] = 0.5 + 0.13 * q end
+for _, s in ipairs(ard_specs) do
+  local name = "kernel " .. s.kind .. " ARD"
+  conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, {psd = true}))
+  conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
+  local wide_spec = {kind = s.kind, lengthscale = ard12, variance = s.variance, alpha = s.alpha}
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, wide_spec, {psd = true}))
+  conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, wide_spec))
 end
 
 describe("kernel", function()
@@ -229,9 +267,9 @@ describe("kernel", function()
     local P1, P2 = lt.tensor(x1), lt.tensor(x2)
     local B1, B2 = lt.randn(300, 3), lt.randn(170, 3)
     for _, s in ipairs(specs) do
-      for _, derivative in ipairs{false, "lengthscale"} do
+      for _, derivative in ipairs{false, s.kind ~= "rq" and "lengthscale" or nil} do
         local spec = {kind = s.kind, lengthscale = s.lengthscale, variance = s.variance,
-                      period = s.period, derivative = derivative or nil}
+                      period = s.period, alpha = s.alpha, derivative = derivative or nil}
         it(string.format("%s%s: the same products stored and evaluated (to 1e-14)", s.kind,
                          derivative and " ∂/∂log l" or ""), function()
           for _, cross in ipairs{false, true} do
@@ -367,9 +405,17 @@ describe("kernel", function()
     it("raises clear errors and leaves the state intact", function()
       local x = lt.tensor(X1)
       fails("unknown kind 'cosine'", x, {kind = "cosine", lengthscale = 1})
+      fails("3 lengthscales for points of 2 dimensions", x, {kind = "rbf", lengthscale = {1, 2, 3}})
+      fails("lengthscale%[2%] must be a positive number", lt.tensor{{0, 0}, {1, 1}},
+            {kind = "rbf", lengthscale = {1, -2}})
+      fails("a periodic kernel takes one lengthscale", x,
+            {kind = "periodic", lengthscale = {1}, period = 1})
+      fails("alpha must be a positive number", x, {kind = "rq", lengthscale = 1, alpha = 0})
+      fails("derivative 'lengthscale' needs one lengthscale", x,
+            {kind = "rbf", lengthscale = {1}, derivative = "lengthscale"})
       fails("spec.kind must be a string", x, {lengthscale = 1})
       fails("spec.lengthscale is required", x, {kind = "rbf"})
-      fails("spec.lengthscale must be a number, got string", x, {kind = "rbf", lengthscale = "1"})
+      fails("spec.lengthscale must be a number or a list of numbers, got string", x, {kind = "rbf", lengthscale = "1"})
       fails("lengthscale must be a positive number, got 0", x, {kind = "rbf", lengthscale = 0})
       fails("lengthscale must be a positive number, got %-1", x,
         {kind = "matern12", lengthscale = -1})

@@ -51,6 +51,8 @@ extern "C" {
 
 typedef struct lt_context lt_context;
 typedef struct lt_tensor lt_tensor;
+typedef struct lt_paramset lt_paramset;   /* see "Gradients" */
+typedef struct lt_cotangent lt_cotangent; /* see "Gradients" */
 
 /* An allocator, with the contract of lua_Alloc (a Lua state's allocator can
  * be passed as it is): with nsize == 0 it frees ptr and returns NULL;
@@ -231,6 +233,8 @@ typedef struct lt_constructor {
  * A type descriptor: the few things every operator must provide. Everything
  * else has a generic fallback in the registry built on `matmul`.
  * Descriptors are immutable and may be shared by any number of contexts.
+ * Fields may be appended in later versions: fill a descriptor with
+ * designated initializers (.name = ..., .matmul = ...).
  */
 typedef struct lt_type {
   const char *name;
@@ -256,6 +260,22 @@ typedef struct lt_type {
    * that hold whatever the children hold, and flags set with lt_prop_set
    * lapse when data beneath is written. */
   void (*derive_props)(const lt_tensor *self, unsigned char *props);
+  /* Gradients (see "Gradients" below); all optional, appended last. */
+  /* Adds the operator's own parameters (name → value) to out, keyed by
+   * self. Composites have none: NULL. */
+  int (*params)(lt_context *ctx, lt_tensor *self, lt_paramset *out);
+  /* Adds Σ_ij W_ij ∂self_ij/∂θ for every parameter θ of every leaf under
+   * self to grads. w holds exactly one part (L·Rᵀ, a dense W or a diagonal,
+   * contiguous); LT_NOT_IMPLEMENTED for a part the type does not handle
+   * makes the core retry with that part as a dense W. Composites apply the
+   * chain rule through lt_bilinear_derivative on their children. */
+  int (*bilinear_derivative)(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads);
+  /* A new operator like self over `children` (self's own or replacements,
+   * nchildren of them), with the parameters values holds for self (others
+   * as self has them): what lt_with_params builds. */
+  lt_tensor *(*rebuild)(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                        const lt_paramset *values);
   /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
    * types made only by rules, or with a hand-written binding, have none. */
   const lt_constructor *constructor;
@@ -637,7 +657,8 @@ typedef enum {
   LT_KERNEL_MATERN12,
   LT_KERNEL_MATERN32,
   LT_KERNEL_MATERN52,
-  LT_KERNEL_PERIODIC
+  LT_KERNEL_PERIODIC,
+  LT_KERNEL_RQ /* rational quadratic: v·(1 + r²/(2αl²))^(−α) */
 } lt_kernel_kind;
 /* What the operator's entries are: the kernel itself, or its derivative with
  * respect to the log of one hyperparameter (θ·∂k/∂θ). */
@@ -651,12 +672,19 @@ typedef struct lt_kernel_spec {
   lt_kernel_kind kind;
   double lengthscale, variance, period;
   lt_kernel_derivative derivative; /* LT_KERNEL_VALUE (0) for K itself */
+  double alpha;                    /* rq only */
+  /* ARD: one lengthscale per input dimension (n_lengthscales = d numbers,
+   * copied at construction; lengthscale is then ignored), or NULL. Radial
+   * kinds and rq only, with derivative LT_KERNEL_VALUE or D_VARIANCE. */
+  const double *lengthscales;
+  size_t n_lengthscales;
 } lt_kernel_spec;
-/* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale,
- * variance (and period for periodic) > 0. Entries are never stored.
- * spec->derivative other than LT_KERNEL_VALUE gives ∂K/∂log θ instead
- * (LT_KERNEL_D_PERIOD only for periodic kernels): symmetric when x2 is NULL,
- * PSD only for the variance derivative (which equals K). */
+/* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale
+ * (or the ARD lengthscales), variance (period for periodic, alpha for rq)
+ * > 0. Entries are never stored. spec->derivative other than
+ * LT_KERNEL_VALUE gives ∂K/∂log θ instead (LT_KERNEL_D_PERIOD only for
+ * periodic kernels, D_LENGTHSCALE not for rq or ARD): symmetric when x2 is
+ * NULL, PSD only for the variance derivative (which equals K). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 /* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's
@@ -671,6 +699,9 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: 
 #define LT_KERNEL_ROW_BLOCK 64
 int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t r0, size_t r1,
                           const lt_tensor *X, double *out);
+/* K's spec into out (an ARD spec's lengthscales point into K: valid while K
+ * lives); an error when K is not a kernel operator. */
+int lt_kernel_spec_of(lt_context *ctx, const lt_tensor *K, lt_kernel_spec *out);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
 /* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
@@ -699,6 +730,15 @@ typedef struct lt_operator_def {
   void (*free_ud)(lt_context *ctx, void *ud);
   int symmetric, psd; /* lt_tristate values */
   const char *name;   /* shown by tostring; may be NULL */
+  /* Gradients (optional; see "Gradients"): the operator's own parameters
+   * (added to out, keyed by self); the gradient of <W, self> for them (w
+   * has one part, as for a type's bilinear_derivative; LT_NOT_IMPLEMENTED
+   * for a part not handled sends it again as a dense W); a new operator
+   * with the parameters in values. Without params the operator has none. */
+  int (*params)(lt_context *ctx, void *ud, lt_tensor *self, lt_paramset *out);
+  int (*bilinear_derivative)(lt_context *ctx, void *ud, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads);
+  lt_tensor *(*rebuild)(lt_context *ctx, void *ud, lt_tensor *self, const lt_paramset *values);
 } lt_operator_def;
 lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def);
 const char *lt_operator_name(const lt_tensor *t); /* NULL if none or not an operator */
@@ -760,6 +800,91 @@ int lt_register_batch_rule(lt_context *ctx, int op, int type_a, int type_b, cons
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);
 lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a);
+
+/* ------------------------------------------------------------------ */
+/* Gradients                                                           */
+/* ------------------------------------------------------------------ */
+
+/* No tape: every type knows the derivative of <W, A> = Σ_ij W_ij A_ij with
+ * respect to its own parameters (linear_operator's _bilinear_derivative),
+ * and composites apply the chain rule to their children.
+ *
+ * A parameter set maps (leaf, name) to a value: a number or a dense tensor
+ * of the parameter's shape. It holds a reference to every leaf and owns
+ * its values and names. Adding to an entry that exists sums (gradients
+ * reached by several paths add up). */
+typedef struct lt_param {
+  lt_tensor *leaf;   /* the operator the parameter belongs to */
+  const char *name;  /* "diag", "U", "lengthscale", ... */
+  lt_tensor *tensor; /* a dense tensor of the parameter's shape, or NULL: */
+  double number;     /* the value is this number */
+} lt_param;
+
+lt_paramset *lt_paramset_new(lt_context *ctx);
+void lt_paramset_free(lt_context *ctx, lt_paramset *s); /* NULL is fine */
+size_t lt_paramset_count(const lt_paramset *s);
+const lt_param *lt_paramset_at(const lt_paramset *s, size_t i); /* entries in insertion order */
+/* The entry (leaf, name), or NULL. */
+const lt_param *lt_paramset_find(const lt_paramset *s, const lt_tensor *leaf, const char *name);
+/* Adds v to (leaf, name), creating the entry (v itself, or a copy of a
+ * tensor) when absent. A tensor must be dense and, when the entry exists,
+ * of its shape; a number goes to a number entry. */
+int lt_paramset_add_number(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, const char *name,
+                           double v);
+int lt_paramset_add_tensor(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, const char *name,
+                           const lt_tensor *v);
+/* lt_paramset_add_tensor taking v's reference (a fresh tensor the caller
+ * gives away; released on error too): no copy when the entry is new. */
+int lt_paramset_add_owned(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, const char *name,
+                          lt_tensor *v);
+
+/* The weights W of a gradient (a cotangent), for an m×n operator: the sum
+ * of whichever parts are set, W + L·Rᵀ + diag(d):
+ *   W  dense m×n;
+ *   L, R  dense m×k and n×k (1-d: k = 1), both or neither;
+ *   d  dense 1-d of min(m, n) entries. */
+struct lt_cotangent {
+  lt_tensor *W;
+  lt_tensor *L, *R;
+  lt_tensor *d;
+};
+
+/* a's own parameters into out (keyed by a): dense {values}, diag {diag},
+ * identity, scaled, constant, kron_plus_identity {scale}, lowrank {U, V},
+ * toeplitz {column, row}, triangular, chol {L}, kernel {lengthscale (a
+ * number, or a d-vector with ARD), variance, period, alpha, x1, x2};
+ * composites none. Values are copies. */
+int lt_params(lt_context *ctx, lt_tensor *a, lt_paramset *out);
+/* Adds the gradient of <W, a> = tr(Wᵀ·a) with respect to every parameter of
+ * every leaf under a to grads (with W = L·Rᵀ: the gradient of tr(Lᵀ·a·R)).
+ * Structured leaves get structured derivatives (nothing n×n for them). */
+int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
+                           lt_paramset *grads);
+/* A new operator: a with the parameters `values` gives for its leaves
+ * (keyed as lt_params and lt_bilinear_derivative key them) replaced, the
+ * rest shared with a. An error when a leaf cannot be rebuilt (a Lua
+ * operator without with_params), a value does not fit its parameter, or a
+ * value would go unused (its leaf is not under a, or has no parameter of
+ * that name). */
+lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values);
+
+/* inv_quad_logdet with gradients: bᵀA⁻¹b and log det A (A symmetric
+ * positive definite, b a dense vector or n×k matrix), and in grads the
+ * gradient of their sum with respect to every parameter under A and to b
+ * (b's own entry {values = 2·A⁻¹b} when b is a vector; a matrix b is an
+ * operator whose leaves get theirs). Exact (one Cholesky factor) up to
+ * max_cholesky_size; above it GPyTorch's stochastic estimate from one
+ * block CG run over [b | num_trace_samples probes], preconditioned as the
+ * iterative rules are. info: "cholesky", or "slq" with CG's iterations,
+ * residual and convergence. */
+typedef struct lt_grad_opts {
+  /* Stochastic path: rank of the pivoted-Cholesky control variate, 0 for
+   * none. With it, tr(P⁻¹ ∂A) of the preconditioner P = L·Lᵀ + D (of this
+   * rank at least) is exact and only the rest is estimated. */
+  int control_variate;
+} lt_grad_opts;
+int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
+                            double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info);
 
 #ifdef __cplusplus
 }

@@ -111,11 +111,70 @@ function MVN:mean_rows(n)
   return lib().ones(n, 1) * self._mean:reshape(1, self.k)
 end
 
+-- The gradients of Σ log_prob over the points of x (1-d, or n x k: one per
+-- row), from one inv_quad_logdet{grad = true} of the covariance with the
+-- right-hand side D/√n (D = the points minus the mean, as columns): its
+-- value n·(bᵀA⁻¹b + log det A) is Σ quad + n·log det. Returns the log
+-- probabilities (a number, or a 1-d tensor of n) and the gradients, keyed
+-- by the covariance's leaves, the mean and x.
+local function log_prob_grad(self, x, opts)
+  local lt = lib()
+  local many = x:dim() == 2
+  local n = many and x:size(1) or 1
+  local d = many and (x - self:mean_rows(n)):t() or x - self._mean
+  local b = d / math.sqrt(n)
+  local _, ld, grads = self._cov:inv_quad_logdet(b, {grad = true,
+                                                    control_variate = opts.control_variate})
+  local solved = grads[b].values * (0.5 * math.sqrt(n)) -- A⁻¹d
+  grads[b] = nil
+  for _, named in pairs(grads) do
+    for name, g in pairs(named) do named[name] = g * (-0.5 * n) end
+  end
+  local quads = many and lt.mul(d, solved):sum(1) or d:dot(solved)
+  local mean_grad = many and solved:sum(2):reshape(self.k) or solved
+  local x_grad = many and (solved * -1):t():contiguous() or solved * -1
+  local function add_to(key, g)
+    local entry = grads[key]
+    if entry == nil then
+      grads[key] = {values = g}
+    else
+      entry.values = entry.values and entry.values + g or g
+    end
+  end
+  add_to(self._mean, mean_grad)
+  add_to(x, x_grad)
+  local constant = -0.5 * (ld + self.k * LOG_2PI)
+  if many then return quads * -0.5 + constant, grads end
+  return -0.5 * quads + constant, grads
+end
+
 --- log density at x: a number for x of k entries, a 1-d tensor of n numbers
--- for an n x k tensor of points (one per row).
-function MVN:log_prob(x)
+-- for an n x k tensor of points (one per row). With opts.grad = true, also
+-- the gradients of (the sum of) the log densities as a second result: a
+-- table keyed by the covariance's leaves (as A:bilinear_derivative keys
+-- them), the mean and x, each a table name → gradient ({values = ...} for
+-- the mean and x); opts.control_variate is inv_quad_logdet's.
+function MVN:log_prob(x, opts)
   x = as_tensor(x, "mvn:log_prob", "x")
-  if self.batch_shape then return batch.log_prob(self, x) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("lazytensor: mvn:log_prob: options must be a table, got " .. type(opts), 0)
+  end
+  for key in pairs(opts or {}) do
+    if key ~= "grad" and key ~= "control_variate" then
+      error("lazytensor: mvn:log_prob: unknown option '" .. tostring(key)
+            .. "' (expected grad, control_variate)", 0)
+    end
+  end
+  local want_grad = opts and opts.grad
+  if self.batch_shape then
+    if want_grad then
+      error("lazytensor: mvn:log_prob: grad = true takes one distribution, not a batch", 0)
+    end
+    return batch.log_prob(self, x)
+  end
+  if (x:dim() == 1 and x:numel() == self.k) or (x:dim() == 2 and x:size(2) == self.k) then
+    if want_grad then return log_prob_grad(self, x, opts) end
+  end
   if x:dim() == 1 then
     if x:numel() ~= self.k then
       error(string.format("lazytensor: mvn:log_prob: x has %d entries, expected %d",

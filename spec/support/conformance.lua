@@ -21,19 +21,27 @@
 --   det <= 0; without psd, inv_quad(_logdet) may also refuse with an error)
 --   tol        relative tolerance for exact results (products, entries): 1e-10
 --   solve_tol  relative tolerance for factorisations and solves: 1e-7
+--   leaves     a list of the leaf operators under the operator (for
+--              composites): each must be in its gradients (see below)
 --   singular   "why": the operator is square and singular by construction
 --              (why says so: "rank 2 < 5"); the reference must be too. Then
 --              solve, inv_quad and inv_quad_logdet must raise a
 --              `lazytensor:` error naming the singular matrix, and logdet
 --              must be -inf (det = 0), instead of the values checked below.
 --
+-- Gradients: every operator's bilinear_derivative (for low-rank, dense and
+-- diagonal weights) is checked against central differences of Σ W∘A
+-- computed from A:dense() at perturbed parameters (support/gradcheck.lua),
+-- and its own parameters and those of opts.leaves must all be in it.
+--
 -- Every check runs: there is no way to skip one.
 local lt = require "lazytensor"
+local gradcheck = require "support.gradcheck"
 
 local conformance = {}
 
 local OPTIONS = {square = true, symmetric = true, psd = true, tol = true, solve_tol = true,
-  singular = true}
+  singular = true, leaves = true}
 
 -- ------------------------------------------------------------ plain Lua
 
@@ -541,6 +549,11 @@ function conformance.check(name, make, make_reference, opts)
       end
       -- the operator is intact afterwards
       assert_close(A * lt.tensor(v), mv(R, v), tol, "A*v after errors", scale * n)
+    end)
+
+    case("bilinear_derivative", function(A)
+      -- leaves are the spec's own operators: make() builds A over them
+      gradcheck.check(A, {leaves = opts.leaves})
     end)
 
     case("svd", function(A)

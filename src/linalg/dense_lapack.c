@@ -197,6 +197,19 @@ lt_tensor *lt_lapack_cholesky_upper_only(lt_context *ctx, const char *op, const 
   return cholesky_tries(ctx, op, a, 1, 0.0, 0, NULL, 0, NULL);
 }
 
+int lt_lapack_cholesky_upper_in_place(lt_context *ctx, const char *op, lt_tensor *a) {
+  if (check_square(ctx, op, a) != LT_OK) return LT_ERR;
+  size_t n = a->shape[0];
+  double *p = lt_dense_data(a);
+  if (triangle_nonfinite(p, n, 1))
+    return lt_error(ctx, "%s: matrix has NaN or infinite entries", op);
+  lt_dense_written(a);
+  /* Column-major 'L' on a row-major buffer is the row-major upper factor. */
+  if (n > 0 && LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
+    return lt_error(ctx, "%s: matrix is not positive definite", op);
+  return LT_OK;
+}
+
 /* max_i Σ_j |A_ij|: the 1-norm of a symmetric A (dpocon's anorm). */
 static double symmetric_norm1(const lt_tensor *a) {
   size_t n = a->shape[0];
@@ -247,6 +260,18 @@ lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tenso
   lt_prop_mark(c, LT_PROP_SYMMETRIC, LT_YES);
   lt_prop_mark(c, LT_PROP_PSD, LT_YES);
   return c;
+}
+
+int lt_lapack_cholesky_inverse(lt_context *ctx, const char *op, lt_tensor *u) {
+  size_t n = u->shape[0];
+  double *p = lt_dense_data(u);
+  if (n == 0) return LT_OK;
+  /* Column-major 'L' is the row-major upper factor. */
+  if (LAPACKE_dpotri_work(LAPACK_COL_MAJOR, 'L', (lapack_int)n, p, (lapack_int)n) != 0)
+    return lt_error(ctx, "%s: matrix is singular", op);
+  mirror_upper(p, n);
+  lt_dense_written(u);
+  return LT_OK;
 }
 
 void lt_lapack_trsm(const double *t, size_t n, int upper, int trans, double *b, size_t k) {

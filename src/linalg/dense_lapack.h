@@ -55,6 +55,17 @@ lt_tensor *lt_lapack_spd_inverse(lt_context *ctx, const char *op, const lt_tenso
  * a contiguous n×k B. */
 lt_tensor *lt_lapack_cholesky_solve(lt_context *ctx, const lt_tensor *u, const lt_tensor *b);
 
+/* lt_lapack_cholesky_upper_only in place: a (contiguous, square, the
+ * caller's own) is overwritten by its upper factor. LT_OK, or LT_ERR with
+ * "op: matrix is not positive definite" (a then holds garbage) or another
+ * error. */
+int lt_lapack_cholesky_upper_in_place(lt_context *ctx, const char *op, lt_tensor *a);
+
+/* Turns an upper Cholesky factor U (from lt_lapack_cholesky_upper_only) into
+ * A⁻¹ = U⁻¹U⁻ᵀ in place (dpotri), both triangles; LT_ERR when a pivot is
+ * zero ("op: matrix is singular"). */
+int lt_lapack_cholesky_inverse(lt_context *ctx, const char *op, lt_tensor *u);
+
 /* 2·Σ log F_ii = log det A for a Cholesky factor F (either triangle). */
 double lt_lapack_cholesky_logdet(const lt_tensor *f);
 

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -171,6 +172,50 @@ static void bd_props(const lt_tensor *t, unsigned char *props) {
   if (upper) props[LT_PROP_UPPER] = LT_YES;
 }
 
+/* Gradients: block i gets its part of the weights — rows of L and R, a
+ * block of W, a segment of d (square blocks; the diagonal crosses
+ * rectangular ones irregularly, so d then goes dense). */
+static int block_weights(lt_context *ctx, const lt_tensor *self, int i, const lt_cotangent *w,
+                         lt_cotangent *out) {
+  const offsets *o = offs(self);
+  size_t r0 = o->roff[i], nr = o->roff[i + 1] - r0, c0 = o->coff[i], nc = o->coff[i + 1] - c0;
+  memset(out, 0, sizeof *out);
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK:
+      out->L = lt_dense_narrow(ctx, w->L, 0, r0, nr);
+      out->R = out->L ? lt_dense_narrow(ctx, w->R, 0, c0, nc) : NULL;
+      return out->R ? LT_OK : LT_ERR;
+    case LTG_DENSE: {
+      lt_tensor *rows = lt_dense_narrow(ctx, w->W, 0, r0, nr);
+      out->W = rows ? lt_dense_narrow(ctx, rows, 1, c0, nc) : NULL;
+      lt_release(ctx, rows);
+      return out->W ? LT_OK : LT_ERR;
+    }
+    default: out->d = lt_dense_narrow(ctx, w->d, 0, r0, nr); return out->d ? LT_OK : LT_ERR;
+  }
+}
+
+static int bd_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                         lt_paramset *grads) {
+  if (ltg_kind_of(w) == LTG_DIAG && !all_square(self)) return LT_NOT_IMPLEMENTED;
+  for (int i = 0; i < nblocks(self); i++) {
+    lt_cotangent wi;
+    if (block_weights(ctx, self, i, w, &wi) != LT_OK) return LT_ERR;
+    int rc = lt_bilinear_derivative(ctx, block(self, i), &wi, grads);
+    ltg_release(ctx, &wi);
+    if (rc != LT_OK) return LT_ERR;
+  }
+  return LT_OK;
+}
+
+static lt_tensor *blockdiag_from(lt_context *ctx, lt_tensor *const *b, int n);
+
+static lt_tensor *bd_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                             const lt_paramset *values) {
+  (void)values;
+  return blockdiag_from(ctx, children, nblocks(self));
+}
+
 const lt_type lt_blockdiag_type = {
     .name = "blockdiag",
     .constructor = &blockdiag_constructor,
@@ -181,6 +226,8 @@ const lt_type lt_blockdiag_type = {
     .destroy = bd_destroy,
     .payload_bytes = bd_payload_bytes,
     .derive_props = bd_props,
+    .bilinear_derivative = bd_derivative,
+    .rebuild = bd_rebuild,
 };
 
 /* ------------------------------------------------------------ construction */

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -98,6 +99,55 @@ static void cat_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, c, sizeof *c);
 }
 
+/* ---------------------------------------------------------- gradients */
+
+/* The part of the weights block b sees: W's rows (stacked) or columns (side
+ * by side) of the block, views of the cotangent's tensors, whose other
+ * factor is shared. A diagonal W has no block form (the block's part is
+ * off its diagonal unless it is the first): LT_NOT_IMPLEMENTED hands it on
+ * as a dense W. */
+static int block_weights(lt_context *ctx, const lt_tensor *self, int b, const lt_cotangent *w,
+                         lt_cotangent *part) {
+  const cat *c = cat_of(self);
+  size_t start = c->offset[b], len = c->offset[b + 1] - start;
+  memset(part, 0, sizeof *part);
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK:
+      if (c->dim == 0) {
+        part->L = lt_dense_narrow(ctx, w->L, 0, start, len);
+        part->R = lt_retain(w->R);
+      } else {
+        part->L = lt_retain(w->L);
+        part->R = lt_dense_narrow(ctx, w->R, 0, start, len);
+      }
+      return part->L && part->R ? LT_OK : LT_ERR;
+    case LTG_DENSE:
+      part->W = lt_dense_narrow(ctx, w->W, c->dim, start, len);
+      return part->W ? LT_OK : LT_ERR;
+    default: return LT_NOT_IMPLEMENTED;
+  }
+}
+
+/* No parameters of its own: <W, [A; B]> = <W_A, A> + <W_B, B>, each block
+ * with its rows (columns) of W. */
+static int cat_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  for (int b = 0; b < self->nchildren; b++) {
+    lt_cotangent part;
+    int rc = block_weights(ctx, self, b, w, &part);
+    if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[b], &part, grads);
+    ltg_release(ctx, &part);
+    if (rc != LT_OK) return rc;
+  }
+  return LT_OK;
+}
+
+static lt_tensor *cat_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)values;
+  return lt_cat_new(ctx, children, self->nchildren, cat_of(self)->dim);
+}
+
 /* lt.cat({A, B, ...} [, dim]): dim 1 (rows, the default) or 2 (columns). */
 static lt_tensor *cat_make(lt_context *ctx, const lt_arg *args) {
   if (args[1].size != 1 && args[1].size != 2) {
@@ -120,6 +170,8 @@ const lt_type lt_cat_type = {
     .t_matmul = cat_t_matmul,
     .entry = cat_entry,
     .destroy = cat_destroy,
+    .bilinear_derivative = cat_derivative,
+    .rebuild = cat_rebuild,
 };
 
 /* The blocks agree across dim (widths when stacked, heights side by

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -59,6 +60,43 @@ static int chol_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* Gradients: {L}; <W, L·Lᵀ> gives (W + Wᵀ)·L, kept to the lower triangle
+ * (the entries above it are not parameters: they stay 0). */
+static int chol_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_tensor(ctx, out, self, "L", factor(self));
+}
+
+static int chol_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                           lt_paramset *grads) {
+  size_t n = self->shape[0];
+  lt_tensor *a = ltg_apply(ctx, w, n, n, 0, factor(self));
+  lt_tensor *b = a ? ltg_apply(ctx, w, n, n, 1, factor(self)) : NULL;
+  lt_tensor *g = b ? lt_dense_binary(ctx, LT_EW_ADD, a, b) : NULL;
+  lt_release(ctx, a);
+  lt_release(ctx, b);
+  if (g == NULL) return LT_ERR;
+  double *p = lt_dense_data(g);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = i + 1; j < n; j++) p[i * n + j] = 0.0;
+  return lt_paramset_add_owned(ctx, grads, self, "L", g);
+}
+
+/* The new L's lower triangle (what is above it is not a parameter). */
+static lt_tensor *chol_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                               const lt_paramset *values) {
+  lt_tensor *l = ltg_tensor_value(ctx, values, self, "L", children[0]);
+  lt_tensor *low = l ? lt_dense_clone(ctx, l) : NULL, *out = NULL;
+  if (low != NULL) {
+    size_t n = low->shape[0];
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = i + 1; j < n; j++) lt_dense_data(low)[i * n + j] = 0.0;
+    out = lt_chol_new(ctx, low);
+  }
+  lt_release(ctx, l);
+  lt_release(ctx, low);
+  return out;
+}
+
 static lt_tensor *chol_make(lt_context *ctx, const lt_arg *args) {
   return lt_chol_new(ctx, args[0].t);
 }
@@ -74,6 +112,9 @@ const lt_type lt_chol_type = {
     .t_matmul = chol_matmul,
     .entry = chol_entry,
     .row = chol_row,
+    .params = chol_params,
+    .bilinear_derivative = chol_derivative,
+    .rebuild = chol_rebuild,
 };
 
 /* From a private lower-triangular copy (retained). */

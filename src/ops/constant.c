@@ -2,6 +2,7 @@
  * ops/constant.c — c·11ᵀ (every entry c), the lazy form of "number + lazy
  * operator": O(1) memory where a dense broadcast would take m·n.
  */
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -47,6 +48,24 @@ static void constant_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+/* Gradients: {scale = c}; ∂<W, c·11ᵀ>/∂c = Σ_ij W_ij. */
+static int constant_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_number(ctx, out, self, "scale", value(self));
+}
+
+static int constant_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                               lt_paramset *grads) {
+  return lt_paramset_add_number(ctx, grads, self, "scale", ltg_sum(w));
+}
+
+static lt_tensor *constant_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                   const lt_paramset *values) {
+  (void)children;
+  double c = value(self);
+  if (ltg_value(ctx, values, self, "scale", &c, NULL) == LT_ERR) return NULL;
+  return lt_constant_new(ctx, self->shape[0], self->shape[1], c);
+}
+
 static lt_tensor *constant_make(lt_context *ctx, const lt_arg *args) {
   return lt_constant_new(ctx, args[0].size, args[1].size, args[2].number);
 }
@@ -67,6 +86,9 @@ const lt_type lt_constant_type = {
     .entry = constant_entry,
     .row = constant_row,
     .destroy = constant_destroy,
+    .params = constant_params,
+    .bilinear_derivative = constant_derivative,
+    .rebuild = constant_rebuild,
 };
 
 lt_tensor *lt_constant_new(lt_context *ctx, size_t rows, size_t cols, double c) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -38,6 +39,45 @@ static int diag_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* Gradients: {diag = d}; ∂<W, diag(d)>/∂d_i = W_ii (row sums of L∘R for
+ * W = L·Rᵀ): nothing n×n. */
+static int diag_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_tensor(ctx, out, self, "diag", self->children[0]);
+}
+
+static int diag_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                           lt_paramset *grads) {
+  size_t n = self->shape[0];
+  lt_tensor *g = lt_dense_vector(ctx, n);
+  if (g == NULL) return LT_ERR;
+  double *o = lt_dense_data(g);
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK: {
+      size_t k = w->L->shape[1];
+      const double *l = lt_dense_data(w->L), *r = lt_dense_data(w->R);
+      for (size_t i = 0; i < n; i++) {
+        double s = 0.0;
+        for (size_t c = 0; c < k; c++) s += l[i * k + c] * r[i * k + c];
+        o[i] = s;
+      }
+      break;
+    }
+    case LTG_DENSE:
+      for (size_t i = 0; i < n; i++) o[i] = lt_dense_data(w->W)[i * n + i];
+      break;
+    default: memcpy(o, lt_dense_data(w->d), n * sizeof(double));
+  }
+  return lt_paramset_add_owned(ctx, grads, self, "diag", g);
+}
+
+static lt_tensor *diag_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                               const lt_paramset *values) {
+  lt_tensor *v = ltg_tensor_value(ctx, values, self, "diag", children[0]);
+  lt_tensor *out = v ? lt_diag_new(ctx, v) : NULL;
+  lt_release(ctx, v);
+  return out;
+}
+
 static lt_tensor *diag_make(lt_context *ctx, const lt_arg *args) {
   return lt_diag_new(ctx, args[0].t);
 }
@@ -53,6 +93,9 @@ const lt_type lt_diag_type = {
     .t_matmul = diag_matmul,
     .entry = diag_entry,
     .row = diag_row,
+    .params = diag_params,
+    .bilinear_derivative = diag_derivative,
+    .rebuild = diag_rebuild,
 };
 
 /* One allocation holds the operator and its vector (see ops.h). */

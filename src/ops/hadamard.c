@@ -5,6 +5,9 @@
  * demand by kernels, products with e_i otherwise), so a product holds O(cols)
  * extra memory. PSD ∘ PSD is PSD (Schur product theorem).
  */
+#include <string.h>
+
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -90,6 +93,78 @@ static void hadamard_props(const lt_tensor *h, unsigned char *props) {
     props[LT_PROP_PSD] = LT_YES;
 }
 
+/* Gradients: <W, A∘B> = <W∘B, A> = <W∘A, B>. For W = L·Rᵀ and a low-rank
+ * partner U·Vᵀ, W∘(U·Vᵀ) = Σ_kj (L_k∘U_j)(R_k∘V_j)ᵀ stays low-rank;
+ * otherwise the weights go dense (W∘B from B's entries). A diagonal W needs
+ * only the partner's diagonal. */
+static lt_tensor *columns_product(lt_context *ctx, lt_tensor *a, lt_tensor *f) {
+  size_t n = a->shape[0], ka = a->shape[1], kf = f->shape[1];
+  lt_tensor *out = lt_dense_matrix(ctx, n, ka * kf);
+  if (out == NULL) return NULL;
+  const double *x = lt_dense_data(a), *y = lt_dense_data(f);
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < n; i++)
+    for (size_t c = 0; c < ka; c++)
+      for (size_t j = 0; j < kf; j++) o[i * ka * kf + c * kf + j] = x[i * ka + c] * y[i * kf + j];
+  return out;
+}
+
+/* The weights W∘partner for the other child, as a new cotangent; *out
+ * all NULL (and LT_OK) when W must go dense first. */
+static int weights_times(lt_context *ctx, const lt_cotangent *w, lt_tensor *partner,
+                         lt_cotangent *out) {
+  memset(out, 0, sizeof *out);
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK: {
+      if (partner->type_id != LT_TYPE_LOWRANK) return LT_OK;
+      lt_tensor *u = partner->children[0], *v = partner->children[partner->nchildren - 1];
+      out->L = columns_product(ctx, w->L, u);
+      out->R = out->L ? columns_product(ctx, w->R, v) : NULL;
+      break;
+    }
+    case LTG_DENSE: {
+      lt_tensor *d = lt_to_dense(ctx, partner);
+      out->W = d ? lt_dense_binary(ctx, LT_EW_MUL, w->W, d) : NULL;
+      lt_release(ctx, d);
+      break;
+    }
+    default: {
+      lt_tensor *d = lt_diagonal(ctx, partner);
+      out->d = d ? lt_dense_binary(ctx, LT_EW_MUL, w->d, d) : NULL;
+      lt_release(ctx, d);
+    }
+  }
+  if (out->L || out->W || out->d) return LT_OK;
+  ltg_release(ctx, out);
+  return LT_ERR;
+}
+
+static int hadamard_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                               lt_paramset *grads) {
+  lt_cotangent wa, wb;
+  if (weights_times(ctx, w, self->children[1], &wa) != LT_OK) return LT_ERR;
+  if (weights_times(ctx, w, self->children[0], &wb) != LT_OK) {
+    ltg_release(ctx, &wa);
+    return LT_ERR;
+  }
+  int rc = LT_NOT_IMPLEMENTED;
+  if ((wa.L || wa.W || wa.d) && (wb.L || wb.W || wb.d)) {
+    rc = lt_bilinear_derivative(ctx, self->children[0], &wa, grads);
+    if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[1], &wb, grads);
+  }
+  ltg_release(ctx, &wa);
+  ltg_release(ctx, &wb);
+  return rc;
+}
+
+static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+
+static lt_tensor *hadamard_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                   const lt_paramset *values) {
+  (void)self, (void)values;
+  return hadamard_new(ctx, children[0], children[1]);
+}
+
 const lt_type lt_hadamard_type = {
     .name = "hadamard",
     .matmul = hadamard_matmul,
@@ -97,6 +172,8 @@ const lt_type lt_hadamard_type = {
     .entry = hadamard_entry,
     .row = hadamard_row,
     .derive_props = hadamard_props,
+    .bilinear_derivative = hadamard_derivative,
+    .rebuild = hadamard_rebuild,
 };
 
 static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {

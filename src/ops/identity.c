@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -39,6 +40,24 @@ static void identity_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(double));
 }
 
+/* Gradients: {scale = c}; ∂<W, c·I>/∂c = tr W. */
+static int identity_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_number(ctx, out, self, "scale", value(self));
+}
+
+static int identity_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                               lt_paramset *grads) {
+  return lt_paramset_add_number(ctx, grads, self, "scale", ltg_trace(w));
+}
+
+static lt_tensor *identity_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                   const lt_paramset *values) {
+  (void)children;
+  double c = value(self);
+  if (ltg_value(ctx, values, self, "scale", &c, NULL) == LT_ERR) return NULL;
+  return lt_identity_new(ctx, self->shape[0], c);
+}
+
 static lt_tensor *identity_make(lt_context *ctx, const lt_arg *args) {
   return lt_identity_new(ctx, args[0].size, args[1].number);
 }
@@ -58,6 +77,9 @@ const lt_type lt_identity_type = {
     .entry = identity_entry,
     .row = identity_row,
     .destroy = identity_destroy,
+    .params = identity_params,
+    .bilinear_derivative = identity_derivative,
+    .rebuild = identity_rebuild,
 };
 
 lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c) {

@@ -1,6 +1,7 @@
 /*
  * ops/inverse.c — A⁻¹ kept lazy: its product is a solve with A.
  */
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -45,11 +46,67 @@ static void inverse_props(const lt_tensor *t, unsigned char *props) {
   props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
 }
 
+/* Gradients: d(A⁻¹) = −A⁻¹·dA·A⁻¹, so <W, A⁻¹> gives −A⁻ᵀ·W·A⁻ᵀ to A:
+ * (−A⁻ᵀL, A⁻¹R) for W = L·Rᵀ, by solves. A diagonal W goes dense. */
+/* A⁻¹B (trans: A⁻ᵀB), refusing an iterative solve that did not converge:
+ * a gradient from it would be silently wrong. */
+static lt_tensor *checked_solve(lt_context *ctx, lt_tensor *a, int trans, lt_tensor *b) {
+  lt_info info = {0};
+  lt_tensor *at = trans && lt_is_symmetric(ctx, a) != LT_YES ? lt_transpose(ctx, a) : lt_retain(a);
+  lt_tensor *x = at ? lt_solve(ctx, at, b, &info) : NULL;
+  lt_release(ctx, at);
+  if (x != NULL && info.method != NULL && !info.converged) {
+    lt_release(ctx, x);
+    lt_error(ctx, "bilinear_derivative: the inverse's solve (%s) did not converge", info.method);
+    return NULL;
+  }
+  return x;
+}
+
+static int inverse_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                              lt_paramset *grads) {
+  lt_tensor *a = self->children[0], *x = NULL, *y = NULL, *neg = NULL, *yt = NULL;
+  lt_cotangent wa;
+  int rc = LT_ERR;
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK:
+      x = checked_solve(ctx, a, 1, w->L); /* A⁻ᵀ L */
+      y = x ? checked_solve(ctx, a, 0, w->R) : NULL;
+      neg = y ? lt_dense_scale(ctx, x, -1.0) : NULL;
+      wa = ltg_lowrank(neg, y);
+      break;
+    case LTG_DENSE:
+      x = checked_solve(ctx, a, 1, w->W); /* X = A⁻ᵀ W; A's weights −X·A⁻ᵀ = −(A⁻¹Xᵀ)ᵀ */
+      yt = x ? lt_dense_transpose(ctx, x) : NULL;
+      y = yt ? checked_solve(ctx, a, 0, yt) : NULL;
+      lt_release(ctx, yt);
+      yt = y ? lt_dense_transpose(ctx, y) : NULL;
+      neg = yt ? lt_dense_scale(ctx, yt, -1.0) : NULL;
+      wa = ltg_dense(neg);
+      break;
+    default: return LT_NOT_IMPLEMENTED;
+  }
+  if (neg) rc = lt_bilinear_derivative(ctx, a, &wa, grads);
+  lt_release(ctx, x);
+  lt_release(ctx, y);
+  lt_release(ctx, yt);
+  lt_release(ctx, neg);
+  return rc;
+}
+
+static lt_tensor *inverse_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                  const lt_paramset *values) {
+  (void)self, (void)values;
+  return lt_inverse_new(ctx, children[0]);
+}
+
 const lt_type lt_inverse_type = {
     .name = "inverse",
     .matmul = inverse_matmul,
     .t_matmul = inverse_t_matmul,
     .derive_props = inverse_props,
+    .bilinear_derivative = inverse_derivative,
+    .rebuild = inverse_rebuild,
 };
 
 lt_tensor *lt_inverse_new(lt_context *ctx, lt_tensor *a) {

@@ -245,8 +245,12 @@ static int dense_precond_parts(lt_context *ctx, lt_tensor *a, int rank_max, doub
  * dense matrix (see dense_precond_parts). *have = 0 (and LT_OK) when A has
  * no such structure or the rank is 0. */
 static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
+  return lt_iterative_preconditioner(ctx, a, ctx->settings.preconditioner_size, P, have);
+}
+
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, lt_precond *P,
+                                int *have) {
   size_t n = a->shape[0];
-  int rank_max = ctx->settings.preconditioner_size;
   *have = 0;
   if (rank_max <= 0) return LT_OK;
   if ((size_t)rank_max > n) rank_max = (int)n;

@@ -1,6 +1,7 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
- * kernels of API.md (rbf, matern12/32/52, periodic): the type, its
+ * kernels of API.md (rbf, matern12/32/52, periodic, rq; ARD lengthscales
+ * for all but periodic): the type, its
  * constructor and its rules. The points are the children (x1, and x2 unless
  * it was omitted), copied at construction into contiguous n×d matrices so
  * later writes to the caller's tensors cannot change the operator.
@@ -11,8 +12,9 @@
  * over and over (KEEP_AFTER products) stores its entries when they fit the
  * context's kernel_cache_bytes — the upper half of K(x, x), all of
  * K(x1, x2) — and later products read them instead of evaluating: the
- * context keeps the stored matrices of all its kernel operators within
- * that budget, evicting the least recently used. Prepared points and the
+ * kernel type's state in the context (kernel_store) keeps the stored
+ * matrices of all its kernel operators within that budget, evicting the
+ * least recently used. Prepared points and the
  * stored matrix carry the data stamp of the points they were made from
  * (lt_data_stamp), and are made again when a write has changed it.
  *
@@ -26,15 +28,23 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/parallel.h"
 #include "../linalg/linalg.h"
 #include "kernel.h"
 #include "ops.h"
 
+/* Largest block of kernel entries the gradient pass forms at once
+ * (doubles); the block has between 1 and MAX_BLOCK_ROWS rows. */
+#define BLOCK_DOUBLES ((size_t)1 << 20)
+#define MAX_BLOCK_ROWS 256
+#define PI 3.14159265358979323846
+
 typedef struct kernel_payload kernel_payload;
 struct kernel_payload {
-  lt_kernel_spec spec;
-  int same; /* x2 omitted: K(x1, x1), symmetric PSD */
+  lt_kernel_spec spec; /* spec.lengthscales: ls's numbers (ARD) */
+  lt_tensor *ls;       /* ARD: the d lengthscales (owned), or NULL */
+  int same;            /* x2 omitted: K(x1, x1), symmetric PSD */
   /* points prepared for evaluation (b unused when same), and the data
    * stamp of the points they were prepared from (lt_data_stamp) */
   lt_kpoints a, b;
@@ -63,42 +73,58 @@ static void drop_prepared(lt_context *ctx, kernel_payload *p) {
 
 /* ------------------------------------------------------- stored matrix */
 
-static void cache_unlink(lt_context *ctx, kernel_payload *p) {
+/* The stored matrices of a context's kernel operators: the kernel type's
+ * state in the context (lt_type_state), made with the first of them. */
+typedef struct kernel_store {
+  kernel_payload *newest; /* a list through the payloads, most recently used first */
+  size_t used;            /* the bytes they hold together */
+} kernel_store;
+
+/* The context's store: made when make is set (NULL, error set, when
+ * memory runs out), else NULL when there is none yet. */
+static kernel_store *store_of(lt_context *ctx, int make) {
+  if (!make) return lt_type_state_made(ctx, LT_TYPE_KERNEL);
+  return lt_type_state(ctx, LT_TYPE_KERNEL, sizeof(kernel_store), NULL);
+}
+
+static void cache_unlink(kernel_store *s, kernel_payload *p) {
   if (p->newer) p->newer->older = p->older;
-  else ctx->kernel_caches = p->older;
+  else s->newest = p->older;
   if (p->older) p->older->newer = p->newer;
   p->newer = p->older = NULL;
 }
 
+/* A stored matrix is in the store, which therefore exists. */
 static void cache_drop(lt_context *ctx, kernel_payload *p) {
   if (p->K == NULL) return;
-  cache_unlink(ctx, p);
+  kernel_store *s = store_of(ctx, 0);
+  cache_unlink(s, p);
   lt_free(ctx, p->K, p->K_bytes);
-  ctx->kernel_cache_used -= p->K_bytes;
+  s->used -= p->K_bytes;
   p->K = NULL;
   p->K_bytes = 0;
 }
 
 /* Puts p, not in the list, at its front (the most recently used). */
-static void cache_push(lt_context *ctx, kernel_payload *p) {
+static void cache_push(kernel_store *s, kernel_payload *p) {
   p->newer = NULL;
-  p->older = ctx->kernel_caches;
+  p->older = s->newest;
   if (p->older) p->older->newer = p;
-  ctx->kernel_caches = p;
+  s->newest = p;
 }
 
 /* Marks p's matrix, already in the list, the most recently used. */
-static void cache_touch(lt_context *ctx, kernel_payload *p) {
-  if (ctx->kernel_caches == p) return;
-  cache_unlink(ctx, p);
-  cache_push(ctx, p);
+static void cache_touch(kernel_store *s, kernel_payload *p) {
+  if (s->newest == p) return;
+  cache_unlink(s, p);
+  cache_push(s, p);
 }
 
 /* Evicts the least recently used matrices until at most limit bytes are
  * stored; 0 when the list runs out first. */
-static int cache_evict_to(lt_context *ctx, size_t limit) {
-  while (ctx->kernel_cache_used > limit) {
-    kernel_payload *last = ctx->kernel_caches;
+static int cache_evict_to(lt_context *ctx, kernel_store *s, size_t limit) {
+  while (s->used > limit) {
+    kernel_payload *last = s->newest;
     while (last && last->older) last = last->older;
     if (last == NULL) return 0;
     cache_drop(ctx, last);
@@ -108,15 +134,16 @@ static int cache_evict_to(lt_context *ctx, size_t limit) {
 
 /* Room for bytes more within the budget, evicting the least recently used
  * matrices of other operators; 0 when it cannot fit. */
-static int cache_make_room(lt_context *ctx, size_t bytes) {
+static int cache_make_room(lt_context *ctx, kernel_store *s, size_t bytes) {
   size_t budget = ctx->settings.kernel_cache_bytes;
-  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+  return bytes <= budget && cache_evict_to(ctx, s, budget - bytes);
 }
 
 /* Evicts stored matrices, least recently used first, until the context's
  * kernel_cache_bytes holds them all (called when the budget is lowered). */
 void lt_kernel_cache_trim(lt_context *ctx) {
-  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
+  kernel_store *s = store_of(ctx, 0);
+  if (s != NULL) cache_evict_to(ctx, s, ctx->settings.kernel_cache_bytes);
 }
 
 /* Prepared points (and an unchanged stored matrix) for the current
@@ -186,12 +213,18 @@ static size_t stored_count(const lt_tensor *self, int *ok) {
 static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   kernel_payload *p = self->payload;
   if (p->K) {
-    cache_touch(ctx, p);
+    cache_touch(store_of(ctx, 0), p);
     return p->K;
   }
   int ok;
   size_t count = stored_count(self, &ok), bytes = count * sizeof(double);
-  if (!make || !ok || !cache_make_room(ctx, bytes)) return NULL;
+  if (!make || !ok) return NULL;
+  kernel_store *s = store_of(ctx, 1);
+  if (s == NULL) {
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  if (!cache_make_room(ctx, s, bytes)) return NULL;
   double *K = lt_malloc(ctx, bytes);
   if (K == NULL) {
     lt_clear_error(ctx);
@@ -207,8 +240,8 @@ static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   }
   p->K = K;
   p->K_bytes = bytes;
-  ctx->kernel_cache_used += bytes;
-  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
+  s->used += bytes;
+  cache_push(s, p); /* not linked yet: unlinking it would lose the list's head */
   return K;
 }
 
@@ -296,6 +329,13 @@ int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t 
   return lt_kernel_product_rows(ctx, &e, r0, r1, lt_dense_data(X), k, out, lt_thread_count(ctx));
 }
 
+int lt_kernel_spec_of(lt_context *ctx, const lt_tensor *K, lt_kernel_spec *out) {
+  if (K == NULL || K->type_id != LT_TYPE_KERNEL)
+    return lt_error(ctx, "kernel spec: expected a kernel operator");
+  *out = ((const kernel_payload *)K->payload)->spec;
+  return LT_OK;
+}
+
 /* Entry (i, j) of the stored matrix. */
 static double stored_entry(const lt_tensor *self, size_t i, size_t j) {
   const kernel_payload *p = self->payload;
@@ -337,12 +377,539 @@ static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
   kernel_payload *p = self->payload;
   cache_drop(ctx, p);
   drop_prepared(ctx, p);
+  lt_release(ctx, p->ls);
   lt_free(ctx, p, sizeof *p);
 }
 
 static size_t kernel_payload_bytes(const lt_tensor *self) {
   const kernel_payload *p = self->payload;
-  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes;
+  return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes +
+         (p->ls ? p->ls->shape[0] * sizeof(double) : 0);
+}
+
+/* ---------------------------------------------------------- gradients */
+
+/* {lengthscale (a number, or a d-vector with ARD), variance, period
+ * (periodic), alpha (rq), x1, x2 (when given)}, for the kernel and for its
+ * derivative operators alike. The gradient of <W, K> is one pass over the
+ * entries: at each pair, the entry's derivatives with respect to the
+ * hyperparameters and the two points (below), weighted by W_ij. W = L·Rᵀ is
+ * formed a block of rows at a time by dgemm; with x2 omitted only pairs
+ * i <= j are evaluated, weighted by W_ij + W_ji. */
+
+/* Running sums of the gradient. */
+typedef struct kernel_sums {
+  double l, v, p, a; /* lengthscale (one), variance, period, alpha */
+  double *ls;        /* ARD: d sums, or NULL */
+  double *x1, *x2;   /* n1×d, n2×d (x2 NULL when omitted: both ends go to x1) */
+  double *gx, *gl;   /* d each: one entry's ∂/∂x and (ARD) ∂/∂l_q */
+} kernel_sums;
+
+/* q/(1 + q) − log(1 + q) = −q²/2 + 2q³/3 − 3q⁴/4 + ..., by the series where
+ * the two terms would cancel (rq's ∂k/∂α = k times this, at q = r²/(2αl²)). */
+static double rq_alpha_term(double q) {
+  if (q < 1e-4) return q * q * (-0.5 + q * (2.0 / 3.0 - 0.75 * q));
+  return q / (1.0 + q) - log1p(q);
+}
+
+/* A radial entry g(q) of the operator (q = Σ_d (x_d − y_d)²/l_d²) — the
+ * kernel, or with spec.derivative its ∂k/∂log l — as its value (every entry
+ * is linear in v: ∂g/∂v = val/v), c = 2·∂g/∂q and, for rq, ∂g/∂α. With
+ * z = x/l per dimension: ∂g/∂x_d = c·Δz_d/l_d, ∂g/∂l_d = −c·Δz_d²/l_d, and
+ * with one lengthscale ∂g/∂l = −c·q/l. */
+typedef struct radial_entry {
+  double val, c, da;
+} radial_entry;
+
+static radial_entry radial(const lt_kernel_spec *s, double q) {
+  double v = s->variance;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  radial_entry e = {0, 0, 0};
+  switch (s->kind) {
+    case LT_KERNEL_RBF: {
+      double k = v * exp(-0.5 * q);
+      e.val = dl ? k * q : k;
+      e.c = dl ? k * (2.0 - q) : -k;
+      break;
+    }
+    case LT_KERNEL_MATERN12: { /* the cusp at r = 0: the subgradient 0 */
+      double a = sqrt(q), k = v * exp(-a);
+      e.val = dl ? k * a : k;
+      e.c = a > 0 ? (dl ? k * (1.0 - a) / a : -k / a) : 0.0;
+      break;
+    }
+    case LT_KERNEL_MATERN32: {
+      double a = sqrt(3.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * ex : v * (1.0 + a) * ex;
+      e.c = dl ? 3.0 * v * ex * (2.0 - a) : -3.0 * v * ex;
+      break;
+    }
+    case LT_KERNEL_MATERN52: {
+      double a = sqrt(5.0 * q), ex = exp(-a);
+      e.val = dl ? v * a * a * (1.0 + a) * ex / 3.0 : v * (1.0 + a + a * a / 3.0) * ex;
+      e.c = dl ? 5.0 * v * ex * (2.0 + 2.0 * a - a * a) / 3.0 : -5.0 * v * (1.0 + a) * ex / 3.0;
+      break;
+    }
+    default: { /* rq: the value (or the variance derivative, k itself) */
+      double al = s->alpha, u = 0.5 * q / al, k = v * exp(-al * log1p(u));
+      e.val = k;
+      e.c = -k / (1.0 + u);
+      e.da = k * rq_alpha_term(u);
+    }
+  }
+  return e;
+}
+
+/* The derivatives of one entry g(x, y) with respect to l, v, p, α and to x
+ * (gx[0..d)), and with ARD to each l_q (gl); ∂g/∂y = −∂g/∂x (stationary).
+ * Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q, D = Σ sin(2u_q)·u_q,
+ * ∂S/∂x_q = sin(2u_q)·π/p. */
+typedef struct entry_grad {
+  double dl, dv, dp, da;
+} entry_grad;
+
+static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
+                                       size_t d, double *gx) {
+  double l = s->lengthscale, v = s->variance, p = s->period, w = PI / p, l2 = l * l;
+  double S = 0, D = 0, E = 0;
+  for (size_t q = 0; q < d; q++) {
+    double u = w * (x[q] - y[q]), su = sin(u), s2 = sin(2.0 * u);
+    S += su * su;
+    D += s2 * u;
+    E += 2.0 * u * u * cos(2.0 * u) + u * s2;
+  }
+  double k = v * exp(-2.0 * S / l2);
+  entry_grad g = {0, 0, 0, 0};
+  double c;
+  switch (s->derivative) {
+    case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS/l² */
+      g.dl = 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0);
+      g.dv = 4.0 * k * S / (l2 * v);
+      g.dp = 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0);
+      c = 4.0 * k / l2 * (1.0 - 2.0 * S / l2) * w;
+      break;
+    case LT_KERNEL_D_PERIOD: /* g = 2kD/l²: its x-derivative is not of the form c·sin 2u */
+      g.dl = 4.0 * k * D / (l2 * l) * (2.0 * S / l2 - 1.0);
+      g.dv = 2.0 * k * D / (l2 * v);
+      g.dp = 2.0 * k / (l2 * p) * (2.0 * D * D / l2 - E);
+      for (size_t q = 0; q < d; q++) {
+        double u = w * (x[q] - y[q]);
+        gx[q] = 2.0 * k / l2 * w * (sin(2.0 * u) * (1.0 - 2.0 * D / l2) + 2.0 * u * cos(2.0 * u));
+      }
+      return g;
+    default: /* the value, or the variance derivative (k itself) */
+      g.dl = 4.0 * k * S / (l2 * l);
+      g.dv = k / v;
+      g.dp = 2.0 * k * D / (l2 * p);
+      c = -2.0 * k / l2 * w;
+  }
+  for (size_t q = 0; q < d; q++) gx[q] = c * sin(2.0 * w * (x[q] - y[q]));
+  return g;
+}
+
+static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
+                                    size_t d, double *gx, double *gl) {
+  if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx);
+  double q = 0;
+  for (size_t k = 0; k < d; k++) {
+    double dz = (x[k] - y[k]) / lt_kernel_lengthscale(s, k);
+    q += dz * dz;
+  }
+  radial_entry e = radial(s, q);
+  entry_grad g = {-e.c * q / s->lengthscale, e.val / s->variance, 0, e.da};
+  for (size_t k = 0; k < d; k++) {
+    double l = lt_kernel_lengthscale(s, k), dz = (x[k] - y[k]) / l;
+    gx[k] = e.c * dz / l;
+    if (gl) gl[k] = -e.c * dz * dz / l;
+  }
+  return g;
+}
+
+/* Adds w·∂g(x1_i, x2_j) to the sums. */
+static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj, size_t d,
+                     double w, double *gi, double *gj, kernel_sums *g) {
+  if (w == 0.0) return;
+  entry_grad e = entry_derivatives(s, xi, yj, d, g->gx, g->ls ? g->gl : NULL);
+  g->l += w * e.dl;
+  g->v += w * e.dv;
+  g->p += w * e.dp;
+  g->a += w * e.da;
+  for (size_t q = 0; q < d; q++) {
+    gi[q] += w * g->gx[q];
+    gj[q] -= w * g->gx[q];
+    if (g->ls) g->ls[q] += w * g->gl[q];
+  }
+}
+
+/* The rows [i0, i0 + b) of the weights into block (b×n2): W's rows, or
+ * L's rows times Rᵀ; with transposed, the rows of Wᵀ (R's rows times Lᵀ). */
+static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
+                        double *block) {
+  if (w->W) {
+    const double *x = lt_dense_data(w->W);
+    size_t n1 = w->W->shape[0];
+    for (size_t i = 0; i < b; i++)
+      for (size_t j = 0; j < n2; j++)
+        block[i * n2 + j] = transposed ? x[j * n1 + i0 + i] : x[(i0 + i) * n2 + j];
+    return;
+  }
+  const lt_tensor *a = transposed ? w->R : w->L, *c = transposed ? w->L : w->R;
+  size_t k = a->shape[1];
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)n2, (int)k, 1.0,
+              lt_dense_data(a) + i0 * k, (int)k, lt_dense_data(c), (int)k, 0.0, block, (int)n2);
+}
+
+/* One pass over the pairs, entry by entry (the period derivative's
+ * x-gradient has no product form: see block_pass for the others). */
+static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent *w,
+                     kernel_sums *g) {
+  const kernel_payload *p = self->payload;
+  const lt_tensor *A = points1(self), *B = points2(self);
+  size_t n1 = A->shape[0], n2 = B->shape[0], d = A->shape[1];
+  if (n1 == 0 || n2 == 0) return LT_OK;
+  size_t rows = BLOCK_DOUBLES / n2;
+  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
+  if (rows > n1) rows = n1;
+  size_t bytes;
+  if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
+  double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
+  if (blk == NULL || (p->same && blt == NULL)) {
+    lt_free(ctx, blk, bytes);
+    return LT_ERR;
+  }
+  const double *x = lt_dense_data(A), *y = lt_dense_data(B);
+  double *gy = p->same ? g->x1 : g->x2;
+  for (size_t i0 = 0; i0 < n1; i0 += rows) {
+    size_t b = n1 - i0 < rows ? n1 - i0 : rows;
+    weight_rows(w, i0, b, n2, 0, blk);
+    if (p->same) weight_rows(w, i0, b, n2, 1, blt);
+    for (size_t i = 0; i < b; i++) {
+      size_t gi = i0 + i;
+      for (size_t j = p->same ? gi : 0; j < n2; j++) {
+        double wij = blk[i * n2 + j];
+        if (p->same && j != gi) wij += blt[i * n2 + j]; /* k_ij = k_ji */
+        add_pair(&p->spec, x + gi * d, y + j * d, d, wij, g->x1 + gi * d, gy + j * d, g);
+      }
+    }
+  }
+  lt_free(ctx, blk, bytes);
+  lt_free(ctx, blt, p->same ? bytes : 0);
+  return LT_OK;
+}
+
+/* The pass by blocks of rows, for every operator but the period
+ * derivative: a block's weights W (b × width), one row at a time mapped to
+ * the scalar sums and to M_ij = W_ij·c_ij in place (c as in radial(), or
+ * periodic's ∂g/∂x_q = c·sin 2u_q), then the points' gradients from M by
+ * dgemm —
+ *   radial:   ∂/∂x_i = Σ_j M_ij (z_i − z_j)/l = (rowsum(M)_i z_i − (M·Z)_i)/l,
+ *             ∂/∂y_j = (colsum(M)_j z_j − (Mᵀ·Z)_j)/l (per dimension);
+ *   periodic: f_q = sin(2z_iq − 2z_jq) (z = πx/p) = s_iq c_jq − c_iq s_jq
+ *             with s, c = sin 2z, cos 2z, so ∂/∂x_i = s_i∘(M·C)_i − c_i∘(M·S)_i
+ *             and ∂/∂y_j = s_j∘(Mᵀ·C)_j − c_j∘(Mᵀ·S)_j (rows of the block).
+ * ARD lengthscales take −Σ_j M_ij (z_iq − z_jq)²/l_q row by row.
+ * With x2 omitted only pairs j >= i, weighted by W_ij + W_ji. */
+
+/* One side's rows (n×d row-major) for the dgemm step: the prepared z
+ * (radial), or sin 2z and cos 2z from the prepared sin z, cos z (periodic). */
+typedef struct side_rows {
+  double *a, *b; /* z or sin 2z; cos 2z (periodic) */
+  size_t bytes;
+} side_rows;
+
+static int side_rows_init(lt_context *ctx, const lt_kpoints *P, int periodic, side_rows *t) {
+  size_t n = P->n, d = P->d;
+  t->a = t->b = NULL;
+  if (!lt_mul_size(ctx, "bilinear_derivative", n * d, (periodic ? 2 : 1) * sizeof(double),
+                   &t->bytes))
+    return LT_ERR;
+  double *m = lt_malloc(ctx, t->bytes ? t->bytes : 1);
+  if (m == NULL) return LT_ERR;
+  t->a = m;
+  t->b = periodic ? m + n * d : NULL;
+  for (size_t i = 0; i < n; i++)
+    for (size_t q = 0; q < d; q++) {
+      if (!periodic) {
+        t->a[i * d + q] = P->zt[q * n + i];
+        continue;
+      }
+      double s = P->trig[q * n + i], c = P->trig[(d + q) * n + i];
+      t->a[i * d + q] = 2.0 * s * c;
+      t->b[i * d + q] = c * c - s * s;
+    }
+  return LT_OK;
+}
+
+static void side_rows_free(lt_context *ctx, side_rows *t) {
+  if (t->a) lt_free(ctx, t->a, t->bytes ? t->bytes : 1);
+  t->a = t->b = NULL;
+}
+
+/* Maps a row of distances (kernel_eval's: q radial; S, and D in dsum,
+ * periodic) and the weights m (in place) to the sums and M. */
+static void row_map(const lt_kernel_spec *s, const double *r, const double *dsum, double *m,
+                    size_t w, kernel_sums *g) {
+  double l = s->lengthscale, v = s->variance, sl = 0, sv = 0, sp = 0, sa = 0;
+  if (s->kind != LT_KERNEL_PERIODIC) {
+    for (size_t j = 0; j < w; j++) {
+      double wt = m[j];
+      if (wt == 0.0) continue;
+      radial_entry e = radial(s, r[j]);
+      sv += wt * e.val;
+      sl -= wt * e.c * r[j];
+      sa += wt * e.da;
+      m[j] = wt * e.c;
+    }
+    g->l += sl / l;
+    g->v += sv / v;
+    g->a += sa;
+    return;
+  }
+  double l2 = l * l, p = s->period;
+  int dl = s->derivative == LT_KERNEL_D_LENGTHSCALE;
+  for (size_t j = 0; j < w; j++) { /* value or lengthscale derivative */
+    double wt = m[j];
+    if (wt == 0.0) continue;
+    double S = r[j], D = dsum[j], k = v * exp(-2.0 * S / l2);
+    double val = dl ? 4.0 * k * S / l2 : k;
+    sl += wt * (dl ? 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0) : 4.0 * k * S / (l2 * l));
+    sp += wt * (dl ? 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0) : 2.0 * k * D / (l2 * p));
+    sv += wt * val / v;
+    m[j] = wt * (dl ? 4.0 * k / l2 * (1.0 - 2.0 * S / l2) : -2.0 * k / l2) * PI / p;
+  }
+  g->l += sl;
+  g->v += sv;
+  g->p += sp;
+}
+
+/* ARD: ls[q] −= Σ_j m_j (z_iq − z_jq)² / l_q for row i against columns
+ * [j0, j0 + w). */
+static void row_ard(const lt_keval *e, size_t i, size_t j0, const double *m, size_t w, double *ls) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  for (size_t q = 0; q < A->d; q++) {
+    double zi = A->zt[q * A->n + i], acc = 0;
+    const double *zj = B->zt + q * B->n + j0;
+    for (size_t j = 0; j < w; j++) {
+      double t = zi - zj[j];
+      acc += m[j] * t * t;
+    }
+    ls[q] -= acc / lt_kernel_lengthscale(&e->spec, q);
+  }
+}
+
+/* gx (b × d) += (rowsum(M)∘X − M·Y)/l (radial), or S∘(M·C) − C∘(M·S)
+ * (periodic); gy (w × d) += (colsum(M)∘Y − Mᵀ·X)/l, or S∘(Mᵀ·C) − C∘(Mᵀ·S).
+ * X, Y: the rows' and columns' z (radial) or sin 2z (periodic); C: cos 2z;
+ * linv: 1/l per dimension (radial). */
+static int block_point_gradients(lt_context *ctx, const double *M, size_t b, size_t w, size_t d,
+                                 const double *xa, const double *ca, const double *yb,
+                                 const double *cb, const double *linv, double *gx, double *gy) {
+  int periodic = linv == NULL;
+  size_t tmp_count = (b > w ? b : w) * d * 2;
+  double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
+  if (tmp == NULL) return LT_ERR;
+  double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d;
+  /* rows: t1 = M·(Y or C), t2 = M·S (periodic) */
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
+              periodic ? cb : yb, (int)d, 0.0, t1, (int)d);
+  if (periodic)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
+                yb, (int)d, 0.0, t2, (int)d);
+  for (size_t i = 0; i < b; i++) {
+    double rs = 0;
+    if (!periodic)
+      for (size_t j = 0; j < w; j++) rs += M[i * w + j];
+    for (size_t q = 0; q < d; q++)
+      gx[i * d + q] += periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
+                                : (rs * xa[i * d + q] - t1[i * d + q]) * linv[q];
+  }
+  /* columns: t1 = Mᵀ·(X or C), t2 = Mᵀ·S (periodic) */
+  cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w,
+              periodic ? ca : xa, (int)d, 0.0, t1, (int)d);
+  if (periodic)
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w, xa,
+                (int)d, 0.0, t2, (int)d);
+  for (size_t j = 0; j < w; j++) {
+    double cs = 0;
+    if (!periodic)
+      for (size_t i = 0; i < b; i++) cs += M[i * w + j];
+    for (size_t q = 0; q < d; q++)
+      gy[j * d + q] += periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
+                                : (cs * yb[j * d + q] - t1[j * d + q]) * linv[q];
+  }
+  lt_free(ctx, tmp, tmp_count * sizeof(double));
+  return LT_OK;
+}
+
+/* A block's weights from column j0 on, packed in place (b × width); with
+ * x2 omitted, W_ij + W_ji above the diagonal, W_ii on it, 0 below. */
+static void pack_weights(double *blk, const double *blt, size_t b, size_t n2, size_t i0, size_t j0,
+                         int same) {
+  size_t width = n2 - j0;
+  for (size_t i = 0; i < b; i++) {
+    double *m = blk + i * width;
+    const double *wr = blk + i * n2 + j0, *wt = same ? blt + i * n2 + j0 : NULL;
+    for (size_t j = 0; j < width; j++) {
+      size_t col = j0 + j, row = i0 + i;
+      double v = wr[j];
+      if (same) v = col < row ? 0.0 : col == row ? v : v + wt[j]; /* k_ij = k_ji */
+      m[j] = v;
+    }
+  }
+}
+
+/* The pass by blocks of rows over the prepared points (kernel_eval.c's
+ * distances, the dgemm form in many dimensions). */
+static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, kernel_sums *g) {
+  kernel_payload *p = self->payload;
+  size_t n1 = self->shape[0], n2 = self->shape[1], d = points1(self)->shape[1];
+  if (n1 == 0 || n2 == 0) return LT_OK;
+  if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+  int periodic = p->spec.kind == LT_KERNEL_PERIODIC;
+  size_t rows = BLOCK_DOUBLES / n2;
+  rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
+  if (rows > n1) rows = n1;
+  size_t bytes, rbytes = (2 * n2 + d) * sizeof(double);
+  if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
+  side_rows ta = {0}, tb = {0};
+  double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
+  double *r = blk && (!p->same || blt) ? lt_malloc(ctx, rbytes) : NULL;
+  int rc = LT_ERR;
+  if (r == NULL || side_rows_init(ctx, &p->a, periodic, &ta) != LT_OK ||
+      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK))
+    goto done;
+  double *linv = periodic ? NULL : r + 2 * n2;
+  for (size_t q = 0; q < d && linv; q++) linv[q] = 1.0 / lt_kernel_lengthscale(&p->spec, q);
+  lt_keval e = evaluator(p, 0);
+  const side_rows *tbp = p->same ? &ta : &tb;
+  double *gy = p->same ? g->x1 : g->x2;
+  for (size_t i0 = 0; i0 < n1; i0 += rows) {
+    size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
+    weight_rows(w, i0, b, n2, 0, blk);
+    if (p->same) weight_rows(w, i0, b, n2, 1, blt);
+    pack_weights(blk, blt, b, n2, i0, j0, p->same);
+    for (size_t i = 0; i < b; i++) {
+      double *m = blk + i * width;
+      lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
+      row_map(&p->spec, r, r + n2, m, width, g);
+      if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
+    }
+    if (block_point_gradients(ctx, blk, b, width, d, ta.a + i0 * d, periodic ? ta.b + i0 * d : NULL,
+                              tbp->a + j0 * d, periodic ? tbp->b + j0 * d : NULL, linv,
+                              g->x1 + i0 * d, gy + j0 * d) != LT_OK)
+      goto done;
+  }
+  rc = LT_OK;
+done:
+  side_rows_free(ctx, &ta);
+  side_rows_free(ctx, &tb);
+  lt_free(ctx, r, r ? rbytes : 0);
+  lt_free(ctx, blk, bytes);
+  lt_free(ctx, blt, p->same && blt ? bytes : 0);
+  return rc;
+}
+
+/* Adds the scalar hyperparameters (numbers) under their names. */
+static int add_scalars(lt_context *ctx, lt_paramset *out, lt_tensor *self, double l, double v,
+                       double period, double alpha) {
+  const kernel_payload *p = self->payload;
+  if ((p->ls == NULL && lt_paramset_add_number(ctx, out, self, "lengthscale", l) != LT_OK) ||
+      lt_paramset_add_number(ctx, out, self, "variance", v) != LT_OK ||
+      (p->spec.kind == LT_KERNEL_PERIODIC &&
+       lt_paramset_add_number(ctx, out, self, "period", period) != LT_OK) ||
+      (p->spec.kind == LT_KERNEL_RQ &&
+       lt_paramset_add_number(ctx, out, self, "alpha", alpha) != LT_OK))
+    return LT_ERR;
+  return LT_OK;
+}
+
+static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  const kernel_payload *p = self->payload;
+  const lt_kernel_spec *s = &p->spec;
+  if (add_scalars(ctx, out, self, s->lengthscale, s->variance, s->period, s->alpha) != LT_OK ||
+      (p->ls && lt_paramset_add_tensor(ctx, out, self, "lengthscale", p->ls) != LT_OK) ||
+      lt_paramset_add_tensor(ctx, out, self, "x1", points1(self)) != LT_OK)
+    return LT_ERR;
+  return p->same ? LT_OK : lt_paramset_add_tensor(ctx, out, self, "x2", points2(self));
+}
+
+static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads) {
+  const kernel_payload *p = self->payload;
+  size_t d = points1(self)->shape[1];
+  lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
+  lt_tensor *g2 = g1 && !p->same ? lt_dense_zeros(ctx, 2, points2(self)->shape) : NULL;
+  lt_tensor *gls = g1 && p->ls ? lt_dense_zeros(ctx, 1, &d) : NULL;
+  size_t scratch_bytes = 2 * (d ? d : 1) * sizeof(double);
+  double *scratch = lt_malloc(ctx, scratch_bytes);
+  kernel_sums g = {
+      0, 0, 0, 0, gls ? lt_dense_data(gls) : NULL, g1 ? lt_dense_data(g1) : NULL, NULL, NULL, NULL};
+  g.x2 = g2 ? lt_dense_data(g2) : NULL;
+  g.gx = scratch;
+  g.gl = scratch ? scratch + d : NULL;
+  int rc = LT_ERR;
+  if (g1 == NULL || (!p->same && g2 == NULL) || (p->ls && gls == NULL) || scratch == NULL)
+    goto done;
+  if (ltg_kind_of(w) == LTG_DIAG) {
+    const lt_tensor *A = points1(self), *B = points2(self);
+    double *gy = p->same ? g.x1 : g.x2;
+    rc = LT_OK;
+    for (size_t i = 0; i < w->d->shape[0]; i++)
+      add_pair(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + i * d, d,
+               lt_dense_data(w->d)[i], g.x1 + i * d, gy + i * d, &g);
+  } else if (p->spec.derivative == LT_KERNEL_D_PERIOD) {
+    rc = pair_pass(ctx, self, w, &g);
+  } else {
+    rc = block_pass(ctx, self, w, &g);
+  }
+  if (rc == LT_OK) rc = add_scalars(ctx, grads, self, g.l, g.v, g.p, g.a);
+  if (rc == LT_OK && gls) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "lengthscale", gls);
+    gls = NULL;
+  }
+  if (rc == LT_OK) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "x1", g1);
+    g1 = NULL;
+  }
+  if (rc == LT_OK && g2) {
+    rc = lt_paramset_add_owned(ctx, grads, self, "x2", g2);
+    g2 = NULL;
+  }
+done:
+  lt_release(ctx, g1);
+  lt_release(ctx, g2);
+  lt_release(ctx, gls);
+  lt_free(ctx, scratch, scratch ? scratch_bytes : 0);
+  return rc;
+}
+
+static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                 const lt_paramset *values) {
+  const kernel_payload *p = self->payload;
+  lt_kernel_spec spec = p->spec;
+  lt_tensor *ls = NULL;
+  if (p->ls) {
+    lt_tensor *v = ltg_tensor_value(ctx, values, self, "lengthscale", p->ls);
+    ls = v ? lt_dense_contiguous(ctx, v) : NULL;
+    lt_release(ctx, v);
+    if (ls == NULL) return NULL;
+    spec.lengthscales = lt_dense_data(ls);
+  } else if (ltg_value(ctx, values, self, "lengthscale", &spec.lengthscale, NULL) == LT_ERR) {
+    return NULL;
+  }
+  lt_tensor *a = NULL, *b = NULL, *out = NULL;
+  if (ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "alpha", &spec.alpha, NULL) == LT_ERR)
+    goto done;
+  a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
+  b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
+  out = a && (p->same || b) ? lt_kernel_new(ctx, a, b, &spec) : NULL;
+done:
+  lt_release(ctx, ls);
+  lt_release(ctx, a);
+  lt_release(ctx, b);
+  return out;
 }
 
 const lt_type lt_kernel_type = {
@@ -353,24 +920,39 @@ const lt_type lt_kernel_type = {
     .row = kernel_row,
     .destroy = kernel_destroy,
     .payload_bytes = kernel_payload_bytes,
+    .params = kernel_params,
+    .bilinear_derivative = kernel_derivative,
+    .rebuild = kernel_rebuild,
 };
 
 /* -------------------------------------------------------- constructor */
 
 static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
   if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
-  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_PERIODIC)
+  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_RQ)
     return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
-  if (!(s->lengthscale > 0) || !isfinite(s->lengthscale))
+  if (s->lengthscales == NULL && (!(s->lengthscale > 0) || !isfinite(s->lengthscale)))
     return lt_error(ctx, "kernel: lengthscale must be a positive number, got %g", s->lengthscale);
+  for (size_t q = 0; s->lengthscales && q < s->n_lengthscales; q++)
+    if (!(s->lengthscales[q] > 0) || !isfinite(s->lengthscales[q]))
+      return lt_error(ctx, "kernel: lengthscale[%zu] must be a positive number, got %g", q + 1,
+                      s->lengthscales[q]);
   if (!(s->variance > 0) || !isfinite(s->variance))
     return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
   if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
     return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
+  if (s->kind == LT_KERNEL_RQ && (!(s->alpha > 0) || !isfinite(s->alpha)))
+    return lt_error(ctx, "kernel: alpha must be a positive number, got %g", s->alpha);
   if ((int)s->derivative < 0 || (int)s->derivative > LT_KERNEL_D_PERIOD)
     return lt_error(ctx, "kernel: unknown derivative %d", (int)s->derivative);
   if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC)
     return lt_error(ctx, "kernel: derivative 'period' needs a periodic kernel");
+  if (s->lengthscales && s->kind == LT_KERNEL_PERIODIC)
+    return lt_error(ctx,
+                    "kernel: a periodic kernel takes one lengthscale (ARD: radial kinds and rq)");
+  if (s->derivative == LT_KERNEL_D_LENGTHSCALE && (s->lengthscales || s->kind == LT_KERNEL_RQ))
+    return lt_error(ctx, "kernel: derivative 'lengthscale' needs one lengthscale and a kind other "
+                         "than rq");
   return LT_OK;
 }
 
@@ -401,10 +983,20 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
   if (p == NULL) return NULL;
   p->spec = *spec;
   p->same = b == NULL;
+  if (spec->lengthscales) { /* ARD: the payload's own copy */
+    if ((p->ls = lt_dense_vector(ctx, spec->n_lengthscales)) == NULL) {
+      lt_free(ctx, p, sizeof *p);
+      return NULL;
+    }
+    memcpy(lt_dense_data(p->ls), spec->lengthscales, spec->n_lengthscales * sizeof(double));
+    p->spec.lengthscales = lt_dense_data(p->ls);
+    p->spec.lengthscale = 1.0; /* unused */
+  }
   lt_tensor *children[2] = {a, b};
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KERNEL, a->shape[0], b ? b->shape[0] : a->shape[0],
                              children, b ? 2 : 1, p);
   if (t == NULL) {
+    lt_release(ctx, p->ls);
     lt_free(ctx, p, sizeof *p);
     return NULL;
   }
@@ -435,6 +1027,11 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
     lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
     goto done;
   }
+  if (spec->lengthscales && spec->n_lengthscales != a->shape[1]) {
+    lt_error(ctx, "kernel: %zu lengthscales for points of %zu dimensions (ARD: one per dimension)",
+             spec->n_lengthscales, a->shape[1]);
+    goto done;
+  }
   t = kernel_from(ctx, a, b, spec);
 done:
   lt_release(ctx, a);
@@ -444,17 +1041,12 @@ done:
 
 /* -------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* K(x1, x2)ᵀ = K(x2, x1). */
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const kernel_payload *p = args->a->payload;
-  if (p->same) return done(res, lt_retain(args->a));
-  return done(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
+  if (p->same) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
 }
 
 /* k(x, x) for these stationary kernels: the variance, and 0 for the
@@ -470,7 +1062,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *a = args->a;
   const kernel_payload *p = a->payload;
   size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
-  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
+  if (p->same) return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++)
@@ -478,7 +1070,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
       lt_release(ctx, d);
       return LT_ERR;
     }
-  return done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -503,7 +1095,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
     return LT_ERR;
   }
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c · K with c > 0 is the same kernel with variance c · v. */
@@ -514,7 +1106,8 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   if (!(args->scalar > 0) || !isfinite(v) || !(v > 0)) return LT_NOT_IMPLEMENTED;
   lt_kernel_spec spec = p->spec;
   spec.variance = v;
-  return done(res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
+  return lt_result_tensor(
+      res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
 }
 
 int lt_register_kernel_rules(lt_context *ctx) {

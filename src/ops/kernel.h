@@ -9,9 +9,13 @@
  *   kernel_product.c  K·X without storing K (row blocks on several
  *                     threads), and the stored K (the cache) when it fits
  *
+ * kernel.c's gradient pass (bilinear_derivative) reads the same prepared
+ * points and distances (lt_kernel_distances), then its own maps.
+ *
  * Adding a kind: its scaling of the points in lt_kpoints_prepare, its map
- * in kernel_eval.c's map_tile, its derivatives beside. Per-dimension
- * lengthscales only change the scaling (z = (x − c) / l per dimension).
+ * in kernel_eval.c's map_row, its derivatives in kernel.c's gradient pass.
+ * ARD lengthscales only change the scaling (z = (x − c) / l_q per
+ * dimension q).
  */
 #ifndef LT_OPS_KERNEL_H
 #define LT_OPS_KERNEL_H
@@ -40,6 +44,11 @@ typedef struct lt_keval {
   int gemm;                /* distances through dgemm */
 } lt_keval;
 
+/* The lengthscale of dimension q (ARD), or the one lengthscale. */
+static inline double lt_kernel_lengthscale(const lt_kernel_spec *s, size_t q) {
+  return s->lengthscales ? s->lengthscales[q] : s->lengthscale;
+}
+
 /* Whether distances in d dimensions go through dgemm. */
 int lt_kernel_use_gemm(const lt_kernel_spec *s, size_t d);
 
@@ -56,6 +65,12 @@ size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols);
  * nothing and touches no context: safe on any thread. */
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work);
+
+/* The first pass of lt_kernel_tile alone: q = ‖z_i − z_j‖² (radial), or
+ * S = Σ sin² u (periodic) and, when dsum is given, D = Σ sin(2u)·u into
+ * dsum (rows×cols) — what the gradient pass maps to derivatives. */
+void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                         double *out, size_t ld, double *dsum);
 
 /* ------------------------------------------------------ kernel_product.c */
 

@@ -12,7 +12,8 @@
  * AVX2 and AVX-512 and picked at load time. No clone contracts a·b + c
  * into an FMA (ISO C mode), so every clone gives the same bits.
  *
- * Entries, with q the scaled squared distance (r²/l²), a = √(cq) (c = 1,
+ * Entries, with q the scaled squared distance (r²/l², or Σ_d r_d²/l_d²
+ * with ARD), a = √(cq) (c = 1,
  * 3, 5 for matern12/32/52), S = Σ sin² u_d, u = π (x − y) / p,
  * D = Σ sin(2u_d)·u_d:
  *   rbf       v e^{−q/2};            ∂/∂log l: k·q
@@ -20,6 +21,7 @@
  *   matern32  v (1 + a) e^{−a};      ∂/∂log l: v a² e^{−a}
  *   matern52  v (1 + a + a²/3) e^{−a}; ∂/∂log l: v a²(1 + a)/3 e^{−a}
  *   periodic  v e^{−2S/l²};          ∂/∂log l: k·4S/l²; ∂/∂log p: k·2D/l²
+ *   rq        v (1 + q/(2α))^{−α}
  * and ∂/∂log v = k for every kind.
  */
 #include <cblas.h>
@@ -72,10 +74,11 @@ int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor
   out->bytes = count;
   out->zt = m;
   const double *xp = lt_dense_data(x);
-  double scale = periodic ? PI / s->period : 1.0 / s->lengthscale;
-  for (size_t i = 0; i < n; i++)
-    for (size_t q = 0; q < d; q++)
+  for (size_t q = 0; q < d; q++) {
+    double scale = periodic ? PI / s->period : 1.0 / lt_kernel_lengthscale(s, q);
+    for (size_t i = 0; i < n; i++)
       out->zt[q * n + i] = periodic ? xp[i * d + q] * scale : (xp[i * d + q] - c[q]) * scale;
+  }
   if (with_gemm) {
     out->z = m + nd;
     out->norm2 = m + 2 * nd;
@@ -211,6 +214,15 @@ static inline void distances_periodic(const lt_kpoints *A, const lt_kpoints *B, 
   }
 }
 
+void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                         double *out, size_t ld, double *dsum) {
+  if (rows == 0 || cols == 0) return;
+  if (e->spec.kind == LT_KERNEL_PERIODIC)
+    distances_periodic(e->a, e->b, i0, rows, j0, cols, out, ld, dsum, dsum != NULL);
+  else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
+  else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
+}
+
 /* ------------------------------------------------------------------ maps */
 
 /* One row of distances into entries, in place. */
@@ -256,6 +268,11 @@ static inline void map_row(const lt_kernel_spec *s, double *t, const double *D, 
           double a = c * sqrt(t[j]);
           t[j] = v * exp_vec(-a) * (1.0 + a + a * a / 3.0);
         }
+      return;
+    }
+    case LT_KERNEL_RQ: { /* v·exp(−α·log1p(q/(2α))): log1p as α grows large */
+      double al = s->alpha, h = 0.5 / al;
+      for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-al * log1p(h * t[j]));
       return;
     }
     case LT_KERNEL_PERIODIC: {

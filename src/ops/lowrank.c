@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -76,6 +77,49 @@ static int lowrank_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) 
   return LT_OK;
 }
 
+/* Gradients: {U, V} (V absent for U·Uᵀ). <W, U·Vᵀ> gives W·V to U and
+ * Wᵀ·U to V; <W, U·Uᵀ> gives (W + Wᵀ)·U. For W = L·Rᵀ these are products
+ * with k-column factors: nothing n×n is formed. */
+static int lowrank_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  if (lt_paramset_add_tensor(ctx, out, self, "U", factor_u(self)) != LT_OK) return LT_ERR;
+  if (self->nchildren == 1) return LT_OK;
+  return lt_paramset_add_tensor(ctx, out, self, "V", factor_v(self));
+}
+
+static int lowrank_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                              lt_paramset *grads) {
+  size_t m = self->shape[0], n = self->shape[1];
+  lt_tensor *gu = ltg_apply(ctx, w, m, n, 0, factor_v(self));             /* W·V */
+  lt_tensor *gv = gu ? ltg_apply(ctx, w, m, n, 1, factor_u(self)) : NULL; /* Wᵀ·U */
+  if (gv == NULL) {
+    lt_release(ctx, gu);
+    return LT_ERR;
+  }
+  if (self->nchildren == 1) { /* (W + Wᵀ)·U */
+    lt_tensor *sum = lt_dense_binary(ctx, LT_EW_ADD, gu, gv);
+    lt_release(ctx, gu);
+    lt_release(ctx, gv);
+    return sum ? lt_paramset_add_owned(ctx, grads, self, "U", sum) : LT_ERR;
+  }
+  if (lt_paramset_add_owned(ctx, grads, self, "U", gu) != LT_OK) {
+    lt_release(ctx, gv);
+    return LT_ERR;
+  }
+  return lt_paramset_add_owned(ctx, grads, self, "V", gv);
+}
+
+static lt_tensor *lowrank_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                  const lt_paramset *values) {
+  lt_tensor *u = ltg_tensor_value(ctx, values, self, "U", children[0]);
+  lt_tensor *v = self->nchildren == 1 ? NULL
+                 : u                  ? ltg_tensor_value(ctx, values, self, "V", children[1])
+                                      : NULL;
+  lt_tensor *out = u && (v || self->nchildren == 1) ? lt_lowrank_new(ctx, u, v) : NULL;
+  lt_release(ctx, u);
+  lt_release(ctx, v);
+  return out;
+}
+
 static lt_tensor *lowrank_make(lt_context *ctx, const lt_arg *args) {
   return lt_lowrank_new(ctx, args[0].t, args[1].t);
 }
@@ -94,6 +138,9 @@ const lt_type lt_lowrank_type = {
     .t_matmul = lowrank_t_matmul,
     .entry = lowrank_entry,
     .row = lowrank_row,
+    .params = lowrank_params,
+    .bilinear_derivative = lowrank_derivative,
+    .rebuild = lowrank_rebuild,
 };
 
 /* ------------------------------------------------------------ construction */

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "ops.h"
 #include "structured.h"
 
@@ -66,6 +67,19 @@ static void lrd_props(const lt_tensor *t, unsigned char *props) {
     props[LT_PROP_PSD] = LT_YES;
 }
 
+/* Gradients: D + U·Vᵀ is a sum: both parts get the weights. */
+static int lrd_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  if (lt_bilinear_derivative(ctx, lr_part(self), w, grads) != LT_OK) return LT_ERR;
+  return lt_bilinear_derivative(ctx, diag_part(self), w, grads);
+}
+
+static lt_tensor *lrd_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)self, (void)values;
+  return lt_lowrank_diag_new(ctx, children[0], children[1]);
+}
+
 const lt_type lt_lowrank_diag_type = {
     .name = "lowrank_plus_diag",
     .matmul = lrd_matmul,
@@ -73,6 +87,8 @@ const lt_type lt_lowrank_diag_type = {
     .entry = lrd_entry,
     .row = lrd_row,
     .derive_props = lrd_props,
+    .bilinear_derivative = lrd_derivative,
+    .rebuild = lrd_rebuild,
 };
 
 /* D + L for a lowrank L and a diag D (both square, same size). */
@@ -394,7 +410,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   woodbury_free(ctx, &f);
   if (X == NULL) return LT_ERR;
   woodbury_info(res);
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  return lt_result_tensor(res, st_like_rhs(ctx, X, args->b));
 }
 
 /* logdet, or slogdet when ud is set: det D · det C, with both signs. */
@@ -447,7 +463,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (d == NULL) return LT_ERR;
   lt_tensor *out = lt_dense_binary(ctx, LT_EW_ADD, d, diag_part(args->a)->children[0]);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -471,7 +487,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   lt_tensor *lt_ = lt_transpose(ctx, lr_part(args->a));
   lt_tensor *out = rebuild(ctx, lt_, diag_part(args->a));
   lt_release(ctx, lt_);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c·(D + L) = cD + cL: both parts keep their types under scaling. */
@@ -490,7 +506,7 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* (D + L) + diag(e) = (D + e) + L. */
@@ -501,7 +517,7 @@ static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, e);
   lt_tensor *out = d ? rebuild(ctx, lr_part(args->a), d) : NULL;
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* lowrank + diag(e) and lowrank:add_diag(e). */
@@ -511,7 +527,7 @@ static int rule_lowrank_add_diag(lt_context *ctx, const lt_args *args, lt_result
   lt_tensor *e = diag_of(ctx, args->b, args->a->shape[0]);
   lt_tensor *out = e ? lt_lowrank_diag_new(ctx, args->a, e) : NULL;
   lt_release(ctx, e);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* The diagonal values of a diag or identity operator, as a 1-d or 0-d dense. */
@@ -524,6 +540,10 @@ static lt_tensor *diagonal_operand(lt_context *ctx, lt_tensor *t) {
 
 /* lowrank + diag / identity (either order) and (D + L) + diag / identity. */
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  /* lowrank + diag keeps the diag itself: it stays a leaf of its own (the
+   * gradients of D + U·Vᵀ are keyed by the operators the program made). */
+  if (!ud && args->b->type_id == LT_TYPE_DIAG && lt_is_square(args->a))
+    return lt_result_tensor(res, lt_lowrank_diag_new(ctx, args->a, args->b));
   lt_tensor *e = diagonal_operand(ctx, args->b);
   if (e == NULL) return LT_ERR;
   lt_args a2 = *args;
@@ -559,7 +579,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   if (R == NULL) return LT_ERR;
   woodbury_info(res);
   res->info.method = "lowrank_plus_diag";
-  return st_done(res, R);
+  return lt_result_tensor(res, R);
 }
 
 /* (D + L) + L₂ = D + (L + L₂) and (D + L) + (D₂ + L₂) = (D + D₂) + (L + L₂):
@@ -583,7 +603,7 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 int lt_register_lowrank_diag_rules(lt_context *ctx) {

@@ -30,11 +30,51 @@ static void operator_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, p, sizeof *p);
 }
 
+/* Gradients: whatever the definition's functions say; an operator without
+ * them has no parameters. */
+static int operator_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  operator_payload *p = self->payload;
+  return p->def.params ? p->def.params(ctx, p->def.ud, self, out) : LT_OK;
+}
+
+static int operator_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                               lt_paramset *grads) {
+  operator_payload *p = self->payload;
+  return p->def.bilinear_derivative ? p->def.bilinear_derivative(ctx, p->def.ud, self, w, grads)
+                                    : LT_OK;
+}
+
+static lt_tensor *operator_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                   const lt_paramset *values) {
+  (void)children;
+  operator_payload *p = self->payload;
+  if (p->def.rebuild == NULL) {
+    lt_error(ctx,
+             "with_params: this operator (%s) was defined without a way to rebuild it "
+             "(with_params)",
+             p->name ? p->name : "unnamed");
+    return NULL;
+  }
+  lt_tensor *t = p->def.rebuild(ctx, p->def.ud, self, values);
+  if (t != NULL &&
+      (t->ndim != 2 || t->shape[0] != self->shape[0] || t->shape[1] != self->shape[1])) {
+    char a[64], b[64];
+    lt_error(ctx, "with_params: the operator rebuilt as %s, expected %s",
+             lt_shape_string(t, b, sizeof b), lt_shape_string(self, a, sizeof a));
+    lt_release(ctx, t);
+    return NULL;
+  }
+  return t;
+}
+
 const lt_type lt_operator_type = {
     .name = "operator",
     .matmul = operator_matmul,
     .t_matmul = operator_t_matmul,
     .destroy = operator_destroy,
+    .params = operator_params,
+    .bilinear_derivative = operator_derivative,
+    .rebuild = operator_rebuild,
 };
 
 /* With a t_matmul the operator gets a descriptor that uses it; without,
@@ -44,6 +84,9 @@ static const lt_type lt_operator_type_no_t = {
     .name = "operator",
     .matmul = operator_matmul,
     .destroy = operator_destroy,
+    .params = operator_params,
+    .bilinear_derivative = operator_derivative,
+    .rebuild = operator_rebuild,
 };
 
 lt_tensor *lt_operator_new(lt_context *ctx, const lt_operator_def *def) {

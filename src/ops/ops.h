@@ -17,6 +17,13 @@
 #undef TYPE
 #undef RULES
 
+/* The pivoted-Cholesky preconditioner M = L·Lᵀ + D (rank at most rank_max)
+ * of an A = K + D (a sum with diagonal terms), as the iterative rules build
+ * it; *have = 0 when A has no such structure (ops/iterative.c). */
+struct lt_precond;
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, struct lt_precond *P,
+                                int *have);
+
 /* The signed log-determinant (ops/slogdet.c): the generic and dense rules
  * of LT_OP_SLOGDET. A slogdet rule sets res->x[0] = sign (-1, 0, 1; NaN
  * for NaN entries), res->x[1] = log|det|. */

@@ -1,6 +1,7 @@
 /*
  * ops/product.c — A·B kept lazy: (A·B)·X = A·(B·X), never forming A·B.
  */
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 #include "structured.h"
@@ -32,11 +33,63 @@ static void product_props(const lt_tensor *p, unsigned char *props) {
     props[LT_PROP_UPPER] = LT_YES;
 }
 
+/* Gradients: <W, A·B> gives W·Bᵀ to A and Aᵀ·W to B; for W = L·Rᵀ these
+ * are (L, B·R) and (Aᵀ·L, R), low-rank again. A diagonal W goes dense. */
+static int product_lowrank(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_cotangent *w,
+                           lt_paramset *grads) {
+  lt_tensor *br = lt_apply(ctx, b, w->R);
+  lt_cotangent wa = ltg_lowrank(w->L, br);
+  int rc = br ? lt_bilinear_derivative(ctx, a, &wa, grads) : LT_ERR;
+  lt_release(ctx, br);
+  if (rc != LT_OK) return LT_ERR;
+  lt_tensor *atl = lt_apply_t(ctx, a, w->L);
+  lt_cotangent wb = ltg_lowrank(atl, w->R);
+  rc = atl ? lt_bilinear_derivative(ctx, b, &wb, grads) : LT_ERR;
+  lt_release(ctx, atl);
+  return rc;
+}
+
+static int product_dense(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_cotangent *w,
+                         lt_paramset *grads) {
+  lt_tensor *wt = lt_dense_transpose(ctx, w->W);
+  lt_tensor *bwt = wt ? lt_apply(ctx, b, wt) : NULL; /* B·Wᵀ = (W·Bᵀ)ᵀ */
+  lt_tensor *wbt = bwt ? lt_dense_transpose(ctx, bwt) : NULL;
+  lt_cotangent wa = ltg_dense(wbt);
+  int rc = wbt ? lt_bilinear_derivative(ctx, a, &wa, grads) : LT_ERR;
+  lt_release(ctx, wt);
+  lt_release(ctx, bwt);
+  lt_release(ctx, wbt);
+  if (rc != LT_OK) return LT_ERR;
+  lt_tensor *atw = lt_apply_t(ctx, a, w->W);
+  lt_cotangent wb = ltg_dense(atw);
+  rc = atw ? lt_bilinear_derivative(ctx, b, &wb, grads) : LT_ERR;
+  lt_release(ctx, atw);
+  return rc;
+}
+
+static int product_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                              lt_paramset *grads) {
+  lt_tensor *a = self->children[0], *b = self->children[1];
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK: return product_lowrank(ctx, a, b, w, grads);
+    case LTG_DENSE: return product_dense(ctx, a, b, w, grads);
+    default: return LT_NOT_IMPLEMENTED;
+  }
+}
+
+static lt_tensor *product_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                  const lt_paramset *values) {
+  (void)self, (void)values;
+  return lt_product_new(ctx, children[0], children[1]);
+}
+
 const lt_type lt_product_type = {
     .name = "product",
     .matmul = product_matmul,
     .t_matmul = product_t_matmul,
     .derive_props = product_props,
+    .bilinear_derivative = product_derivative,
+    .rebuild = product_rebuild,
 };
 
 lt_tensor *lt_product_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {

@@ -3,6 +3,7 @@
  */
 #include <math.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -61,6 +62,31 @@ static void scaled_props(const lt_tensor *s, unsigned char *props) {
   props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_UPPER);
 }
 
+/* Gradients: {scale = c}; <W, c·A> gives c·W to A and <W, A> to c. */
+static int scaled_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  return lt_paramset_add_number(ctx, out, self, "scale", factor(self));
+}
+
+static int scaled_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                             lt_paramset *grads) {
+  double inner;
+  if (ltg_inner(ctx, w, self->children[0], &inner) != LT_OK ||
+      lt_paramset_add_number(ctx, grads, self, "scale", inner) != LT_OK)
+    return LT_ERR;
+  lt_cotangent cw;
+  if (ltg_scaled(ctx, w, factor(self), &cw) != LT_OK) return LT_ERR;
+  int rc = lt_bilinear_derivative(ctx, self->children[0], &cw, grads);
+  ltg_release(ctx, &cw);
+  return rc;
+}
+
+static lt_tensor *scaled_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                 const lt_paramset *values) {
+  double c = factor(self);
+  if (ltg_value(ctx, values, self, "scale", &c, NULL) == LT_ERR) return NULL;
+  return lt_scaled_new(ctx, children[0], c);
+}
+
 const lt_type lt_scaled_type = {
     .name = "scaled",
     .matmul = scaled_matmul,
@@ -69,6 +95,9 @@ const lt_type lt_scaled_type = {
     .row = scaled_row,
     .destroy = scaled_destroy,
     .derive_props = scaled_props,
+    .params = scaled_params,
+    .bilinear_derivative = scaled_derivative,
+    .rebuild = scaled_rebuild,
 };
 
 lt_tensor *lt_scaled_new(lt_context *ctx, lt_tensor *a, double c) {

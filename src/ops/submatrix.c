@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -109,6 +110,49 @@ static void submatrix_props(const lt_tensor *t, unsigned char *props) {
   if (lt_prop_get(a, LT_PROP_PSD) == LT_YES) props[LT_PROP_PSD] = LT_YES;
 }
 
+/* Gradients: A[rows, cols] = P_r·A·P_cᵀ, so A gets P_rᵀ·W·P_c: L and R
+ * scattered to A's rows and columns (repeated indices add up). A dense W
+ * goes to A as the low-rank (P_rᵀ·W)·P_cᵀ — n_cols columns, never A's full
+ * size; a diagonal d of a principal submatrix as d scattered to A's
+ * diagonal. */
+static int submatrix_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                                lt_paramset *grads) {
+  submatrix_payload *p = self->payload;
+  lt_tensor *A = self->children[0], *sel = NULL;
+  lt_cotangent wa = {0};
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK:
+      wa.L = scatter(ctx, w->L, p->rows, A->shape[0]);
+      wa.R = wa.L ? scatter(ctx, w->R, p->cols, A->shape[1]) : NULL;
+      break;
+    case LTG_DENSE:
+      sel = lt_dense_eye(ctx, p->ncols);
+      wa.L = sel ? scatter(ctx, w->W, p->rows, A->shape[0]) : NULL;
+      wa.R = wa.L ? scatter(ctx, sel, p->cols, A->shape[1]) : NULL;
+      lt_release(ctx, sel);
+      break;
+    default: {
+      if (!p->principal) return LT_NOT_IMPLEMENTED;
+      lt_tensor *d = lt_as_matrix(ctx, w->d);
+      lt_tensor *s = d ? scatter(ctx, d, p->rows, A->shape[0]) : NULL;
+      lt_release(ctx, d);
+      wa.d = s ? lt_dense_reshape(ctx, s, 1, &A->shape[0]) : NULL;
+      lt_release(ctx, s);
+    }
+  }
+  int rc = wa.R || wa.d ? lt_bilinear_derivative(ctx, A, &wa, grads) : LT_ERR;
+  ltg_release(ctx, &wa);
+  return rc;
+}
+
+static lt_tensor *submatrix_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                    const lt_paramset *values) {
+  (void)values;
+  submatrix_payload *p = self->payload;
+  return lt_submatrix_new(ctx, children[0], p->rows, p->nrows, p->principal ? NULL : p->cols,
+                          p->ncols);
+}
+
 const lt_type lt_submatrix_type = {
     .name = "submatrix",
     .constructor = &submatrix_constructor,
@@ -118,6 +162,8 @@ const lt_type lt_submatrix_type = {
     .row = submatrix_row,
     .destroy = submatrix_destroy,
     .derive_props = submatrix_props,
+    .bilinear_derivative = submatrix_derivative,
+    .rebuild = submatrix_rebuild,
 };
 
 static size_t *copy_indices(lt_context *ctx, const size_t *idx, size_t n, size_t limit,

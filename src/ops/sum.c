@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -59,6 +60,20 @@ static int sum_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+/* Gradients: every term gets the same weights. */
+static int sum_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  for (int i = 0; i < self->nchildren; i++)
+    if (lt_bilinear_derivative(ctx, self->children[i], w, grads) != LT_OK) return LT_ERR;
+  return LT_OK;
+}
+
+static lt_tensor *sum_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)values;
+  return lt_sum_new(ctx, children, self->nchildren);
+}
+
 /* Sound property rules: a sum of symmetric terms is symmetric; of PSD
  * terms, PSD. Anything else stays unknown. */
 static void sum_props(const lt_tensor *s, unsigned char *props) {
@@ -79,6 +94,8 @@ const lt_type lt_sum_type = {
     .entry = sum_entry,
     .row = sum_row,
     .derive_props = sum_props,
+    .bilinear_derivative = sum_derivative,
+    .rebuild = sum_rebuild,
 };
 
 /* Nested sums are spliced into one node while it stays at most this many

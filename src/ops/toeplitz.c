@@ -39,6 +39,7 @@
 
 #include <fftw3.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "../linalg/linalg.h"
 #include "ops.h"
@@ -389,6 +390,137 @@ static size_t toeplitz_payload_bytes(const lt_tensor *self) {
   return sizeof *p + vectors * sizeof(double) + (p->L / 2 + 1) * sizeof(fftw_complex);
 }
 
+/* ---------------------------------------------------------- gradients */
+
+/* {column = c, row = r}; a symmetric T (one vector) has only the column.
+ * T_ij = c[i-j] (i >= j), r[j-i] (i < j): the gradient of <W, T> sums W
+ * along diagonals — the column the lower ones (and the main one), the row
+ * the upper ones (its first entry is the column's: gradient 0); a
+ * symmetric column both. */
+static int toeplitz_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  const toeplitz_payload *p = self->payload;
+  lt_tensor *c = lt_dense_from(ctx, 1, &p->m, p->c);
+  if (c == NULL || lt_paramset_add_owned(ctx, out, self, "column", c) != LT_OK) return LT_ERR;
+  if (p->r == p->c) return LT_OK;
+  lt_tensor *r = lt_dense_from(ctx, 1, &p->n, p->r);
+  return r ? lt_paramset_add_owned(ctx, out, self, "row", r) : LT_ERR;
+}
+
+/* Sums of W = L·Rᵀ along its diagonals by FFT: with F the transform of
+ * length L >= m + n - 1, x = F⁻¹(Σ_k F(L_k) · conj F(R_k)) is the
+ * cross-correlation: x[d] = Σ_i W_{i+d, i} (lower diagonal d) and
+ * x[L-d] = Σ_i W_{i, i+d} (upper). lower[m], upper[n] (upper[0] unused). */
+static int lowrank_diagonal_sums(lt_context *ctx, const toeplitz_payload *p, const lt_cotangent *w,
+                                 double *lower, double *upper) {
+  size_t m = p->m, n = p->n, L = p->L, nf = L / 2 + 1, k = w->L->shape[1];
+  fft_work fw;
+  if (fft_work_init(ctx, &fw, L, 1) != LT_OK) return LT_ERR;
+  fftw_complex *acc = lt_calloc(ctx, 2 * nf, sizeof(fftw_complex)), *fl = acc ? acc + nf : NULL;
+  if (acc == NULL) {
+    fft_work_free(ctx, &fw);
+    return LT_ERR;
+  }
+  const double *l = lt_dense_data(w->L), *r = lt_dense_data(w->R);
+  for (size_t c = 0; c < k; c++) {
+    memset(fw.buf, 0, L * sizeof(double));
+    for (size_t i = 0; i < m; i++) fw.buf[i] = l[i * k + c];
+    fft_fwd(&fw);
+    memcpy(fl, fw.freq, nf * sizeof(fftw_complex));
+    memset(fw.buf, 0, L * sizeof(double));
+    for (size_t i = 0; i < n; i++) fw.buf[i] = r[i * k + c];
+    fft_fwd(&fw);
+    for (size_t q = 0; q < nf; q++) { /* += F(l) · conj F(r) */
+      double ar = fl[q][0], ai = fl[q][1], br = fw.freq[q][0], bi = fw.freq[q][1];
+      acc[q][0] += ar * br + ai * bi;
+      acc[q][1] += ai * br - ar * bi;
+    }
+  }
+  memcpy(fw.freq, acc, nf * sizeof(fftw_complex));
+  fft_inv(&fw);
+  double scale = 1.0 / (double)L;
+  for (size_t d = 0; d < m; d++) lower[d] = fw.buf[d] * scale;
+  for (size_t d = 1; d < n; d++) upper[d] = fw.buf[L - d] * scale;
+  lt_free(ctx, acc, 2 * nf * sizeof(fftw_complex));
+  fft_work_free(ctx, &fw);
+  return LT_OK;
+}
+
+static void dense_diagonal_sums(const toeplitz_payload *p, const lt_tensor *W, double *lower,
+                                double *upper) {
+  size_t m = p->m, n = p->n;
+  const double *x = lt_dense_data(W);
+  memset(lower, 0, m * sizeof(double));
+  memset(upper, 0, n * sizeof(double));
+  for (size_t i = 0; i < m; i++)
+    for (size_t j = 0; j < n; j++) {
+      if (i >= j) lower[i - j] += x[i * n + j];
+      else upper[j - i] += x[i * n + j];
+    }
+}
+
+static int toeplitz_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                               lt_paramset *grads) {
+  const toeplitz_payload *p = self->payload;
+  lt_tensor *gc = lt_dense_zeros(ctx, 1, &p->m), *gr = gc ? lt_dense_zeros(ctx, 1, &p->n) : NULL;
+  if (gr == NULL) {
+    lt_release(ctx, gc);
+    return LT_ERR;
+  }
+  double *lower = lt_dense_data(gc), *upper = lt_dense_data(gr);
+  int rc = LT_OK;
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK: rc = lowrank_diagonal_sums(ctx, p, w, lower, upper); break;
+    case LTG_DENSE: dense_diagonal_sums(p, w->W, lower, upper); break;
+    default: lower[0] = ltg_trace(w);
+  }
+  upper[0] = 0.0;
+  if (rc == LT_OK && p->r == p->c) { /* symmetric: c[d] sits on both sides */
+    for (size_t d = 1; d < p->n; d++) lower[d] += upper[d];
+    lt_release(ctx, gr);
+    gr = NULL;
+  }
+  if (rc != LT_OK) {
+    lt_release(ctx, gc);
+    lt_release(ctx, gr);
+    return LT_ERR;
+  }
+  rc = lt_paramset_add_owned(ctx, grads, self, "column", gc);
+  if (gr == NULL) return rc;
+  if (rc != LT_OK) {
+    lt_release(ctx, gr);
+    return LT_ERR;
+  }
+  return lt_paramset_add_owned(ctx, grads, self, "row", gr);
+}
+
+/* A new column and row; the row's first entry is the column's. */
+static lt_tensor *toeplitz_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                   const lt_paramset *values) {
+  (void)children;
+  const toeplitz_payload *p = self->payload;
+  lt_tensor *c0 = lt_dense_from(ctx, 1, &p->m, p->c);
+  lt_tensor *c = c0 ? ltg_tensor_value(ctx, values, self, "column", c0) : NULL;
+  lt_tensor *cc = c ? lt_dense_contiguous(ctx, c) : NULL, *out = NULL;
+  if (cc && p->r == p->c) {
+    out = lt_toeplitz_new(ctx, cc, NULL);
+  } else if (cc) {
+    lt_tensor *r0 = lt_dense_from(ctx, 1, &p->n, p->r);
+    lt_tensor *r = r0 ? ltg_tensor_value(ctx, values, self, "row", r0) : NULL;
+    lt_tensor *rc = r ? lt_dense_clone(ctx, r) : NULL;
+    if (rc) {
+      lt_dense_data(rc)[0] = lt_dense_data(cc)[0];
+      out = lt_toeplitz_new(ctx, cc, rc);
+    }
+    lt_release(ctx, r0);
+    lt_release(ctx, r);
+    lt_release(ctx, rc);
+  }
+  lt_release(ctx, c0);
+  lt_release(ctx, c);
+  lt_release(ctx, cc);
+  return out;
+}
+
 static lt_tensor *toeplitz_make(lt_context *ctx, const lt_arg *args) {
   return lt_toeplitz_new(ctx, args[0].t, args[1].t);
 }
@@ -409,6 +541,9 @@ const lt_type lt_toeplitz_type = {
     .row = toeplitz_row,
     .destroy = toeplitz_destroy,
     .payload_bytes = toeplitz_payload_bytes,
+    .params = toeplitz_params,
+    .bilinear_derivative = toeplitz_derivative,
+    .rebuild = toeplitz_rebuild,
 };
 
 /* -------------------------------------------------------- constructor */

@@ -2,6 +2,7 @@
  * ops/transpose.c — Aᵀ kept lazy. Its product is A's transposed product;
  * the transpose of a transpose is the original.
  */
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -26,12 +27,30 @@ static void transpose_props(const lt_tensor *t, unsigned char *props) {
   props[LT_PROP_UPPER] = (unsigned char)lt_prop_get(a, LT_PROP_LOWER);
 }
 
+/* Gradients: <W, Aᵀ> = <Wᵀ, A>. */
+static int transpose_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                                lt_paramset *grads) {
+  lt_cotangent wt;
+  if (ltg_transposed(ctx, w, &wt) != LT_OK) return LT_ERR;
+  int rc = lt_bilinear_derivative(ctx, self->children[0], &wt, grads);
+  ltg_release(ctx, &wt);
+  return rc;
+}
+
+static lt_tensor *transpose_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                    const lt_paramset *values) {
+  (void)self, (void)values;
+  return lt_transpose_new(ctx, children[0]);
+}
+
 const lt_type lt_transpose_type = {
     .name = "transpose",
     .matmul = transpose_matmul,
     .t_matmul = transpose_t_matmul,
     .entry = transpose_entry,
     .derive_props = transpose_props,
+    .bilinear_derivative = transpose_derivative,
+    .rebuild = transpose_rebuild,
 };
 
 lt_tensor *lt_transpose_new(lt_context *ctx, lt_tensor *a) {

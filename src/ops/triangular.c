@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "../linalg/dense_lapack.h"
 #include "ops.h"
@@ -71,6 +72,46 @@ static void tri_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, self->payload, sizeof(tri_payload));
 }
 
+/* Gradients: {L = P}, P the square matrix whose lower (upper) triangle the
+ * operator is (lt.triangular's argument); <W, tri(P)> gives tri(W). */
+static lt_tensor *param_matrix(lt_context *ctx, const lt_tensor *self) {
+  lt_tensor *c = self->children[0];
+  if (!payload(self)->trans) return lt_dense_clone(ctx, c);
+  lt_tensor *t = lt_dense_transpose(ctx, c);
+  lt_tensor *out = t ? lt_dense_clone(ctx, t) : NULL;
+  lt_release(ctx, t);
+  return out;
+}
+
+static int tri_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  lt_tensor *p = param_matrix(ctx, self);
+  return p ? lt_paramset_add_owned(ctx, out, self, "L", p) : LT_ERR;
+}
+
+static int tri_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  size_t n = self->shape[0];
+  lt_tensor *g = ltg_dense_of(ctx, w, n, n);
+  if (g == NULL) return LT_ERR;
+  double *p = lt_dense_data(g);
+  int upper = effective_upper(self);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++)
+      if (upper ? j < i : j > i) p[i * n + j] = 0.0;
+  return lt_paramset_add_owned(ctx, grads, self, "L", g);
+}
+
+static lt_tensor *tri_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)children;
+  lt_tensor *p0 = param_matrix(ctx, self);
+  lt_tensor *p = p0 ? ltg_tensor_value(ctx, values, self, "L", p0) : NULL;
+  lt_tensor *out = p ? lt_triangular_new(ctx, p, effective_upper(self)) : NULL;
+  lt_release(ctx, p0);
+  lt_release(ctx, p);
+  return out;
+}
+
 static lt_tensor *triangular_make(lt_context *ctx, const lt_arg *args) {
   return lt_triangular_new(ctx, args[0].t, args[1].choice);
 }
@@ -91,6 +132,9 @@ const lt_type lt_triangular_type = {
     .entry = tri_entry,
     .row = tri_row,
     .destroy = tri_destroy,
+    .params = tri_params,
+    .bilinear_derivative = tri_derivative,
+    .rebuild = tri_rebuild,
 };
 
 /* A node over a contiguous square dense child. */

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/grad.h"
 #include "../core/internal.h"
 #include "ops.h"
 
@@ -52,6 +53,8 @@ const lt_type lt_zeros_operator_type = {
     .t_matmul = zeros_t_matmul,
     .entry = zeros_entry,
     .row = zeros_row,
+    /* no parameters: a gradient passes it by */
+    .bilinear_derivative = ltg_no_parameters,
 };
 
 /* A square zero matrix is symmetric, PSD (all eigenvalues 0) and both

@@ -15,18 +15,17 @@
 -- The model chooses the covariance's structure itself (gp/structure.lua;
 -- model:explain() says which and why): Toeplitz for regularly spaced 1-d
 -- inputs, Kronecker for grids with a separable kernel, "kernel" — lazy C
--- lt.kernel operators for K and ∂K/∂log θ, O(n) memory — for other inputs
--- when the kernel is a sum of rbf/matern/periodic kernels over all input
--- dimensions, and dense n×n matrices otherwise (products of kernels, rq,
--- kernels over a subset of the dimensions). It then only uses the function
--- API: K:add_diag(σ²), inv_quad_logdet, solve. Exact linear algebra runs
--- below lt.settings.max_cholesky_size and iterative methods above it; the
--- marginal log-likelihood's gradient,
---   ∂MLL/∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ),  α = K⁻¹(y − m),
--- is exact on the first path and uses Hutchinson trace estimates
--- (num_trace_samples Rademacher probes, solved together with y − m in one
--- block CG run, with a pivoted-Cholesky control variate when the structure
--- exposes K's rows) on the second.
+-- lt.kernel operators — for other inputs when the kernel is a sum of
+-- rbf/matern/periodic kernels over all input dimensions, and dense n×n
+-- matrices otherwise (products of kernels, rq, kernels over a subset of the
+-- dimensions). It then only uses the function API. The marginal
+-- log-likelihood and its gradient come from one call,
+--   Ky:inv_quad_logdet(y − m, {grad = true}),
+-- on whatever Ky the structure built: exact (one Cholesky factor) below
+-- lt.settings.max_cholesky_size, GPyTorch's stochastic estimate from one
+-- block CG run over [y − m | probes] above it, with the pivoted-Cholesky
+-- control variate of rank trace_rank. Its gradients, keyed by Ky's leaves,
+-- are chained to the hyperparameters through the structure's links.
 local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
@@ -119,10 +118,11 @@ end
 -- fixed), mean ("constant" (default) or "zero"), mean_value, structure
 -- ("auto", "toeplitz", "kron", "kernel", "dense"), fixed = {noise = true,
 -- mean = true}, trace_rank (rank of the pivoted-Cholesky control variate in
--- stochastic gradients, default 64, 0 for plain Hutchinson; see
--- stochastic_gradient), distributed (true: K and ∂K are mpi.kernel operators
--- whose products are spread over MPI ranks; needs lazytensor.mpi and the
--- "kernel" structure, doc/mpi.md). Any other key is an error.
+-- stochastic gradients, default 64, 0 for none; see inv_quad_logdet's
+-- control_variate), distributed (true: K's components are mpi.kernel
+-- operators whose products and gradients are spread over MPI ranks; needs
+-- lazytensor.mpi and the "kernel" structure, doc/mpi.md). Any other key is
+-- an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -145,7 +145,7 @@ function gp.exact(spec)
     structure_choice = spec.structure or "auto",
     fixed = {noise = fixed.noise and true or nil, mean = fixed.mean and true or nil},
     trace_rank = spec.trace_rank,
-    -- distributed = true: K and ∂K are mpi.kernel operators (doc/mpi.md)
+    -- distributed = true: K's components are mpi.kernel operators (doc/mpi.md)
     make_kernel = spec.distributed and require("lazytensor.mpi").kernel or nil,
   }, Model)
   if self.mean_kind ~= "constant" and self.mean_kind ~= "zero" then
@@ -222,7 +222,7 @@ end
 ------------------------------------------------------------ likelihood --
 
 local function noisy(self, cov)
-  return cov.K:add_diag(self.noise)
+  return (cov.noisy(self.noise))
 end
 
 local function residual(self)
@@ -240,62 +240,19 @@ local function alpha_of(self, Ky)
 end
 
 --- The marginal log-likelihood log p(y | θ), and the solver's info.
+-- The same computation as mll_and_grad's value, so that the two agree to
+-- the last bit (a fit's reported MLL is model:mll() afterwards, even where
+-- Ky is nearly singular and two factorisations would differ): the
+-- gradient's share of the cost is the exact path's inverse, or one more
+-- pass over the operator's entries on the iterative one.
 function Model:mll()
-  local cov = self:covariance()
-  local Ky = noisy(self, cov)
-  local q, ld, info = Ky:inv_quad_logdet(residual(self))
-  return -0.5 * (q + ld + self.n * log(2 * pi)), info
+  local value, _, info = self:mll_and_grad()
+  return value, info
 end
 
--- Σ_ij A_ij B_ij for two n×n dense matrices.
-local function frobenius(A, B)
-  return A:cmul(B):sum()
-end
-
--- Exact gradient: W = ααᵀ − K⁻¹, ∂/∂θ = ½ Σ W ∘ ∂K.
-local function exact_gradient(self, cov, Ky, alpha, grad)
-  local n = self.n
-  local Kinv = Ky:solve(lt.eye(n))
-  local a = alpha:reshape(n, 1)
-  local W = a * a:t() - Kinv
-  local m = self.kernel:count()
-  for p = 1, m do grad[p] = 0.5 * frobenius(W, cov.derivative(p):dense()) end
-  return W
-end
-
--- Rank of the pivoted Cholesky used as a control variate in the trace
--- estimates (covariances that expose rows: the "kernel" structure).
+-- Rank of the pivoted-Cholesky control variate of the stochastic gradient
+-- (see lt.inv_quad_logdet's control_variate).
 local TRACE_RANK = 64
-
--- K ≈ L·Lᵀ by a pivoted Cholesky of rank ≤ k from K's rows (cov.row) and
--- diagonal: an n×r dense L, or nil when the covariance has no rows.
-local function pivoted_cholesky(cov, n, k)
-  if not cov.row then return nil end
-  k = math.min(k, n)
-  local d = cov.diagonal():totable()
-  local total = 0
-  for i = 1, n do total = total + d[i] end
-  local cols = {} -- L's columns as 1-d tensors
-  for j = 1, k do
-    local piv, best = 1, -math.huge
-    for i = 1, n do
-      if d[i] > best then piv, best = i, d[i] end
-    end
-    if not (best > 1e-10 * total) then break end -- luacheck: ignore 581 (NaN)
-    local col = cov.row(piv)
-    for m = 1, j - 1 do col = col - cols[m] * cols[m][piv] end
-    col = col / math.sqrt(best)
-    cols[j] = col
-    local c = col:totable()
-    for i = 1, n do d[i] = d[i] - c[i] * c[i] end
-  end
-  if #cols == 0 then return nil end
-  local L = lt.zeros(n, #cols)
-  for j, c in ipairs(cols) do L:narrow(2, j, 1):copy(c:reshape(n, 1)) end
-  local rest = 0
-  for i = 1, n do rest = rest + math.max(d[i], 0) end
-  return L, rest / n
-end
 
 -- The noise as a vector of n variances.
 local function noise_vector(self)
@@ -303,87 +260,34 @@ local function noise_vector(self)
   return lt.full({self.n}, self.noise)
 end
 
--- Stochastic gradient: tr(K⁻¹ ∂K) ≈ mean over Rademacher probes z of
--- zᵀ K⁻¹ ∂K z. One block solve Ky⁻¹[r | Z] gives α and K⁻¹Z together, and
--- one product ∂K·[α | Z | M] per parameter gives αᵀ∂Kα, the probes' ∂K z and
--- the control variate's ∂K M: with lazy (lt.kernel) derivatives each product
--- is one pass over the kernel entries, so the columns share it.
---
--- Control variate (when the covariance exposes rows): P = L·Lᵀ + D with L
--- a pivoted Cholesky of K and D diagonal approximates Ky, its inverse is
--- cheap (Woodbury: with M = D⁻¹L and C = I + LᵀD⁻¹L,
--- P⁻¹ = D⁻¹ − M C⁻¹ Mᵀ), and tr(P⁻¹∂K) = Σᵢ ∂K_ii / D_i − tr(C⁻¹ Mᵀ∂K M) is
--- exact:
---   tr(Ky⁻¹∂K) = tr(P⁻¹∂K) + E[zᵀ(Ky⁻¹ − P⁻¹)∂K z],
--- so only the (small) difference is estimated by the probes.
-local function stochastic_gradient(self, cov, Ky, r, grad)
-  local n, s = self.n, lt.settings.num_trace_samples
-  local B = lt.randn(n, s + 1)
-  B = B:cdiv(B:abs()) -- ±1 (Rademacher: lower variance than Gaussian probes)
-  B:narrow(2, 1, 1):copy(r:reshape(n, 1))
-  local X = Ky:solve(B)
-  local alpha = X:narrow(2, 1, 1):contiguous():reshape(n)
-  local Z, KinvZ = B:narrow(2, 2, s), X:narrow(2, 2, s)
-  local L, tail = pivoted_cholesky(cov, n, self.trace_rank or TRACE_RANK)
-  local k = L and L:size(2) or 0
-  local R = lt.zeros(n, 1 + s + k) -- [α | Z | M]
-  R:narrow(2, 1, 1):copy(alpha:reshape(n, 1))
-  R:narrow(2, 2, s):copy(Z)
-  -- D = the noise + the mean of K − L·Lᵀ's diagonal: the part of K that L
-  -- leaves out, spread evenly (any D > 0 leaves the estimate unbiased).
-  local Dinv = (noise_vector(self) + (tail or 0)):pow(-1)
-  local resid, Cinv = KinvZ, nil
-  local noise_tr -- tr(Ky⁻¹)
-  if L then
-    local M = lt.diag(Dinv) * L
-    R:narrow(2, 2 + s, k):copy(M)
-    Cinv = (L:t() * M + lt.eye(k)):solve(lt.eye(k))
-    local PinvZ = lt.diag(Dinv) * Z - M * (Cinv * (M:t() * Z))
-    resid = KinvZ - PinvZ
-    -- tr(P⁻¹) = Σ 1/D_i − tr(C⁻¹ MᵀM)
-    noise_tr = Dinv:sum() - frobenius(Cinv, M:t() * M) + frobenius(resid, Z) / s
-  else
-    noise_tr = frobenius(KinvZ, Z) / s
-  end
-  local m = self.kernel:count()
-  for p = 1, m do
-    local dK = cov.derivative(p)
-    local D = dK * R
-    local quad = alpha:dot(D:narrow(2, 1, 1):contiguous():reshape(n))
-    local tr = frobenius(resid, D:narrow(2, 2, s)) / s
-    if L then
-      local MtDM = R:narrow(2, 2 + s, k):t() * D:narrow(2, 2 + s, k)
-      tr = tr + dK:diagonal():dot(Dinv) - frobenius(Cinv, MtDM)
-    end
-    grad[p] = 0.5 * (quad - tr)
-  end
-  return alpha, noise_tr
+-- <g, d> for a parameter's gradient g and a derivative d of the parameter:
+-- numbers, tensors of the parameter's shape, or d a function of g.
+local function contract(g, d)
+  if type(d) == "function" then return d(g) end
+  if type(d) == "number" then return type(g) == "number" and g * d or g:sum() * d end
+  return g:cmul(d):sum()
 end
 
---- MLL and its gradient with respect to get_vector()'s parameters.
+--- MLL and its gradient with respect to get_vector()'s parameters: one
+-- inv_quad_logdet{grad = true} on Ky, chained through the structure's links.
 function Model:mll_and_grad()
   local cov = self:covariance()
-  local Ky = noisy(self, cov)
+  local Ky, links = cov.noisy(self.noise)
   local r = residual(self)
-  local grad = {}
+  local cv = self.trace_rank or TRACE_RANK
+  local q, ld, grads, info = Ky:inv_quad_logdet(r, {grad = true, control_variate = cv})
+  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local m = self.kernel:count()
-  local noise_grad, alpha
-  if self.n <= lt.settings.max_cholesky_size then
-    alpha = Ky:solve(r)
-    local W = exact_gradient(self, cov, Ky, alpha, grad)
-    -- ∂Ky/∂log σ² = σ² I (learnt σ² only: per-point noise is fixed)
-    if not self.fixed.noise then noise_grad = 0.5 * self.noise * W:diagonal():sum() end
-  else
-    local trace_inv
-    alpha, trace_inv = stochastic_gradient(self, cov, Ky, r, grad)
-    if not self.fixed.noise then
-      noise_grad = 0.5 * self.noise * (alpha:dot(alpha) - trace_inv)
+  local grad = {}
+  for p = 1, m do grad[p] = 0 end
+  local noise_grad = 0
+  for _, link in ipairs(links) do
+    local g = grads[link.leaf] and grads[link.leaf][link.name]
+    if g ~= nil then
+      for p, d in pairs(link.d or {}) do grad[p] = grad[p] - 0.5 * contract(g, d) end
+      if link.noise then noise_grad = noise_grad - 0.5 * contract(g, link.noise) end
     end
   end
-  -- The value as model:mll() computes it (which refuses a Ky that is not
-  -- numerically PD), so the fit never settles on a point mll() rejects.
-  local q, ld = Ky:inv_quad_logdet(r)
-  local value = -0.5 * (q + ld + self.n * log(2 * pi))
   local off = m
   if not self.fixed.noise then
     off = off + 1
@@ -391,9 +295,10 @@ function Model:mll_and_grad()
   end
   if self.mean_kind == "constant" and not self.fixed.mean then
     off = off + 1
-    grad[off] = alpha:sum() -- ∂/∂m of −½ (y − m)ᵀ K⁻¹ (y − m)
+    -- ∂/∂m of −½ (y − m)ᵀ Ky⁻¹ (y − m) = Σ α, α = Ky⁻¹(y − m) = grads[r] / 2
+    grad[off] = 0.5 * grads[r].values:sum()
   end
-  return value, grad
+  return value, grad, info
 end
 
 --- Maximises the MLL over the hyperparameters (L-BFGS by default).

@@ -1,9 +1,10 @@
 --- How lazytensor.gp turns a kernel and its inputs into an operator.
 --
 -- The GP code never names a structure when it computes: it asks a
--- "covariance" built here for its operator K, the derivative operators
--- ∂K/∂log θ, cross-covariances and prior variances, and then only calls the
--- function API (add_diag, inv_quad_logdet, solve, matmul). The choice:
+-- "covariance" built here for its operator K, for Ky = K + noise with the
+-- links from Ky's parameters to the hyperparameters, cross-covariances and
+-- prior variances, and then only calls the function API (inv_quad_logdet
+-- with gradients, solve, matmul). The choice:
 --   * regularly spaced 1-d inputs, stationary kernel  → Toeplitz (O(n) memory);
 --   * inputs forming a full grid (in Kronecker order), separable kernel
 --                                                       → Kronecker product;
@@ -13,15 +14,24 @@
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
 --         computes in C (rbf, matern12/32/52, periodic) over all the input
 --         dimensions, or a sum of such kernels, K is lt.kernel (a lt.add of
---         them for a sum) and ∂K/∂log θ is lt.kernel with the `derivative`
---         option: entries on demand, products a row block at a time, O(n)
---         memory beyond the n×d inputs, so the iterative path scales to
---         n in the tens of thousands;
+--         them for a sum): entries on demand, products a row block at a
+--         time, O(n) memory beyond the n×d inputs, so the iterative path
+--         scales to n in the tens of thousands;
 --       - "dense": anything else — products of kernels (kernels.scale is one),
 --         rq, kernels over a subset (or a repeat) of the dimensions — builds
---         the n×n kernel and derivative matrices by Lua loops (n² memory).
+--         the n×n kernel matrix by Lua loops (n² memory).
 -- opts.structure = "dense" forces the dense matrices, "kernel" insists on
 -- the C operators (an error when the kernel has none).
+--
+-- Gradients: cov.noisy(noise) returns Ky and its links, a list of
+--   {leaf = an operator under Ky, name = one of its parameters,
+--    d = {[p] = ∂value/∂log θ_p}, noise = ∂value/∂log σ²}
+-- (each derivative a number, a tensor of the parameter's shape, or a
+-- function of the parameter's gradient giving the product). The model takes
+-- Ky's gradients from inv_quad_logdet{grad = true} and chains them through
+-- the links: lt.kernel's own hyperparameters, the Toeplitz column from the
+-- kernel at the lags, the Kronecker factors along the axes, the dense
+-- matrix — whatever Ky is made of.
 local lt = require "lazytensor"
 
 local structure = {}
@@ -84,6 +94,21 @@ end
 --- The prior covariance of test points, as an n*×n* matrix (PSD).
 local function dense_test_covariance(kernel, star)
   return lt.psd((kernel_dense(kernel, star, star, false)))
+end
+
+-- K + diag(σ²ᵢ) for fixed per-point variances: a lazy sum (PSD).
+local function K_plus_diag(K, noise)
+  return K:add_diag(noise)
+end
+
+-- K + σ²I with σ² a leaf of its own (an identity operator), unless a
+-- structure rule folds it in (Toeplitz, Kronecker): Ky, and the identity
+-- when it is still there.
+local function noisy_sum(K, noise)
+  local N = lt.identity(K:size(1), noise)
+  local Ky = K + N
+  if lt.type(Ky) ~= "sum" then return Ky, nil end
+  return Ky, N
 end
 
 --- The stationary kernel at lags 0, h, 2h, ... (and its derivatives).
@@ -209,8 +234,17 @@ local function build_toeplitz(kernel, points, x0, h, want_grads)
                             .. "stationary kernel", n, h),
     K = lt.psd(lt.toeplitz(lt.tensor(c))), -- a stationary kernel's Gram matrix
   }
-  function cov.derivative(p)
-    return lt.toeplitz(lt.tensor(dc[p]))
+  local dcol = {}
+  for p = 1, #dc do dcol[p] = lt.tensor(dc[p]) end
+  -- K + σ²I is Toeplitz (σ² added to the column's first entry); K + diag is a sum.
+  function cov.noisy(noise)
+    if lt.is_tensor(noise) then
+      return K_plus_diag(cov.K, noise), {{leaf = cov.K, name = "column", d = dcol}}
+    end
+    local Ky = cov.K:add_diag(noise)
+    local e1 = lt.zeros(n)
+    e1[1] = noise
+    return Ky, {{leaf = Ky, name = "column", d = dcol, noise = e1}}
   end
   -- K treats the inputs as the grid x0 + (i − 1)·h (they are within
   -- SPACING_TOL·h of it), and cross-covariances must use the same positions:
@@ -256,29 +290,32 @@ end
 
 ------------------------------------------------------------- Kronecker --
 
--- Σ_p-th derivative of (⊗F)/c^(d-1): product rule over the factors, minus
--- the normalising constant's share.
-local function kron_derivative(factors, dfactors, c, dc, p, K)
-  local d = #factors
-  local terms = {}
-  local scale = 1 / c ^ (d - 1)
-  for k = 1, d do
-    local parts = {}
-    for j = 1, d do parts[j] = (j == k) and dfactors[j][p] or factors[j] end
-    terms[#terms + 1] = lt.kron(unpack(parts)) * scale
-  end
-  local out = terms[1]
-  for t = 2, #terms do out = out + terms[t] end
-  if d > 1 and dc[p] ~= 0 then out = out - K * ((d - 1) * dc[p] / c) end
-  return out
-end
-
 local function build_kron(kernel, points, axes, index, ngrid, want_grads)
   local factors, dfactors, c, dcg = axis_factors(kernel, axes, want_grads)
   if not is_separable(kernel, axes, c) then return nil end
   local d = #axes
-  local G = lt.kron(unpack(factors))
-  if d > 1 then G = G * (1 / c ^ (d - 1)) end
+  -- K = (⊗ F_k) / c^(d-1), the normalisation in the first factor. Each
+  -- factor enters as a lazy view of the dense matrix the model made (lt.kron
+  -- would copy a dense factor): its gradient then comes keyed by that matrix.
+  local own, jac = {}, {}
+  for k = 1, d do
+    own[k] = k == 1 and d > 1 and lt.psd(factors[1] / c ^ (d - 1)) or factors[k]
+    jac[k] = {}
+    for p = 1, dcg and #dcg or 0 do
+      if k == 1 and d > 1 then -- ∂(F₁/c^(d-1)) = ∂F₁/c^(d-1) − (d−1)·F₁·∂c/c^d
+        jac[k][p] = dfactors[1][p] / c ^ (d - 1) - factors[1] * ((d - 1) * dcg[p] / c ^ d)
+      else
+        jac[k][p] = dfactors[k][p]
+      end
+    end
+  end
+  local views = {}
+  for k = 1, d do
+    local all = {}
+    for i = 1, own[k]:size(1) do all[i] = i end
+    views[k] = lt.submatrix(own[k], all)
+  end
+  local G = lt.kron(unpack(views))
   local in_order = #points == ngrid
   for i = 1, #points do
     if index[i] ~= i then in_order = false end
@@ -298,10 +335,15 @@ local function build_kron(kernel, points, axes, index, ngrid, want_grads)
                                 table.concat(sizes, "x"), ngrid)
     cov.K = lt.submatrix(G, index)
   end
-  function cov.derivative(p)
-    local dG = kron_derivative(factors, dfactors, c, dcg, p, G)
-    if in_order then return dG end
-    return lt.submatrix(dG, index)
+  local links = {}
+  for k = 1, d do links[k] = {leaf = own[k], name = "values", d = jac[k]} end
+  -- In order, K + σ²I is kron_plus_identity (σ² its scale); masked, a sum.
+  function cov.noisy(noise)
+    if lt.is_tensor(noise) then return K_plus_diag(cov.K, noise), links end
+    local Ky, N = noisy_sum(cov.K, noise)
+    local all = {unpack(links)}
+    all[#all + 1] = {leaf = N or Ky, name = "scale", noise = noise}
+    return Ky, all
   end
   -- The test points' places on the grid, or nil when one is off it.
   local function grid_index(star)
@@ -356,7 +398,16 @@ local function build_dense(kernel, points, want_grads)
     explain = string.format("dense: %d inputs without exploitable structure", #points),
     K = lt.psd(K),
   }
-  function cov.derivative(p) return dK[p] end
+  -- K + noise is dense again: its gradient is Ky's own (n×n), chained
+  -- through the derivative matrices (∂Ky/∂log σ² = σ²I: σ² tr G).
+  function cov.noisy(noise)
+    local Ky = cov.K:add_diag(noise)
+    local link = {leaf = Ky, name = "values", d = dK}
+    if not lt.is_tensor(noise) then
+      link.noise = function(g) return noise * g:diagonal():sum() end
+    end
+    return Ky, {link}
+  end
   function cov.cross(star) return (kernel_dense(kernel, star, points, false)) end
   function cov.test_covariance(star) return dense_test_covariance(kernel, star) end
   function cov.noise_explain(per_point)
@@ -395,9 +446,9 @@ local function c_components(kernel, d, out)
   return out
 end
 
-local function c_spec(k, derivative)
+local function c_spec(k)
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, derivative = derivative}
+          period = k.values.period}
 end
 
 -- The points as an n×d tensor (the kernels use every dimension, in any
@@ -406,61 +457,63 @@ local function points_tensor(points)
   return lt.tensor(points)
 end
 
-local function kernel_sum(x1, x2, comps, derivative, make)
+-- Σ of lt.kernel operators (or of make's: mpi.kernel), one per component;
+-- also the list of them.
+local function kernel_sum(x1, x2, comps, make)
   make = make or lt.kernel
-  local K
-  for _, c in ipairs(comps) do
-    local spec = c_spec(c, derivative)
-    local Kc = x2 and make(x1, x2, spec) or make(x1, spec)
-    K = K and K + Kc or Kc
+  local K, parts = nil, {}
+  for i, c in ipairs(comps) do
+    local spec = c_spec(c)
+    parts[i] = x2 and make(x1, x2, spec) or make(x1, spec)
+    K = K and K + parts[i] or parts[i]
   end
-  return K
+  return K, parts
 end
 
--- make: lt.kernel, or mpi.kernel (distributed = true) for K and ∂K, whose
--- products are the n×n work; cross- and test covariances stay lt.kernel.
+-- make: lt.kernel, or mpi.kernel (gp.exact's distributed = true) for K,
+-- whose products and gradients are the n×n work; cross- and test
+-- covariances stay lt.kernel.
 local function build_kernel(kernel, points, comps, make)
   local X = points_tensor(points)
   local kinds = {}
   for i, c in ipairs(comps) do kinds[i] = c.kind end
+  local K, parts = kernel_sum(X, nil, comps, make)
   local cov = {
     kind = "kernel",
     explain = string.format("kernel: %d inputs (d = %d), neither regularly spaced nor a grid "
                             .. "with a separable kernel; %s over all dimensions is computed by "
-                            .. "lt.kernel in C: K and ∂K/∂log θ lazy (entries on demand, "
-                            .. "row-block products, O(n) memory)",
+                            .. "lt.kernel in C: K lazy (entries on demand, row-block products, "
+                            .. "O(n) memory), its gradients by one pass over the entries",
                             #points, #points[1], table.concat(kinds, " + ")),
-    K = kernel_sum(X, nil, comps, nil, make), -- PSD: a sum of PSD kernel operators
+    K = K, -- PSD: a sum of PSD kernel operators
   }
-  local params = kernel:parameters()
-  function cov.derivative(p)
-    local par = params[p]
-    return make(X, c_spec(par.kernel, par.name))
+  -- lt.kernel's hyperparameters are its own parameters: ∂θ/∂log θ = θ.
+  local links = {}
+  for p, par in ipairs(kernel:parameters()) do
+    for i, c in ipairs(comps) do
+      if c == par.kernel then
+        links[#links + 1] = {leaf = parts[i], name = par.name,
+                             d = {[p] = par.kernel.values[par.name]}}
+      end
+    end
+  end
+  function cov.noisy(noise)
+    if lt.is_tensor(noise) then return K_plus_diag(cov.K, noise), links end
+    local Ky, N = noisy_sum(cov.K, noise)
+    local all = {unpack(links)}
+    all[#all + 1] = {leaf = N, name = "scale", noise = noise}
+    return Ky, all
   end
   function cov.cross(star)
-    return kernel_sum(points_tensor(star), X, comps)
+    return (kernel_sum(points_tensor(star), X, comps))
   end
   function cov.test_covariance(star)
-    return kernel_sum(points_tensor(star), nil, comps) -- PSD, O(n*) memory
+    return (kernel_sum(points_tensor(star), nil, comps)) -- PSD, O(n*) memory
   end
   function cov.noise_explain(per_point)
     return (per_point and "per-point noise: Ky = K + diag(σ²ᵢ)" or "noise σ²: Ky = K + σ²I")
            .. ", a lazy sum: " .. lazy_sum_paths("lt.kernel's row-block products")
   end
-  -- Row i of K (1-d, n) from the components' rows, and K's diagonal (the
-  -- summed variances): what a pivoted Cholesky of K needs (see gp/init.lua's
-  -- variance-reduced trace estimates).
-  local parts, kdiag = {}, 0
-  for i, c in ipairs(comps) do
-    parts[i] = lt.kernel(X, c_spec(c))
-    kdiag = kdiag + c.values.variance
-  end
-  function cov.row(i)
-    local r = parts[1][i]
-    for c = 2, #parts do r = r + parts[c][i] end
-    return r
-  end
-  function cov.diagonal() return lt.full({#points}, kdiag) end
   return cov
 end
 
@@ -469,8 +522,8 @@ end
 --- Builds the covariance for `kernel` over `points` (an array of coordinate
 -- arrays). opts.structure forces "toeplitz", "kron", "kernel", "dense" (or
 -- "auto").
--- opts.make_kernel (mpi.kernel: gp.exact's distributed = true) builds K and
--- ∂K with it and insists on the kernel structure.
+-- opts.make_kernel (mpi.kernel: gp.exact's distributed = true) builds K
+-- with it and insists on the kernel structure.
 function structure.build(kernel, points, opts)
   opts = opts or {}
   local want = opts.structure or "auto"
@@ -504,7 +557,7 @@ function structure.build(kernel, points, opts)
   if want == "auto" or want == "kernel" then
     local comps
     comps, why = c_components(kernel, #points[1])
-    if comps then return build_kernel(kernel, points, comps, opts.make_kernel or lt.kernel) end
+    if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
       error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52 or periodic "
             .. "kernels over all input dimensions, got " .. why, 0)

@@ -1,0 +1,283 @@
+/*
+ * bind_grad.c — gradients: A:params(), A:bilinear_derivative(L, R),
+ * A:with_params(values), and the tables they exchange.
+ *
+ * Gradients and parameter values are tables keyed by the leaf operator
+ * (the userdata the program holds for it: ltb_push_handle) whose values are
+ * tables name → number or dense tensor. The C side is an lt_paramset; while
+ * one is being filled or read it lives in a userdata whose __gc frees it,
+ * so an error at any point (a memory error while building a table) leaks
+ * nothing.
+ */
+#include <string.h>
+
+#include "binding.h"
+
+#define PARAMSET_NAME "lazytensor.paramset"
+
+typedef struct pset_box {
+  lt_paramset *set;
+  ltb_state *S;
+} pset_box;
+
+static int pset_gc(lua_State *L) {
+  pset_box *b = lua_touserdata(L, 1);
+  if (b->set && b->S->ctx) lt_paramset_free(b->S->ctx, b->set);
+  b->set = NULL;
+  return 0;
+}
+
+/* Pushes a userdata owning a new empty parameter set and returns the set. */
+static lt_paramset *push_paramset(lua_State *L, ltb_state *S) {
+  pset_box *b = ltb_newuserdata(L, sizeof *b);
+  b->set = NULL;
+  b->S = S;
+  luaL_getmetatable(L, PARAMSET_NAME);
+  lua_setmetatable(L, -2);
+  if ((b->set = lt_paramset_new(S->ctx)) == NULL) ltb_raise(L);
+  return b->set;
+}
+
+/* A parameter's value: a number, or a new userdata holding the tensor. */
+static void push_value(lua_State *L, ltb_state *S, const lt_param *p) {
+  if (p->tensor == NULL) {
+    lua_pushnumber(L, p->number);
+    return;
+  }
+  luaL_getmetatable(L, "lazytensor.tensor");
+  ltb_box *b = ltb_push_box(L, S);
+  b->t = lt_retain(p->tensor);
+}
+
+/* __index of a gradient table: another userdata of the same leaf (A:t()
+ * of a symmetric A can be A's own node) finds the leaf's entry too. */
+static int by_leaf_index(lua_State *L) {
+  lt_tensor *t = ltb_slot_tensor(luaL_testudata(L, 2, "lazytensor.tensor"));
+  if (t == NULL) return 0;
+  lua_rawgetp(L, lua_upvalueindex(1), t);
+  return 1;
+}
+
+/* The entries of set as {[leaf] = {name = value, ...}, ...}, keyed by the
+ * userdata the program holds for each leaf (ltb_push_handle). */
+static void push_by_leaf(lua_State *L, ltb_state *S, const lt_paramset *set) {
+  lua_newtable(L);
+  int out = lua_gettop(L);
+  lua_newtable(L); /* leaf address → its table, for by_leaf_index */
+  int by_address = out + 1;
+  for (size_t i = 0; i < lt_paramset_count(set); i++) {
+    const lt_param *p = lt_paramset_at(set, i);
+    lua_rawgetp(L, by_address, p->leaf);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+      ltb_push_handle(L, S, p->leaf);
+      lua_pushvalue(L, -2);
+      lua_rawset(L, out);
+      lua_pushvalue(L, -1);
+      lua_rawsetp(L, by_address, p->leaf);
+    }
+    push_value(L, S, p);
+    lua_setfield(L, -2, p->name);
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, 0, 1);
+  lua_insert(L, by_address); /* the metatable, below the map */
+  lua_pushcclosure(L, by_leaf_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, out);
+}
+
+/* The entries of set (all of one leaf) as {name = value, ...}. */
+static void push_by_name(lua_State *L, ltb_state *S, const lt_paramset *set) {
+  lua_newtable(L);
+  for (size_t i = 0; i < lt_paramset_count(set); i++) {
+    const lt_param *p = lt_paramset_at(set, i);
+    push_value(L, S, p);
+    lua_setfield(L, -2, p->name);
+  }
+}
+
+/* A:params() → {name = value}: copies of the operator's own parameters. */
+static int l_params(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lt_tensor *a = ltb_check_tensor(L, 1, "params");
+  lt_paramset *set = push_paramset(L, S);
+  if (lt_params(S->ctx, a, set) != LT_OK) return ltb_raise(L);
+  push_by_name(L, S, set);
+  return 1;
+}
+
+/* The weights of bilinear_derivative from its arguments at 2 (and 3):
+ * (L, R), one dense W, or a table {W =, L =, R =, d =} of parts. */
+static void read_cotangent(lua_State *L, lt_cotangent *w) {
+  static const char *const op = "bilinear_derivative";
+  memset(w, 0, sizeof *w);
+  if (lua_isnil(L, 2)) ltb_error(L, op, "expected (L, R), a dense W or a table {W, L, R, d}");
+  if (!lua_isnil(L, 3)) {
+    w->L = ltb_operand(L, 2, op);
+    w->R = ltb_operand(L, 3, op);
+    return;
+  }
+  if (lua_istable(L, 2) && ltb_to_tensor(L, 2) == NULL && lua_rawlen(L, 2) == 0) {
+    static const char *const keys[] = {"W", "L", "R", "d", NULL};
+    ltb_check_keys(L, 2, op, "the weights", keys);
+    for (int i = 0; i < 4; i++) {
+      lua_getfield(L, 2, keys[i]);
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        continue;
+      }
+      lt_tensor *t = ltb_operand(L, lua_gettop(L), op); /* the stack slot anchors it */
+      if (i == 0) w->W = t;
+      else if (i == 1) w->L = t;
+      else if (i == 2) w->R = t;
+      else w->d = t;
+    }
+    return;
+  }
+  w->W = ltb_operand(L, 2, op);
+}
+
+/* A:bilinear_derivative(L, R) → {[leaf] = {name = gradient}}: the gradient
+ * of tr(Lᵀ·A·R) (or of Σ W∘A) with respect to every parameter under A. */
+static int l_bilinear_derivative(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  lt_tensor *a = ltb_check_tensor(L, 1, "bilinear_derivative");
+  lt_cotangent w;
+  read_cotangent(L, &w);
+  lt_paramset *grads = push_paramset(L, S);
+  if (lt_bilinear_derivative(S->ctx, a, &w, grads) != LT_OK) return ltb_raise(L);
+  push_by_leaf(L, S, grads);
+  ltb_check_pending(L);
+  ltb_gc_nudge(L, S);
+  return 1;
+}
+
+/* Adds the values of the table {name = value} at idx for leaf to set
+ * (values: numbers, tensors, or Lua tables of numbers). */
+static void read_leaf_values(lua_State *L, ltb_state *S, int idx, lt_tensor *leaf, lt_paramset *set,
+                             const char *op) {
+  if (!lua_istable(L, idx) || ltb_to_tensor(L, idx) != NULL)
+    ltb_error(L, op, "each leaf's values must be a table {name = value}, got %s",
+              luaL_typename(L, idx));
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      ltb_error(L, op, "a parameter's name must be a string, got %s", luaL_typename(L, -2));
+    const char *name = lua_tostring(L, -2);
+    int rc;
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      rc = lt_paramset_add_number(S->ctx, set, leaf, name, lua_tonumber(L, -1));
+    } else {
+      lt_tensor *v = ltb_operand(L, lua_gettop(L), op);
+      if (!lt_is_dense(v))
+        ltb_error(L, op, "parameter '%s' must be a number or a dense tensor, got a lazy %s", name,
+                  lt_typename(S->ctx, v));
+      rc = lt_paramset_add_tensor(S->ctx, set, leaf, name, v);
+    }
+    if (rc != LT_OK) ltb_raise(L);
+    lua_pop(L, 1);
+  }
+}
+
+/* A:with_params{[leaf] = {name = value}} → A with those parameters. */
+static int l_with_params(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 2);
+  lt_tensor *a = ltb_check_tensor(L, 1, "with_params");
+  if (!lua_istable(L, 2) || ltb_to_tensor(L, 2) != NULL)
+    return ltb_error(L, "with_params", "expected a table {[leaf] = {name = value}}, got %s",
+                     luaL_typename(L, 2));
+  lt_paramset *values = push_paramset(L, S);
+  lua_pushnil(L);
+  while (lua_next(L, 2) != 0) {
+    lt_tensor *leaf = ltb_to_tensor(L, -2);
+    if (leaf == NULL)
+      return ltb_error(L, "with_params", "keys must be the leaf operators, got %s",
+                       luaL_typename(L, -2));
+    read_leaf_values(L, S, lua_gettop(L), leaf, values, "with_params");
+    lua_pop(L, 1);
+  }
+  ltb_box *box = ltb_new_box(L);
+  return ltb_fill(L, box, lt_with_params(S->ctx, a, values));
+}
+
+/* The per-call options of inv_quad_logdet at idx: grad and
+ * control_variate are taken out (the rest are settings); the slot gets a
+ * copy without them. */
+static void take_grad_options(lua_State *L, int idx, int *grad, int *cv) {
+  *grad = 0;
+  *cv = 0;
+  if (!lua_istable(L, idx) || ltb_to_tensor(L, idx) != NULL) return;
+  lua_getfield(L, idx, "grad");
+  *grad = lua_toboolean(L, -1);
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN)
+    ltb_error(L, "inv_quad_logdet", "grad must be a boolean, got %s", luaL_typename(L, -1));
+  lua_getfield(L, idx, "control_variate");
+  if (!lua_isnil(L, -1)) {
+    if (!*grad) ltb_error(L, "inv_quad_logdet", "control_variate needs grad = true");
+    *cv = (int)ltb_check_size(L, lua_gettop(L), "inv_quad_logdet", "control_variate");
+  }
+  lua_pop(L, 2);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (strcmp(k, "grad") == 0 || strcmp(k, "control_variate") == 0) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_replace(L, idx);
+}
+
+/* A:inv_quad_logdet(b [, opts]) → inv_quad, logdet, info; with opts.grad:
+ * inv_quad, logdet, grads, info (see lt_inv_quad_logdet_grad). */
+static int l_inv_quad_logdet(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  int grad, cv;
+  take_grad_options(L, 3, &grad, &cv);
+  if (!grad) return ltb_call_op(L, LT_OP_INV_QUAD_LOGDET, 1);
+  lt_tensor *a = ltb_operand(L, 1, "inv_quad_logdet");
+  if (lua_isnil(L, 2)) return ltb_error(L, "inv_quad_logdet", "missing the right-hand side");
+  lt_tensor *b = ltb_operand(L, 2, "inv_quad_logdet");
+  lt_paramset *grads = push_paramset(L, S);
+  int set = lua_gettop(L);
+  ltb_saved saved;
+  ltb_apply_settings(L, 3, &saved, "inv_quad_logdet"); /* pushes the old progress */
+  double q = 0, ld = 0;
+  lt_info info;
+  lt_grad_opts opts = {cv};
+  int rc = lt_inv_quad_logdet_grad(S->ctx, a, b, &opts, &q, &ld, grads, &info);
+  ltb_restore_settings(L, &saved);
+  if (rc != LT_OK) return ltb_raise(L);
+  lua_settop(L, set);
+  lua_pushnumber(L, q);
+  lua_pushnumber(L, ld);
+  push_by_leaf(L, S, grads);
+  ltb_push_info(L, &info);
+  ltb_gc_nudge(L, S);
+  return 4;
+}
+
+static const luaL_Reg functions[] = {{"params", l_params},
+                                     {"inv_quad_logdet", l_inv_quad_logdet},
+                                     {"bilinear_derivative", l_bilinear_derivative},
+                                     {"with_params", l_with_params},
+                                     {NULL, NULL}};
+
+void ltb_open_grad(lua_State *L, int module) {
+  if (luaL_newmetatable(L, PARAMSET_NAME)) {
+    lua_pushcfunction(L, pset_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  ltb_set_functions(L, module, functions);
+  ltb_set_functions(L, LTB_OPEN_METHODS, functions);
+}
