@@ -56,6 +56,24 @@ describe("gp.exact{distributed = true}", function()
     end)
   end)
 
+  it("fits like the one-process model", function()
+    lt.with_settings({max_cholesky_size = 100}, function()
+      local X, y = data(15, 300)
+      lt.manual_seed(5)
+      local m = model(X, y, true)
+      m:fit{max_iter = 3}
+      lt.manual_seed(5)
+      local m0 = model(X, y, false)
+      m0:fit{max_iter = 3}
+      local v, v0 = m:get_vector(), m0:get_vector()
+      for i = 1, #v0 do
+        assert.is_true(math.abs(v[i] - v0[i]) < 1e-5 * (1 + math.abs(v0[i])),
+                       string.format("parameter %d: %.17g vs %.17g", i, v[i], v0[i]))
+      end
+      support.bits("gp fit", v)
+    end)
+  end)
+
   it("refuses a structure other than kernel, and a kernel without one", function()
     local X, y = data(14, 50)
     local k = gp.kernels.rbf{lengthscale = 1}
