@@ -15,6 +15,9 @@
 #                   Lua files under $(DESTDIR)$(PREFIX) (see "Installation")
 #   make doc        the API reference (doc/api/) with ldoc
 #   make lint       luacheck on all Lua, clang-format --dry-run on all C
+#   make mpi        the module lazytensor.mpi (lazytensor/mpi.so) with Debian's
+#                   OpenMPI; make test-mpi runs spec/mpi/ under mpirun
+#                   (doc/mpi.md). Nothing else needs MPI.
 #
 # LUA selects the interpreter and headers (lua5.4 by default; also lua5.1,
 # lua5.2, lua5.3, luajit). Objects go to build/$(LUA); the module for the
@@ -53,7 +56,7 @@ C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 
 all: lazytensor.so liblazytensor.a liblazytensor.so
 
-$(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h)
+$(BUILD)/src/%.o: src/%.c $(wildcard src/*.h src/*/*.h src/*/*.def)
 	@mkdir -p $(dir $@)
 	@echo "CC $<"; $(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -116,6 +119,43 @@ bench: deps
 bench-peers: deps
 	@$(MAKE) --no-print-directory all
 	@sh bench/peers/run.sh
+
+# --- MPI (doc/mpi.md) -------------------------------------------------------
+# `make mpi` builds the Lua module lazytensor.mpi (lazytensor/mpi.so, beside
+# lazytensor.so) from src/mpi/ with Debian's OpenMPI; `make test-mpi` runs
+# the distributed specs under mpirun with 1, 2 and 3 ranks. The core, `make`
+# and `make test` never need MPI. The module is linked against the Lua
+# module itself (DT_NEEDED lazytensor.so, found through rpath $ORIGIN/..),
+# so it calls the library Lua loaded rather than a copy; -z nodelete keeps
+# its type descriptor mapped until the process exits.
+MPI_PKGS = libopenmpi-dev openmpi-bin
+MPICC ?= mpicc
+MPI_SRC := $(wildcard src/mpi/*.c)
+MPI_OBJ := $(MPI_SRC:%.c=$(BUILD)/%.o)
+MPI_MODULE = lazytensor/mpi.so
+
+.PHONY: mpi mpi-deps test-mpi
+
+mpi-deps:
+	@sh tools/deps.sh $(MPI_PKGS)
+
+$(BUILD)/src/mpi/%.o: src/mpi/%.c $(wildcard src/mpi/*.h src/*.h lua/compat.h)
+	@mkdir -p $(dir $@)
+	@echo "MPICC $<"; $(MPICC) $(CFLAGS_ALL) $(LUA_CFLAGS) -c $< -o $@
+
+$(BUILD)/mpi.so: $(MPI_OBJ) $(BUILD)/lazytensor.so
+	$(MPICC) -shared -o $@ $(MPI_OBJ) -L$(BUILD) -l:lazytensor.so \
+	  -Wl,-rpath,'$$ORIGIN/..' -Wl,-z,nodelete $(LDFLAGS_ALL)
+
+$(MPI_MODULE): $(BUILD)/mpi.so FORCE
+	@mkdir -p lazytensor
+	@cmp -s $< $@ || cp $< $@
+
+mpi: mpi-deps
+	@$(MAKE) --no-print-directory lazytensor.so $(MPI_MODULE)
+
+test-mpi: mpi
+	@sh tools/test-mpi.sh $(LUA)
 
 # --- Lint (ecosystem) -------------------------------------------------------
 # luacheck on all Lua (.luacheckrc), clang-format (.clang-format) on all C;

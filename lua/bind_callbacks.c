@@ -610,8 +610,11 @@ void ltb_anchor(lua_State *L, ltb_state *S, int idx) {
   ltb_setuservalue(L, idx);
 }
 
+/* A flag of the definition: nil (unknown), true or false. */
 static lt_tristate field_tristate(lua_State *L, int idx, const char *name) {
   lua_getfield(L, idx, name);
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN)
+    ltb_error(L, "operator", "%s must be true, false or nil, got %s", name, luaL_typename(L, -1));
   lt_tristate v = lua_isnil(L, -1) ? LT_UNKNOWN : lua_toboolean(L, -1) ? LT_YES : LT_NO;
   lua_pop(L, 1);
   return v;
@@ -667,6 +670,10 @@ static int l_operator(lua_State *L) {
     return ltb_error(L, "operator", "expected a table {shape = {m, n}, matmul = f, ...}, got %s",
                      luaL_typename(L, 1));
   lua_settop(L, 1);
+  static const char *const keys[] = {"shape",       "matmul", "t_matmul", "psd",
+                                     "symmetric",   "name",   "params",   "bilinear_derivative",
+                                     "with_params", NULL};
+  ltb_check_keys(L, 1, "operator", "the definition", keys);
   lua_getfield(L, 1, "shape");
   if (lua_type(L, 2) != LUA_TTABLE || lua_rawlen(L, 2) != 2)
     return ltb_error(L, "operator", "shape must be a table {rows, cols}");
@@ -678,7 +685,9 @@ static int l_operator(lua_State *L) {
   def.symmetric = field_tristate(L, 1, "symmetric");
   def.psd = field_tristate(L, 1, "psd");
   lua_getfield(L, 1, "name");
-  def.name = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+    return ltb_error(L, "operator", "name must be a string, got %s", luaL_typename(L, -1));
+  def.name = lua_tostring(L, -1);
   lua_getfield(L, 1, "matmul");
   if (!lua_isfunction(L, -1))
     return ltb_error(L, "operator", "matmul must be a function, got %s", luaL_typename(L, -1));

@@ -183,17 +183,34 @@ static lt_tensor *check_dense(lua_State *L, int idx, const char *op) {
   return t;
 }
 
-/* t:get(i, j, ...) for dense; A:get(i, j) for any operator. */
+/* Entry (i, j) of a batched lazy operator's member at the batch index
+ * (the first lt_batch_ndim(t) of index). */
+static int batch_entry(lt_context *ctx, lt_tensor *t, const size_t *index, double *v) {
+  int nb = lt_batch_ndim(t);
+  lt_tensor *m = lt_retain(t);
+  for (int d = 0; d < nb && m != NULL; d++) {
+    lt_tensor *next = lt_batch_member(ctx, m, index[d]);
+    lt_release(ctx, m);
+    m = next;
+  }
+  int rc = m ? lt_get(ctx, m, index[nb], index[nb + 1], v) : LT_ERR;
+  lt_release(ctx, m);
+  return rc;
+}
+
+/* t:get(i, j, ...) for dense; A:get(i, j) for any operator, with the batch
+ * indices first for a batched one (one index per dimension, as dense). */
 static int l_get(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  lt_tensor *t = ltb_check_tensor(L, 1, "get");
+  lt_tensor *t = ltb_operand(L, 1, "get");
   int n = lua_gettop(L) - 1;
   if (n != lt_ndim(t)) return ltb_error(L, "get", "%d indices for a %d-d tensor", n, lt_ndim(t));
   size_t index[LT_MAX_DIM];
   for (int d = 0; d < n; d++) index[d] = ltb_check_index(L, d + 2, lt_size(t, d), "get");
   double v;
-  int rc =
-      lt_is_dense(t) ? lt_dense_get(ctx, t, n, index, &v) : lt_get(ctx, t, index[0], index[1], &v);
+  int rc = lt_is_dense(t)         ? lt_dense_get(ctx, t, n, index, &v)
+           : lt_batch_ndim(t) > 0 ? batch_entry(ctx, t, index, &v)
+                                  : lt_get(ctx, t, index[0], index[1], &v);
   if (rc != LT_OK) return ltb_raise(L);
   lua_pushnumber(L, v);
   return 1;

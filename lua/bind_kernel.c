@@ -1,24 +1,12 @@
 /*
- * bind_kernel.c — constructors of the operators defined by a few vectors:
- * lt.toeplitz(c [, r]) and lt.kernel(x1 [, x2], spec) (spec.derivative =
+ * bind_kernel.c — lt.kernel(x1 [, x2], spec) (spec.derivative =
  * "lengthscale" | "variance" | "period" gives ∂K/∂log θ; spec.lengthscale
- * a list or 1-d tensor: ARD, one per dimension).
+ * a list or 1-d tensor: ARD, one per dimension): the spec table is more
+ * than a constructor's parameters (bind_types.c) can say.
  */
 #include <string.h>
 
 #include "binding.h"
-
-/* lt.toeplitz(c [, r]): c, r 1-d tensors or Lua tables. */
-static int l_toeplitz(lua_State *L) {
-  lt_context *ctx = ltb_ctx(L);
-  int top = lua_gettop(L);
-  if (top < 1 || top > 2 || lua_isnil(L, 1))
-    return ltb_error(L, "toeplitz", "expected (c [, r]), got %d arguments", top);
-  lt_tensor *c = ltb_operand(L, 1, "toeplitz");
-  lt_tensor *r = top == 2 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "toeplitz") : NULL;
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_toeplitz_new(ctx, c, r));
-}
 
 static const struct {
   const char *name;
@@ -80,6 +68,9 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
+  static const char *const keys[] = {"kind",  "lengthscale", "variance", "period",
+                                     "alpha", "derivative",  NULL};
+  ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
     ltb_error(L, "kernel",
@@ -139,10 +130,9 @@ static int l_kernel(lua_State *L) {
   lt_tensor *x1 = ltb_operand(L, 1, "kernel");
   lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_kernel_new(ctx, x1, x2, &spec));
+  return ltb_fill(L, box, lt_kernel_new_batched(ctx, x1, x2, &spec));
 }
 
-static const luaL_Reg constructors[] = {
-    {"toeplitz", l_toeplitz}, {"kernel", l_kernel}, {NULL, NULL}};
+static const luaL_Reg constructors[] = {{"kernel", l_kernel}, {NULL, NULL}};
 
 void ltb_open_kernel(lua_State *L, int module) { ltb_set_functions(L, module, constructors); }

@@ -63,12 +63,11 @@ int ltb_call_op(lua_State *L, int op_id, int first) {
   lt_args args = {.op = op_id};
   int opts = read_args(L, op, first, &args);
   if (opts && lua_gettop(L) < opts) lua_settop(L, opts); /* results go above it */
-  /* Boxes first, so that a memory error while pushing leaks no result. */
+  /* Boxes first, so that a memory error while pushing leaks no result:
+   * one per result, as a batched call gives tensors for numbers too. */
   ltb_box *boxes[LT_MAX_RESULTS];
-  int base = lua_gettop(L), nt = 0;
-  for (int k = 0; k < op->nresults; k++)
-    if (op->result[k] != LT_RESULT_NUMBER && op->result[k] != LT_RESULT_BOOLEAN)
-      boxes[nt++] = ltb_new_box(L);
+  int base = lua_gettop(L);
+  for (int k = 0; k < op->nresults; k++) boxes[k] = ltb_new_box(L);
   ltb_saved saved;
   if (opts) ltb_apply_settings(L, opts, &saved, op->name);
   lt_result res;
@@ -76,21 +75,15 @@ int ltb_call_op(lua_State *L, int op_id, int first) {
   if (opts) ltb_restore_settings(L, &saved);
   if (rc != LT_OK) return ltb_raise(L);
   if (opts) lua_pop(L, 1); /* the saved progress */
-  /* The boxes own the tensors from here; numbers follow them. */
-  int nx = 0, kt = 0;
-  for (int k = 0; k < op->nresults; k++) {
-    switch (op->result[k]) {
-      case LT_RESULT_NUMBER: lua_pushnumber(L, res.x[nx++]); break;
-      case LT_RESULT_BOOLEAN: lua_pushboolean(L, res.x[nx++] != 0); break;
-      case LT_RESULT_TENSOR_OR_NUMBER:
-        if (res.t[0] == NULL) {
-          lua_pop(L, 1); /* the unused box */
-          lua_pushnumber(L, res.x[0]);
-          break;
-        }
-        /* fall through */
-      default: boxes[kt]->t = res.t[kt], kt++;
-    }
+  /* The boxes own the tensors from here (tensor results come first in
+   * every row; a batched call's numbers are tensors of the batch shape, in
+   * res.t[k]); the unused boxes go, and numbers follow the tensors. */
+  int kt = 0;
+  while (kt < op->nresults && res.t[kt] != NULL) boxes[kt]->t = res.t[kt], kt++;
+  lua_settop(L, base + kt);
+  for (int k = kt, nx = 0; k < op->nresults; k++) {
+    if (op->result[k] == LT_RESULT_BOOLEAN) lua_pushboolean(L, res.x[nx++] != 0);
+    else lua_pushnumber(L, res.x[nx++]);
   }
   for (int i = 0; i < kt; i++) ltb_anchor(L, S, base + 1 + i);
   if (kt > 0) ltb_gc_nudge(L, S); /* as ltb_fill does: the collector sees no tensor memory */

@@ -129,6 +129,11 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
 lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);
 
 /* Arguments. */
+/* Every key of the table at idx is one of the NULL-terminated names, else
+ * raises "lazytensor: <op>: <what>: unknown key 'k' (expected a, b or c)"
+ * (also for a key that is not a string). */
+void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
+                    const char *const *names);
 /* A name (an operation's, a type's): a non-empty string without zero bytes. */
 const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what);
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what);
@@ -160,15 +165,17 @@ typedef struct ltb_saved {
 void ltb_apply_settings(lua_State *L, int idx, ltb_saved *saved, const char *op);
 void ltb_restore_settings(lua_State *L, const ltb_saved *saved);
 
-/* Pieces of the module, one per file. */
 /* Pieces of the module, one per file: each adds its functions to the
  * module table and its methods to the methods table. */
-void ltb_open_dense(lua_State *L, int module);      /* bind_dense.c */
-void ltb_open_linalg(lua_State *L, int module);     /* bind_linalg.c */
-void ltb_open_callbacks(lua_State *L, int module);  /* bind_callbacks.c */
-void ltb_open_kernel(lua_State *L, int module);     /* bind_kernel.c: toeplitz, kernel */
-void ltb_open_structured(lua_State *L, int module); /* bind_structured.c */
-void ltb_open_grad(lua_State *L, int module);       /* bind_grad.c: gradients */
+void ltb_open_dense(lua_State *L, int module);     /* bind_dense.c */
+void ltb_open_linalg(lua_State *L, int module);    /* bind_linalg.c */
+void ltb_open_callbacks(lua_State *L, int module); /* bind_callbacks.c */
+void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: kernel */
+/* bind_types.c: lt.types(), and lt.<type> for every type with a
+ * constructor in its descriptor (call it after the hand-written ones). */
+void ltb_open_types(lua_State *L, int module);
+/* bind_grad.c: gradients (params, bilinear_derivative, with_params) */
+void ltb_open_grad(lua_State *L, int module);
 /* bind_ops.c: every operation of the table not wrapped by hand above, as
  * lt.<op> and A:<op> (call it last), and lt.call. */
 void ltb_open_ops(lua_State *L, int module);

@@ -3,7 +3,7 @@
  * normalisation, errors, metamethods and the arithmetic functions.
  *
  * Metamethods and module functions are the same registry calls: `a + b` and
- * lt.add(a, b) both run ltb_binary, which turns numbers and tables into
+ * lt.add(a, b) both run binary(), which turns numbers and tables into
  * tensors through one helper (ltb_operand), as LPeg's getpatt does.
  */
 #include <math.h>
@@ -319,6 +319,39 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
 
 /* ------------------------------------------------------------- arguments */
 
+/* "a, b or c" for the NULL-terminated names, pushed. */
+static void push_listing(lua_State *L, const char *const *names) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; names[i] != NULL; i++) {
+    if (i > 0) luaL_addstring(&b, names[i + 1] == NULL ? " or " : ", ");
+    luaL_addstring(&b, names[i]);
+  }
+  luaL_pushresult(&b);
+}
+
+void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
+                    const char *const *names) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1); /* the value */
+    int known = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *key = lua_tostring(L, -1);
+      for (int i = 0; !known && names[i] != NULL; i++) known = strcmp(key, names[i]) == 0;
+    }
+    if (!known) {
+      const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+      const char *type = luaL_typename(L, -1);
+      push_listing(L, names);
+      if (key != NULL)
+        ltb_error(L, op, "%s: unknown key '%s' (expected %s)", what, key, lua_tostring(L, -1));
+      ltb_error(L, op, "%s: a key must be a name (%s), got a %s", what, lua_tostring(L, -1), type);
+    }
+  }
+}
+
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what) {
   if (lua_type(L, idx) != LUA_TNUMBER)
     ltb_error(L, op, "%s must be a number, got %s", what, luaL_typename(L, idx));
@@ -610,6 +643,10 @@ static int m_index(lua_State *L) {
                      luaL_typename(L, 2));
   if (lt_ndim(t) == 0) return ltb_error(L, "index", "cannot index a 0-d tensor");
   size_t i = ltb_check_index(L, 2, lt_size(t, 0), "index");
+  if (!lt_is_dense(t) && lt_batch_ndim(t) > 0) { /* a batch's member, lazy where t is */
+    ltb_box *box = ltb_new_box(L);
+    return ltb_fill(L, box, lt_batch_member(ctx, t, i));
+  }
   if (!lt_is_dense(t)) {
     ltb_box *box = ltb_new_box(L);
     return ltb_fill(L, box, lt_row(ctx, t, i));
@@ -666,12 +703,18 @@ static int m_tostring(lua_State *L) {
   static const char *const flag[] = {"?", "yes", "no"};
   /* An lt.operator's name = "..." shows next to its type. */
   const char *name = lt_operator_name(t);
-  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %zux%zu, symmetric: %s, psd: %s]",
-           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "",
-           lt_size(t, 0), lt_size(t, 1), flag[lt_prop_get(t, LT_PROP_SYMMETRIC)],
-           flag[lt_prop_get(t, LT_PROP_PSD)]);
+  char dims[96];
+  size_t used = 0;
+  for (int d = 0; d < lt_ndim(t) && used < sizeof dims; d++) {
+    int w = snprintf(dims + used, sizeof dims - used, d ? "x%zu" : "%zu", lt_size(t, d));
+    used += w > 0 ? (size_t)w : 0;
+  }
+  snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %s, symmetric: %s, psd: %s]",
+           lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "", dims,
+           flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
   size_t rows = lt_size(t, 0), cols = lt_size(t, 1);
-  if (rows > 400 || cols > 400 || rows * cols > 400) {
+  /* a batch shows its head only; its members print themselves (A[i]) */
+  if (lt_batch_ndim(t) > 0 || rows > 400 || cols > 400 || rows * cols > 400) {
     lua_pushstring(L, head);
     return 1;
   }
@@ -711,7 +754,7 @@ static int l_is_lazy(lua_State *L) {
 }
 
 static int l_shape(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "shape");
+  lt_tensor *t = ltb_operand(L, 1, "shape");
   int n = lt_ndim(t);
   lua_createtable(L, n, 0);
   for (int d = 0; d < n; d++) {
@@ -721,8 +764,20 @@ static int l_shape(lua_State *L) {
   return 1;
 }
 
+/* The batch dimensions: {} for a plain matrix (and vectors, scalars). */
+static int l_batch_shape(lua_State *L) {
+  lt_tensor *t = ltb_operand(L, 1, "batch_shape");
+  int n = lt_batch_ndim(t);
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) {
+    lua_pushinteger(L, (lua_Integer)lt_size(t, d));
+    lua_rawseti(L, -2, d + 1);
+  }
+  return 1;
+}
+
 static int l_size(lua_State *L) {
-  lt_tensor *t = ltb_check_tensor(L, 1, "size");
+  lt_tensor *t = ltb_operand(L, 1, "size");
   if (lua_isnoneornil(L, 2)) return l_shape(L);
   if (!ltb_isinteger(L, 2) || lua_tonumber(L, 2) < 1 || lua_tonumber(L, 2) > lt_ndim(t))
     return ltb_error(L, "size", "dimension must be an integer in 1..%d", lt_ndim(t));
@@ -731,12 +786,12 @@ static int l_size(lua_State *L) {
 }
 
 static int l_dim(lua_State *L) {
-  lua_pushinteger(L, lt_ndim(ltb_check_tensor(L, 1, "dim")));
+  lua_pushinteger(L, lt_ndim(ltb_operand(L, 1, "dim")));
   return 1;
 }
 
 static int l_numel(lua_State *L) {
-  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_check_tensor(L, 1, "numel")));
+  lua_pushinteger(L, (lua_Integer)lt_numel(ltb_operand(L, 1, "numel")));
   return 1;
 }
 
@@ -748,12 +803,12 @@ static int push_tristate(lua_State *L, lt_tristate v) {
 
 static int l_is_psd(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_psd(ctx, ltb_check_tensor(L, 1, "is_psd")));
+  return push_tristate(L, lt_is_psd(ctx, ltb_operand(L, 1, "is_psd")));
 }
 
 static int l_is_symmetric(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
-  return push_tristate(L, lt_is_symmetric(ctx, ltb_check_tensor(L, 1, "is_symmetric")));
+  return push_tristate(L, lt_is_symmetric(ctx, ltb_operand(L, 1, "is_symmetric")));
 }
 
 /* -------------------------------------------------- settings and memory */
@@ -876,26 +931,20 @@ static const luaL_Reg module_functions[] = {{"add", l_add},
                                             {"memory", l_memory},
                                             {"free", l_free},
                                             {"shape", l_shape},
+                                            {"batch_shape", l_batch_shape},
                                             {"size", l_size},
                                             {"dim", l_dim},
                                             {"numel", l_numel},
                                             {NULL, NULL}};
 
-static const luaL_Reg common_methods[] = {{"shape", l_shape},
-                                          {"size", l_size},
-                                          {"dim", l_dim},
-                                          {"numel", l_numel},
-                                          {"free", l_free},
-                                          {"is_psd", l_is_psd},
-                                          {"is_symmetric", l_is_symmetric},
-                                          {"add", l_add},
-                                          {"sub", l_sub},
-                                          {"mul", l_mul},
-                                          {"matmul", l_matmul},
-                                          {"scale", l_scale},
-                                          {"div", l_div},
-                                          {"neg", l_neg},
-                                          {"type", l_type},
+static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", l_batch_shape},
+                                          {"size", l_size},     {"dim", l_dim},
+                                          {"numel", l_numel},   {"free", l_free},
+                                          {"is_psd", l_is_psd}, {"is_symmetric", l_is_symmetric},
+                                          {"add", l_add},       {"sub", l_sub},
+                                          {"mul", l_mul},       {"matmul", l_matmul},
+                                          {"scale", l_scale},   {"div", l_div},
+                                          {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
 static const luaL_Reg metamethods[] = {{"__add", l_add},
@@ -1037,8 +1086,8 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_linalg(L, module);
   ltb_open_callbacks(L, module);
   ltb_open_kernel(L, module);
-  ltb_open_structured(L, module);
   ltb_open_grad(L, module);
+  ltb_open_types(L, module);
   ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);
   lua_pushliteral(L, LT_VERSION);

@@ -1,4 +1,6 @@
--- luarocks make rockspec/lazytensor-scm-1.rockspec   (from the checkout)
+-- luarocks make --lua-version=5.4 rockspec/lazytensor-scm-1.rockspec
+-- (from the checkout; without --lua-version luarocks builds for its own
+-- default Lua, 5.1 on Debian: name the Lua that will load the module)
 -- Builds the C module with the project's Makefile (targets `rock` and
 -- `rock-install`, which take luarocks' paths) and installs the pure-Lua
 -- submodules as lazytensor.<name>. Works offline: nothing is fetched.

@@ -324,14 +324,15 @@ describe("API.md: Dense tensors", function()
   end)
 
   describe("Views and copies", function()
-    it("'t:t() (2-d transpose view; an error for other ranks)'", function()
+    it("'t:t() (2-d transpose view; a batch's members transposed; an error for 1-d)'", function()
       local a = lt.tensor{{1, 2, 3}, {4, 5, 6}}
       local b = a:t()
       assert.same({{1, 4}, {2, 5}, {3, 6}}, b:totable())
       b:set(3, 1, 30)
       assert.equal(30, a:get(1, 3))
       lazy_error("t", function() return lt.zeros(3):t() end)
-      lazy_error("t", function() return lt.zeros(2, 2, 2):t() end)
+      local batch = lt.tensor{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}
+      assert.same({{{1, 3}, {2, 4}}, {{5, 7}, {6, 8}}}, batch:t():totable())
     end)
 
     it("'t:reshape(...) (a view when contiguous)'", function()
@@ -1525,7 +1526,9 @@ describe("API.md: Errors", function()
       {"explain", "string", function() return lt.explain(nil, lt.diag{1}) end},
       {"mvn", "cov", function() return lt.mvn(lt.zeros(2)) end},
       {"mvn", "mean", function() return lt.mvn(5, lt.eye(2)) end},
-      {"mvn", "1-d", function() return lt.mvn(lt.zeros(2, 2), lt.eye(4)) end},
+      -- (a 2-d mean is a batch of means: of 2 entries each here, for a 4x4 cov)
+      {"mvn", "2 entries per member but cov is 4x4",
+       function() return lt.mvn(lt.zeros(2, 2), lt.eye(4)) end},
       {"mvn:log_prob", "x", function() return lt.mvn(lt.zeros(2), lt.eye(2)):log_prob(5) end},
     }
     for _, c in ipairs(cases) do

@@ -212,6 +212,28 @@ describe("diag", function()
       ref.near(ref.eye(3), ref.matmul(ref.transpose(q), q), 0)
     end)
 
+    it("eigh and svd form nothing n×n: their vectors are permutations", function()
+      local n = 4000
+      local v = {}
+      for i = 1, n do v[i] = (i * 7919) % n - n / 2 end
+      local D = lt.diag(v)
+      collectgarbage()
+      local before = lt.memory()
+      local w, Q = D:eigh()
+      local U, S, V = D:svd()
+      assert.is_true(lt.memory() - before < 40 * n * 8, "eigh and svd held "
+        .. (lt.memory() - before) .. " bytes") -- a dense Q alone: n² · 8
+      assert.equal("permutation", lt.type(Q))
+      assert.equal("permutation", lt.type(V))
+      assert.equal("product", lt.type(U)) -- V · diag(signs): some entries are negative
+      -- Q·diag(w) = D·Q and U·diag(S) = D·V, on a random probe
+      local x = lt.randn(n)
+      local err1 = (Q * (w:cmul(x)) - D * (Q * x)):norm()
+      local err2 = (U * (S:cmul(x)) - D * (V * x)):norm()
+      assert.is_true(err1 == 0 and err2 == 0, err1 .. " " .. err2)
+      for j = 2, n do assert.is_true(w[j - 1] <= w[j] and S[j - 1] >= S[j]) end
+    end)
+
     it("svd gives |d| descending and reconstructs", function()
       local U, S, V = lt.diag(dv):svd()
       assert.same({3, 2, 1}, S:totable())

@@ -42,7 +42,7 @@ describe("errors", function()
       function() return lt.diag{1, 2} / lt.diag{1, 2} end)
     raises("triangular: expected a square dense matrix",
       function() return lt.triangular(lt.diag{1, 2}) end)
-    raises("diag: expected a 1-d dense tensor", function() return lt.diag(lt.eye(2)) end)
+    raises("diag: expected a 1-d dense tensor", function() return lt.diag(lt.tensor(2)) end)
   end)
 
   it("ragged and non-numeric tables", function()

@@ -40,11 +40,13 @@ describe("differential fuzzing against a dense reference", function()
   end)
 
   local spd_checked, spd_missing, reason = 0, 0, nil
+  local reports = {}
   for b = 1, BATCHES do
     local n = math.floor(CASES / BATCHES) + (b <= CASES % BATCHES and 1 or 0)
     it(("batch %d: %d cases over %s"):format(b, n, table.concat(kinds, ", ")), function()
       local report = fuzz.run{seed = SEED + b, cases = n, kinds = kinds,
                              max_size = MAX_SIZE, max_depth = MAX_DEPTH}
+      reports[#reports + 1] = report
       spd_checked = spd_checked + report.stats.spd
       spd_missing = spd_missing + report.stats.spd_unavailable
       reason = reason or report.stats.spd_unavailable_reason
@@ -55,6 +57,14 @@ describe("differential fuzzing against a dense reference", function()
       end
     end)
   end
+
+  -- The types come from the registry (lt.types()): one the fuzzer cannot
+  -- make, as a leaf or through the arithmetic, is named here.
+  it("makes every registered type", function()
+    local missing = fuzz.unseen(reports)
+    assert.equal(0, #missing, "never made: " .. table.concat(missing, ", ")
+      .. " (give each a leaf maker in spec/support/fuzz.lua)")
+  end)
 
   it("checks solve and logdet on SPD expressions", function()
     assert.is_true(spd_checked > 0, ("no SPD expression was checked (%d unavailable: %s)")

@@ -218,7 +218,7 @@ describe("kernel", function()
     local before = lt.memory()
     local K = lt.kernel(lt.tensor(x), s)
     local y = K * lt.tensor(v)
-    -- The peak during the product is checked by tests/c/test_kernel_toeplitz.c
+    -- The peak during the product is checked by tests/c/test_toeplitz_kernel.c
     -- (a counting allocator); here: what the library holds afterwards.
     local held = lt.memory() - before
     assert.is_true(held < 50 * 2 ^ 20, "lt.memory() grew by " .. held)
@@ -425,7 +425,7 @@ describe("kernel", function()
       fails("period must be a positive number, got 0", x,
         {kind = "periodic", lengthscale = 1, period = 0})
       fails("x1 has 2 features per point but x2 has 3", x, lt.zeros(2, 3), rbf)
-      fails("x1 must be a 1%-d or 2%-d", lt.zeros(2, 2, 2), rbf)
+      fails("x1 must be a 1%-d or 2%-d", lt.tensor(2), rbf) -- ({b, n, d}: a batch)
       fails("x2 must be a 1%-d or 2%-d", x, lt.diag{1, 2}, rbf)
       fails("expected a spec table", x, x)
       fails("x2 is a spec table", x, rbf, rbf)

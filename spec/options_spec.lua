@@ -126,3 +126,66 @@ describe("names with a zero byte", function()
     assert.not_matches("Lua rule", lt.explain("add", d, d), 1, true)
   end)
 end)
+
+describe("definition tables", function()
+  -- lt.kernel's spec and lt.operator's definition name their keys: a
+  -- misspelt one used to be dropped (a kernel with the default variance, an
+  -- operator without its flag), now it is an error naming it.
+  local x = lt.tensor{0, 1, 2}
+  local id = function(X) return X end
+
+  it("reject unknown keys in a kernel spec", function()
+    assert.matches("lazytensor: kernel: spec: unknown key 'lenghtscale' (expected kind, "
+      .. "lengthscale, variance, period, alpha or derivative)",
+      message(function() return lt.kernel(x, {kind = "rbf", lengthscale = 1, lenghtscale = 2}) end),
+      1, true)
+    assert.matches("lazytensor: kernel: spec: a key must be a name",
+      message(function() return lt.kernel(x, {kind = "rbf", lengthscale = 1, 0.5}) end), 1, true)
+    assert.equal("kernel", lt.type(lt.kernel(x, {kind = "rbf", lengthscale = 1, variance = 2})))
+  end)
+
+  it("reject unknown keys and mistyped flags in an operator definition", function()
+    assert.matches("lazytensor: operator: the definition: unknown key 'symetric' (expected shape, "
+      .. "matmul, t_matmul, psd, symmetric",
+      message(function() return lt.operator{shape = {3, 3}, matmul = id, symetric = true} end),
+      1, true)
+    assert.matches("lazytensor: operator: psd must be true, false or nil, got string",
+      message(function() return lt.operator{shape = {3, 3}, matmul = id, psd = "yes"} end), 1, true)
+    assert.matches("lazytensor: operator: name must be a string, got number",
+      message(function() return lt.operator{shape = {3, 3}, matmul = id, name = 5} end), 1, true)
+    local A = lt.operator{shape = {3, 3}, matmul = id, psd = true, symmetric = true, name = "I"}
+    assert.is_true(A:is_psd())
+  end)
+end)
+
+describe("the pure-Lua modules' options", function()
+  -- data, interp and svg check their option tables (lazytensor.options) as
+  -- the C module checks its own: a misspelt option used to be ignored.
+  local data = require "lazytensor.data"
+  local interp = require "lazytensor.interp"
+  local svg = require "lazytensor.svg"
+
+  it("reject unknown options, naming them and the known ones", function()
+    assert.matches("lazytensor: read_csv: unknown option 'seperator' (expected comment, header, "
+      .. "missing, sep or strings)",
+      message(function() return data.read_csv("/nonexistent.csv", {seperator = ";"}) end), 1, true)
+    assert.matches("lazytensor: interp.fill: unknown option 'nrow'",
+      message(function() return interp.fill({{1, 2}}, {nrow = 1}) end), 1, true)
+    assert.matches("lazytensor: svg.chart: unknown option 'xlable'",
+      message(function() return svg.chart{xlable = "x"} end), 1, true)
+    assert.matches("lazytensor: svg.heatmap: unknown option 'colourmap'",
+      message(function() return svg.heatmap({{1, 2}}, {colourmap = "gray"}) end), 1, true)
+  end)
+
+  it("reject mistyped values", function()
+    assert.matches("lazytensor: read_matrix: option sep must be a string, got number",
+      message(function() return data.read_matrix("/nonexistent.csv", {sep = 5}) end), 1, true)
+    assert.matches("lazytensor: svg.chart: option legend must be a string or boolean, got number",
+      message(function() return svg.chart{legend = 1} end), 1, true)
+    assert.matches("lazytensor: svg.document: options must be a table, got string",
+      message(function() return svg.document("big") end), 1, true)
+    local filled, n = interp.fill({{1, 0 / 0, 3}}, {ncols = 3})
+    assert.same({{1, 2, 3}}, filled)
+    assert.equal(1, n)
+  end)
+end)

@@ -139,8 +139,10 @@ double lt_random_normal(lt_context *ctx);  /* standard normal */
 /* Types, properties                                                   */
 /* ------------------------------------------------------------------ */
 
-/* Built-in type ids. 0 is "any" in the registry. Types added at run time
- * (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on. */
+/* Built-in type ids. 0 is "any" in the registry. The built-in types not in
+ * this enum (newer ones: "permutation", "cat") and the types added at run
+ * time (lt_register_type) get ids from LT_TYPE_BUILTIN_COUNT on, in a
+ * context: find them by name (lt_type_id). */
 enum {
   LT_TYPE_ANY = 0,
   LT_TYPE_DENSE,
@@ -176,6 +178,56 @@ typedef enum {
   LT_PROP_UPPER, /* upper triangular */
   LT_PROP_COUNT
 } lt_prop;
+
+/*
+ * How a binding makes an operator of a type (the Lua binding's
+ * lt.<type name>(...)): its arguments, read in order, and a function
+ * taking their values. Like the operation table for operations: a type
+ * with a constructor needs no binding code. (Arguments, not "parameters":
+ * those are the gradients' values of an operator.)
+ */
+typedef enum {
+  LT_ARG_TENSOR,  /* a tensor (bindings turn numbers and tables into one) */
+  LT_ARG_TENSORS, /* one or more tensors: the remaining arguments */
+  LT_ARG_LIST,    /* a list of one or more tensors ({A, B, ...} in Lua) */
+  LT_ARG_SIZE,    /* a non-negative integer */
+  LT_ARG_NUMBER,  /* a number */
+  LT_ARG_INDICES, /* indices: 0-based here, 1-based in Lua (a table or a 1-d tensor) */
+  LT_ARG_CHOICE   /* one of the words in choices */
+} lt_arg_kind;
+
+typedef struct lt_arg_spec {
+  lt_arg_kind kind;
+  const char *name; /* in messages: "the factor U"; for TENSORS and LIST one item: "block" */
+  int optional;     /* may be absent (nil, or not given) */
+  double fallback;  /* NUMBER, SIZE: the value when absent */
+  const char *const *choices; /* CHOICE: NULL-terminated; when absent, the first */
+  int dims;                   /* TENSOR: the dimensions of one member's argument (1: a vector,
+                                 2 or 0: a matrix or operator); more are batch dimensions, and
+                                 lt_construct makes a batch of members (API.md "Batches") */
+} lt_arg_spec;
+
+/* An argument's value; the fields its kind uses. */
+typedef struct lt_arg {
+  int present;            /* given (an optional one may be absent) */
+  lt_tensor *t;           /* TENSOR: NULL when absent */
+  lt_tensor *const *list; /* TENSORS, LIST */
+  const size_t *index;    /* INDICES: NULL when absent */
+  size_t count;           /* TENSORS, LIST, INDICES: how many */
+  size_t size;            /* SIZE */
+  double number;          /* NUMBER */
+  int choice;             /* CHOICE: the word's position */
+} lt_arg;
+
+#define LT_MAX_ARGS 4
+
+typedef struct lt_constructor {
+  int nargs;
+  lt_arg_spec args[LT_MAX_ARGS];
+  /* The operator for values[i] of args[i] (tensors borrowed), or NULL
+   * with the error set. */
+  lt_tensor *(*make)(lt_context *ctx, const lt_arg *values);
+} lt_constructor;
 
 /*
  * A type descriptor: the few things every operator must provide. Everything
@@ -224,6 +276,9 @@ typedef struct lt_type {
    * as self has them): what lt_with_params builds. */
   lt_tensor *(*rebuild)(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
                         const lt_paramset *values);
+  /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
+   * types made only by rules, or with a hand-written binding, have none. */
+  const lt_constructor *constructor;
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -632,11 +687,34 @@ typedef struct lt_kernel_spec {
  * NULL, PSD only for the variance derivative (which equals K). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
+/* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's
+ * points) for a kernel operator K and a dense contiguous 2-d X of as many
+ * rows as K (Kᵀ) has columns: out receives (r1 − r0) × k numbers, row-major.
+ * Each row is computed whole, its entries summed in an order fixed by the
+ * row alone, so when r0 and r1 are multiples of LT_KERNEL_ROW_BLOCK (r1 may
+ * also be the row count) the rows have the same bits whatever the range,
+ * the thread count or the process computing them: what a product split by
+ * rows across processes needs (lazytensor.mpi). K's own product sums the
+ * halves of a symmetric K in another order (equal up to rounding). */
+#define LT_KERNEL_ROW_BLOCK 64
+int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t r0, size_t r1,
+                          const lt_tensor *X, double *out);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
 /* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */
 lt_tensor *lt_submatrix_new(lt_context *ctx, lt_tensor *a, const size_t *rows, size_t nrows,
                             const size_t *cols, size_t ncols);
+
+/* The n×n permutation matrix P with (P·x)[i] = x[p[i]]: row i holds its 1
+ * in column p[i]; p holds each of 0 .. n-1 once. Its type has no fixed id
+ * (lt_type_id(ctx, "permutation")). */
+lt_tensor *lt_permutation_new(lt_context *ctx, const size_t *p, size_t n);
+
+/* The n blocks side by side (dim 1: [A B ...], blocks of one height) or
+ * stacked (dim 0: [A; B; ...], blocks of one width), kept lazy; the blocks
+ * are retained, not copied. Its type has no fixed id (lt_type_id(ctx,
+ * "cat")). */
+lt_tensor *lt_cat_new(lt_context *ctx, lt_tensor *const *blocks, int n, int dim);
 
 /* An operator defined by a callback (the Lua binding's lt.operator). matmul
  * must return a new dense rows×k tensor for a dense cols×k X, or NULL with
@@ -668,6 +746,53 @@ const lt_operator_def *lt_operator_def_of(const lt_tensor *t);
  * included): a binding that keeps its callbacks alive per expression walks
  * only the parts of a tree where one can be. */
 int lt_contains_operator(const lt_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* Batches (API.md "Batches"; src/core/batch*.c)                       */
+/* ------------------------------------------------------------------ */
+
+/* A tensor of shape {b1, ..., bk, m, n} is a batch of m×n members. A dense
+ * tensor of more than two dimensions is one as its matrix operations see it
+ * (element-wise operations broadcast it as an n-d array); a batched lazy
+ * operator is a node of lt_batch_new whose members keep their own types
+ * (lt_typename names the members' type when they share one). Every
+ * operation takes batched operands: the batch dimensions broadcast as
+ * numpy's do, rules registered for batches (lt_register_batch_rule) run
+ * first, otherwise the 2-d operation runs member by member. Results are
+ * batched: tensor results gain the batch dimensions, and number results
+ * become dense tensors of the batch shape, in res.t[k] at their position k
+ * among the row's results (lt_call; the typed functions returning numbers,
+ * such as lt_logdet, refuse batched operands). equal gives one boolean (all
+ * members equal). info: the largest iterations, residual and jitter;
+ * converged when every member converged. */
+
+/* The number of batch dimensions (0 for a plain matrix, a vector, a scalar). */
+int lt_batch_ndim(const lt_tensor *t);
+/* The operators members[0..n-1], all of one shape (2-d, or batched with one
+ * batch shape), stacked along a new first batch dimension: dense members
+ * give a dense {n, ...} tensor (a copy), others a batched lazy node holding
+ * them. */
+lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n);
+/* Member i (0-based) along the first batch dimension of a batched t: one
+ * batch dimension fewer, lazy where t is (a dense t gives a view). */
+lt_tensor *lt_batch_member(lt_context *ctx, lt_tensor *t, size_t i);
+/* A type's constructor (lt_type.constructor) for the argument values given,
+ * where tensor arguments may carry batch dimensions beyond their spec's
+ * dims: the members are made one by one from the broadcast members of the
+ * arguments and stacked into a batched operator. Bindings call this rather
+ * than constructor->make. */
+lt_tensor *lt_construct(lt_context *ctx, int type_id, const lt_arg *values);
+/* lt_kernel_new with x1 (and x2) of shape {b..., n, d}: a batch of kernels. */
+lt_tensor *lt_kernel_new_batched(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
+                                 const lt_kernel_spec *spec);
+/* Registers a batch-aware rule: fn receives batched operands (type ids are
+ * the members' types: "dense" for a dense n-d tensor) and fills res as a
+ * batched call returns it (number results as tensors in res.t[k]), or
+ * answers LT_NOT_IMPLEMENTED to leave the call to the member-by-member
+ * fallback. Batch-aware rules live apart from the 2-d ones: a 2-d rule
+ * never receives a batched operand. */
+int lt_register_batch_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                           lt_rule_fn fn, void *ud);
 
 /* Properties, computed (or taken from flags) soundly. */
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a);

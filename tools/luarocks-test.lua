@@ -2,8 +2,8 @@
 -- interpreter, from the checkout: the busted suite, in this process,
 -- against the module `luarocks make` left in the root (built for this same
 -- interpreter) and the checkout's Lua files. Extra arguments go to busted.
---   luarocks make rockspec/lazytensor-scm-1.rockspec
---   luarocks test rockspec/lazytensor-scm-1.rockspec [-- busted options]
+--   luarocks make --lua-version=5.4 rockspec/lazytensor-scm-1.rockspec
+--   luarocks test --lua-version=5.4 rockspec/lazytensor-scm-1.rockspec [-- busted options]
 package.path = "./lua/?.lua;./lua/?/init.lua;./spec/?.lua;" .. package.path
 package.cpath = "./?.so;" .. package.cpath
 

@@ -1,9 +1,10 @@
 #!/bin/sh
-# Installs the rock into a temporary tree with `luarocks make --tree=...`
-# and loads it from there with only that tree's paths. Prints
-# "N passed, M failed". LUA selects the interpreter (lua5.4 by default);
-# luarocks builds for the matching Lua version (LuaJIT: 5.1 headers, the
-# ABI LuaJIT loads).
+# Installs the rock into a temporary tree with the command README shows,
+# `luarocks make --lua-version=V ...` (plus --tree), and loads it from there
+# with only that tree's paths. Prints "N passed, M failed". LUA selects the
+# interpreter (lua5.4 by default); --lua-version builds for it (LuaJIT: 5.1
+# headers, the ABI LuaJIT loads), where luarocks' default (5.1 on Debian)
+# would build a module lua5.4 cannot load.
 lua=${LUA:-lua5.4}
 case $lua in
   luajit*) ver=5.1 ;;
@@ -12,7 +13,7 @@ case $lua in
 esac
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT INT TERM
-if ! LT_ROCK_NO_COPY=1 luarocks --lua-version="$ver" make --tree="$tree" \
+if ! LT_ROCK_NO_COPY=1 luarocks make --lua-version="$ver" --tree="$tree" \
     rockspec/lazytensor-scm-1.rockspec > "$tree/build.log" 2>&1; then
   cat "$tree/build.log"
   echo "rock-smoke: luarocks make failed"

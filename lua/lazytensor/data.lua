@@ -27,7 +27,13 @@
 -- Every error starts with "lazytensor: read_csv: " (or read_matrix) and names
 -- the file and line, e.g. "lazytensor: read_csv: co2.csv:12: expected 2 fields, got 3".
 
+local options = require "lazytensor.options"
+
 local data = {}
+
+local CSV_OPTIONS = {sep = "string", header = "boolean", missing = "any", strings = "boolean",
+  comment = "string"}
+local MATRIX_OPTIONS = {sep = "string", missing = "any", comment = "string"}
 
 -- Raise a read error that says which function, file and line.
 local function fail(fname, path, lineno, fmt, ...)
@@ -188,7 +194,7 @@ end
 -- @return columns (name -> array, and position -> array), header (list of names)
 function data.read_csv(path, opts)
   local fname = "read_csv"
-  opts = opts or {}
+  opts = options.check(fname, opts, CSV_OPTIONS)
   local sep = check_sep(fname, opts)
   local text = slurp(fname, path)
 
@@ -222,7 +228,7 @@ end
 -- @return m (m[i][j] is row i, column j), number of rows, number of columns
 function data.read_matrix(path, opts)
   local fname = "read_matrix"
-  opts = opts or {}
+  opts = options.check(fname, opts, MATRIX_OPTIONS)
   local sep = check_sep(fname, opts)
   local text = slurp(fname, path)
 

@@ -29,6 +29,8 @@
 -- column index present in any row; pass ncols when the last column may be
 -- entirely missing).
 
+local options = require "lazytensor.options"
+
 local interp = {}
 
 local function is_known(v)
@@ -125,7 +127,7 @@ function interp.fill(grid, opts)
   if type(grid) ~= "table" then
     error("lazytensor: interp.fill: grid must be a table of rows, got " .. type(grid), 0)
   end
-  opts = opts or {}
+  opts = options.check("interp.fill", opts, {mask = "table", nrows = "number", ncols = "number"})
   local nrows, ncols = grid_size(grid, opts)
   if nrows < 1 or ncols < 1 then error("lazytensor: interp.fill: grid is empty", 0) end
   local k, nknown = known_cells(grid, opts.mask, nrows, ncols)

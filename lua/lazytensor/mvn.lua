@@ -18,6 +18,7 @@
 -- `lt.kl`, loading this file on first use; `mvn.install(lt)` sets them too.
 
 local mvn = {}
+local batch = require "lazytensor.mvn_batch"
 
 local LOG_2PI = math.log(2 * math.pi)
 
@@ -46,10 +47,12 @@ MVN.__index = MVN
 MVN.__name = "lazytensor.mvn"
 
 --- A multivariate normal with the given mean (1-d tensor or Lua array of k
--- numbers) and covariance (any k x k positive definite operator).
+-- numbers) and covariance (any k x k positive definite operator); a batch
+-- of normals for mean {b..., k} or cov {b..., k, k} (lazytensor.mvn_batch).
 function mvn.new(mean, cov)
   mean = as_tensor(mean, "mvn", "mean")
   cov = as_tensor(cov, "mvn", "cov")
+  if batch.is_batched(mean, cov) then return setmetatable(batch.new(mean, cov), MVN) end
   if mean:dim() ~= 1 then
     error(string.format("lazytensor: mvn: mean must be 1-d, got %s",
       table.concat(mean:shape(), "x")), 0)
@@ -116,9 +119,9 @@ end
 -- by the covariance's leaves, the mean and x.
 local function log_prob_grad(self, x, opts)
   local lt = lib()
-  local batch = x:dim() == 2
-  local n = batch and x:size(1) or 1
-  local d = batch and (x - self:mean_rows(n)):t() or x - self._mean
+  local rows = x:dim() == 2
+  local n = rows and x:size(1) or 1
+  local d = rows and (x - self:mean_rows(n)):t() or x - self._mean
   local b = d / math.sqrt(n)
   local _, ld, grads = self._cov:inv_quad_logdet(b, {grad = true,
                                                     control_variate = opts.control_variate})
@@ -127,9 +130,9 @@ local function log_prob_grad(self, x, opts)
   for _, named in pairs(grads) do
     for name, g in pairs(named) do named[name] = g * (-0.5 * n) end
   end
-  local quads = batch and lt.mul(d, solved):sum(1) or d:dot(solved)
-  local mean_grad = batch and solved:sum(2):reshape(self.k) or solved
-  local x_grad = batch and (solved * -1):t():contiguous() or solved * -1
+  local quads = rows and lt.mul(d, solved):sum(1) or d:dot(solved)
+  local mean_grad = rows and solved:sum(2):reshape(self.k) or solved
+  local x_grad = rows and (solved * -1):t():contiguous() or solved * -1
   local function add_to(key, g)
     local entry = grads[key]
     if entry == nil then
@@ -141,7 +144,7 @@ local function log_prob_grad(self, x, opts)
   add_to(self._mean, mean_grad)
   add_to(x, x_grad)
   local constant = -0.5 * (ld + self.k * LOG_2PI)
-  if batch then return quads * -0.5 + constant, grads end
+  if rows then return quads * -0.5 + constant, grads end
   return -0.5 * quads + constant, grads
 end
 
@@ -163,6 +166,12 @@ function MVN:log_prob(x, opts)
     end
   end
   local want_grad = opts and opts.grad
+  if self.batch_shape then
+    if want_grad then
+      error("lazytensor: mvn:log_prob: grad = true is not available for a batched distribution", 0)
+    end
+    return batch.log_prob(self, x)
+  end
   if (x:dim() == 1 and x:numel() == self.k) or (x:dim() == 2 and x:size(2) == self.k) then
     if want_grad then return log_prob_grad(self, x, opts) end
   end
@@ -192,6 +201,7 @@ end
 -- rank for this covariance) would give samples of the wrong covariance:
 -- an error, with what to change, rather than wrong samples.
 function MVN:rsample(n)
+  if self.batch_shape then return batch.rsample(self, n) end
   local lt = lib()
   local root, info = self:root()
   if info.converged == false then
@@ -252,6 +262,7 @@ function mvn.kl(p, q)
   if p.k ~= q.k then
     error(string.format("lazytensor: kl: dimensions differ (%d and %d)", p.k, q.k), 0)
   end
+  if p.batch_shape or q.batch_shape then return batch.kl(p, q) end
   local quad, logdet_q = q._cov:inv_quad_logdet(q._mean - p._mean)
   local trace = q._cov:inv_quad(p:root():dense())
   return 0.5 * (trace + quad - p.k + logdet_q - p:logdet())

@@ -15,6 +15,8 @@
 -- ticks, labels and a legend; svg.heatmap(grid, {...}) draws a grid of values
 -- with the viridis colormap and a colour bar. Both give documents.
 
+local options = require "lazytensor.options"
+
 local svg = {}
 
 -------------------------------------------------------------------------------
@@ -242,7 +244,8 @@ end
 --- A new document: opts.width, opts.height (required, positive), opts.viewBox
 -- ({min_x, min_y, w, h}; default {0, 0, width, height}), opts.background.
 function svg.document(opts)
-  opts = opts or {}
+  opts = options.check("svg.document", opts,
+    {width = "number", height = "number", viewBox = "table", background = "string"})
   local w, h = opts.width, opts.height
   if not (is_finite(w) and is_finite(h) and w > 0 and h > 0) then
     error("lazytensor: svg.document: width and height must be positive numbers", 0)
@@ -369,8 +372,12 @@ Chart.__index = Chart
 -- data), xticks / yticks (about how many, 6), grid (true), legend
 -- ("top-left" default, "top-right", "bottom-left", "bottom-right", or false),
 -- font_size (12).
+local CHART_OPTIONS = {width = "number", height = "number", title = "string", xlabel = "string",
+  ylabel = "string", xlim = "table", ylim = "table", xticks = "number", yticks = "number",
+  grid = "boolean", legend = "string|boolean", font_size = "number", background = "string"}
+
 function svg.chart(opts)
-  opts = opts or {}
+  opts = options.check("svg.chart", opts, CHART_OPTIONS)
   return setmetatable({ opts = opts, series = {}, ncolors = 0 }, Chart)
 end
 
@@ -683,8 +690,13 @@ end
 -- function t -> colour), vmin / vmax (default: the data's range), title,
 -- colorbar (true), colorbar_label, missing_color ("#cccccc", for nil/NaN),
 -- ncols (default #grid[1]), square (true: square cells), font_size (12).
+local HEATMAP_OPTIONS = {width = "number", height = "number", colormap = "string|function",
+  vmin = "number", vmax = "number", title = "string", colorbar = "boolean",
+  colorbar_label = "string", missing_color = "string", ncols = "number", square = "boolean",
+  font_size = "number", background = "string"} -- background: svg.heatmap's document
+
 function svg.draw_heatmap(parent, grid, opts)
-  opts = opts or {}
+  opts = options.check("svg.draw_heatmap", opts, HEATMAP_OPTIONS)
   local nrows, ncols, vmin, vmax = heatmap_scale(grid, opts)
   local cmap = svg.colormap(opts.colormap)
   local w, h, fs = opts.width or 640, opts.height or 480, opts.font_size or 12
@@ -725,7 +737,7 @@ end
 --- A heatmap as a document of its own; opts as for svg.draw_heatmap, plus
 -- background ("white").
 function svg.heatmap(grid, opts)
-  opts = opts or {}
+  opts = options.check("svg.heatmap", opts, HEATMAP_OPTIONS)
   heatmap_scale(grid, opts) -- check before creating anything
   local doc = svg.document{ width = opts.width or 640, height = opts.height or 480,
     background = opts.background or "white" }

@@ -115,6 +115,31 @@ function ref.solve_logdet(A, b)
   return x, logdet
 end
 
+-- A⁻¹ by Gauss-Jordan elimination with partial pivoting.
+function ref.inverse(A)
+  local n = A.m
+  local M, X = {}, ref.new(n, n, function(i, j) return i == j and 1 or 0 end)
+  for i = 1, n do
+    M[i] = {}
+    for j = 1, n do M[i][j] = A[i][j] end
+  end
+  for k = 1, n do
+    local p = k
+    for i = k + 1, n do if math.abs(M[i][k]) > math.abs(M[p][k]) then p = i end end
+    M[k], M[p] = M[p], M[k]
+    X[k], X[p] = X[p], X[k]
+    local d = M[k][k]
+    for j = 1, n do M[k][j], X[k][j] = M[k][j] / d, X[k][j] / d end
+    for i = 1, n do
+      if i ~= k then
+        local f = M[i][k]
+        for j = 1, n do M[i][j], X[i][j] = M[i][j] - f * M[k][j], X[i][j] - f * X[k][j] end
+      end
+    end
+  end
+  return X
+end
+
 function ref.from_tensor(t)
   local tab = t:totable()
   local A = ref.new(#tab, #tab[1] or 0, function(i, j) return tab[i][j] end)
@@ -296,21 +321,120 @@ leaves.operator = function(r, m, n)
             m, n, mat_text(A), def.t_matmul and ", t_matmul = <...>" or "")}
 end
 
-local LEAF_ORDER = {"dense", "diag", "identity", "triangular", "lowrank", "kron", "blockdiag",
-                    "toeplitz", "kernel", "chol", "operator"}
+-- The types the arithmetic makes of two leaves: made here on purpose, as
+-- random trees make them rarely.
+leaves.lowrank_plus_diag = function(r, m, n)
+  if m ~= n then return nil end
+  local a, d = leaves.lowrank(r, n, n), leaves.diag(r, n, n)
+  return {op = a.op + d.op, ref = ref.add(a.ref, d.ref), s = ("(%s + %s)"):format(a.s, d.s)}
+end
 
--- The leaf kinds this build can make (each probed once on a small case).
+leaves.kron_plus_identity = function(r, m, n)
+  if m ~= n then return nil end
+  local n1 = r.pick(divisors(n))
+  local n2 = math.floor(n / n1)
+  local A, B = rand_matrix(r, n1, n1), rand_matrix(r, n2, n2)
+  local c = r.normal()
+  local K = ref.new(n, n, function(i, j)
+    local i1, i2 = math.floor((i - 1) / n2) + 1, (i - 1) % n2 + 1
+    local j1, j2 = math.floor((j - 1) / n2) + 1, (j - 1) % n2 + 1
+    return A[i1][j1] * B[i2][j2] + (i == j and c or 0)
+  end)
+  return {op = lt.kron(ref.tensor(A), ref.tensor(B)) + lt.identity(n, c), ref = K,
+          s = ("(lt.kron(lt.tensor%s, lt.tensor%s) + lt.identity(%d, %.17g))"):format(
+            mat_text(A), mat_text(B), n, c)}
+end
+
+leaves.zeros_operator = function(_, m, n)
+  return {op = lt.zeros_operator(m, n), ref = ref.new(m, n, function() return 0 end),
+          s = ("lt.zeros_operator(%d, %d)"):format(m, n)}
+end
+
+leaves.constant = function(r, m, n)
+  local c = r.normal()
+  return {op = lt.constant(m, n, c), ref = ref.new(m, n, function() return c end),
+          s = ("lt.constant(%d, %d, %.17g)"):format(m, n, c)}
+end
+
+leaves.permutation = function(r, m, n)
+  if m ~= n then return nil end
+  local p = {}
+  for i = 1, n do p[i] = i end
+  for i = n, 2, -1 do -- Fisher-Yates
+    local j = r.int(1, i)
+    p[i], p[j] = p[j], p[i]
+  end
+  return {op = lt.permutation(p), ref = ref.new(n, n, function(i, j) return p[i] == j and 1 or 0 end),
+          s = "lt.permutation" .. vec_text(p)}
+end
+
+leaves.cat = function(r, m, n)
+  local dim = r.int(1, 2)
+  local size = dim == 1 and m or n
+  if size < 2 then return nil end
+  local k = r.int(1, size - 1)
+  local A = dim == 1 and rand_matrix(r, k, n) or rand_matrix(r, m, k)
+  local B = dim == 1 and rand_matrix(r, m - k, n) or rand_matrix(r, m, n - k)
+  local C = ref.new(m, n, function(i, j)
+    if dim == 1 then return i <= k and A[i][j] or B[i - k][j] end
+    return j <= k and A[i][j] or B[i][j - k]
+  end)
+  return {op = lt.cat({ref.tensor(A), ref.tensor(B)}, dim), ref = C,
+          s = ("lt.cat({lt.tensor%s, lt.tensor%s}, %d)"):format(mat_text(A), mat_text(B), dim)}
+end
+
+leaves.submatrix = function(r, m, n)
+  local M = rand_matrix(r, r.int(1, 5), r.int(1, 5))
+  local rows, cols = {}, {}
+  for i = 1, m do rows[i] = r.int(1, M.m) end
+  for j = 1, n do cols[j] = r.int(1, M.n) end
+  return {op = lt.submatrix(ref.tensor(M), rows, cols),
+          ref = ref.new(m, n, function(i, j) return M[rows[i]][cols[j]] end),
+          s = ("lt.submatrix(lt.tensor%s, %s, %s)"):format(mat_text(M), vec_text(rows), vec_text(cols))}
+end
+
+-- A lazy inverse of a diagonally dominant (well-conditioned) matrix behind
+-- an lt.operator, so that no structure rule turns it into something else.
+leaves.inverse = function(r, m, n)
+  if m ~= n then return nil end
+  local A = ref.new(n, n, function(i, j) return r.normal() + (i == j and 2 * n + 1 or 0) end)
+  local M = ref.tensor(A)
+  local op = lt.operator{shape = {n, n}, matmul = function(X) return M * X end}:inverse()
+  return {op = op, ref = ref.inverse(A),
+          s = ("lt.operator{shape = {%d, %d}, matmul = <lt.tensor%s * X>}:inverse()"):format(
+            n, n, mat_text(A))}
+end
+
+-- The leaf kinds this build can make: every registered type (lt.types(),
+-- in the order of their ids) with a maker above, each probed once on a
+-- small case. A type without one is still fuzzed where the arithmetic
+-- makes it (sum, product, ...); fuzz.unseen says which never appeared.
 function fuzz.available_leaves()
   local r = new_rng(12345)
   local kinds = {}
-  for _, k in ipairs(LEAF_ORDER) do
-    local ok, node = pcall(leaves[k], r, 2, 2)
-    if ok and node then
-      local ok2 = pcall(function() return node.op:dense() end)
-      if ok2 then kinds[#kinds + 1] = k end
-    end
+  for _, k in ipairs(lt.types()) do
+    local ok, node = pcall(leaves[k] or error, r, 2, 2)
+    if ok and node and pcall(function() return node.op:dense() end) then kinds[#kinds + 1] = k end
   end
   return kinds
+end
+
+-- The types of the nodes fuzz.run made (set in fuzz.run, read by gen).
+local types_seen
+
+-- The registered types (lt.types()) that no node of the runs given made,
+-- neither as a leaf nor by the arithmetic: what the fuzzer does not cover.
+-- "batch" is left out: its operators have batch dimensions, which this 2-d
+-- fuzzer never makes; spec/batch_conformance_spec.lua runs every type
+-- batched against its members.
+function fuzz.unseen(reports)
+  local missing = {}
+  for _, name in ipairs(lt.types()) do
+    local seen = name == "batch"
+    for _, report in ipairs(reports) do seen = seen or report.stats.types[name] ~= nil end
+    if not seen then missing[#missing + 1] = name end
+  end
+  return missing
 end
 
 ----------------------------------------------------------- the generator
@@ -379,8 +503,14 @@ local function gen_node(r, m, n, depth, kinds)
 end
 
 gen = function(r, m, n, depth, kinds)
-  if depth <= 0 or r.float() < 0.3 then return gen_leaf(r, m, n, kinds) end
-  return gen_node(r, m, n, depth, kinds)
+  local node
+  if depth <= 0 or r.float() < 0.3 then node = gen_leaf(r, m, n, kinds)
+  else node = gen_node(r, m, n, depth, kinds) end
+  if types_seen then
+    local t = lt.type(node.op) or "?"
+    types_seen[t] = (types_seen[t] or 0) + 1
+  end
+  return node
 end
 fuzz.gen = gen -- (r, m, n, depth, kinds) → node {op, ref, s}
 
@@ -511,14 +641,16 @@ end
 -- Runs `cases` cases from `seed`; returns {failures = {...}, stats = {...}}.
 -- opts: seed, cases, max_size (6), max_depth (4), tol (1e-9), kinds (default:
 -- every available leaf), spd_every (every k-th case is an SPD solve/logdet
--- case; 5), max_failures (10).
+-- case; 5), max_failures (10). stats.types counts the nodes made by type.
 function fuzz.run(opts)
   opts = opts or {}
   local seed, cases = opts.seed or 1, opts.cases or 2000
   local max_size, max_depth = opts.max_size or 6, opts.max_depth or 4
   local tol, spd_every = opts.tol or 1e-9, opts.spd_every or 5
   local kinds = opts.kinds or fuzz.available_leaves()
-  local report = {failures = {}, stats = {cases = 0, spd = 0, spd_unavailable = 0, kinds = kinds}}
+  local report = {failures = {}, stats = {cases = 0, spd = 0, spd_unavailable = 0, kinds = kinds,
+                                         types = {}}}
+  types_seen = report.stats.types
   local function fail(case_seed, s, what)
     if #report.failures < (opts.max_failures or 10) then
       report.failures[#report.failures + 1] = ("case seed %d: %s\n  expression: %s"):format(case_seed, what, s)
@@ -556,6 +688,7 @@ function fuzz.run(opts)
     end
     if c % 200 == 0 then collectgarbage() end
   end
+  types_seen = nil
   return report
 end
 

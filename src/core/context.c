@@ -68,7 +68,6 @@ lt_context *lt_context_new(lt_alloc_fn alloc, void *alloc_ud) {
 
 void lt_context_free(lt_context *ctx) {
   if (ctx == NULL) return;
-  if (ctx->fft_plans_free) ctx->fft_plans_free(ctx);
   lt_registry_free(ctx);
   ctx->alloc(ctx->alloc_ud, ctx, sizeof *ctx, 0);
 }

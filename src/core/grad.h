@@ -25,6 +25,10 @@ static inline lt_cotangent ltg_lowrank(lt_tensor *L, lt_tensor *R) {
 static inline lt_cotangent ltg_dense(lt_tensor *W) { return (lt_cotangent){.W = W}; }
 static inline lt_cotangent ltg_diag(lt_tensor *d) { return (lt_cotangent){.d = d}; }
 
+/* The bilinear_derivative of a leaf type without parameters (permutation,
+ * zeros_operator): nothing to add. */
+int ltg_no_parameters(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, lt_paramset *grads);
+
 /* Releases the tensors of a cotangent the caller owns. */
 void ltg_release(lt_context *ctx, lt_cotangent *w);
 

@@ -59,15 +59,24 @@ struct lt_tensor {
   void *payload;
 };
 
-/* A cached pair of FFT plans for one transform length (see toeplitz.c);
- * the plans are FFTW's, opaque here. */
-#define LT_FFT_PLAN_SLOTS 8
-typedef struct lt_fft_plan_slot {
-  size_t L;        /* 0: empty */
-  void *fwd, *inv; /* fftw_plan; inv NULL until needed */
-  int in_use;      /* products running with these plans */
-  unsigned long used;
-} lt_fft_plan_slot;
+/* State a type keeps in a context (lt_type_state). */
+typedef struct lt_type_state_slot {
+  void *state; /* NULL until first asked for */
+  size_t size;
+  void (*free)(lt_context *ctx, void *state);
+} lt_type_state_slot;
+
+/* Rule priorities: the rules of one key (op, type a, type b) are tried
+ * from the highest priority down, and within one priority the later
+ * registration first. Built-in units register at their priority (see
+ * src/ops/units.def); rules registered once the context exists
+ * (lt_register_rule, lt.implements) at LT_PRIORITY_USER, before all. */
+enum {
+  LT_PRIORITY_FALLBACK = 0, /* ("any", "any") rules that work for everything */
+  LT_PRIORITY_TYPE = 10,    /* a type's structure rules */
+  LT_PRIORITY_SIZE = 20,    /* rules taking over above max_cholesky_size */
+  LT_PRIORITY_USER = 100
+};
 
 /* One rule in a registry list. */
 typedef struct lt_rule {
@@ -76,7 +85,9 @@ typedef struct lt_rule {
   void (*free_ud)(lt_context *ctx, void *ud);
   char *name;
   int swap;             /* called with a and b exchanged */
-  struct lt_rule *next; /* next candidate (registered earlier) */
+  int priority;         /* LT_PRIORITY_* */
+  int unit;             /* the built-in unit that registered it; -1: a user's */
+  struct lt_rule *next; /* next candidate (lower priority, or registered earlier) */
 } lt_rule;
 
 /* Open-addressing hash from (op, type a, type b) to a rule list. */
@@ -96,6 +107,7 @@ struct lt_context {
   double spare_normal;
   /* types */
   const lt_type **types;
+  lt_type_state_slot *type_states; /* types_cap entries, by type id */
   int ntypes, types_cap;
   /* operations added at run time: their rows (lt_op_info_of), each its own
    * allocation, so that a row's address stays valid */
@@ -104,11 +116,7 @@ struct lt_context {
   /* rules */
   lt_rule_slot *slots;
   size_t nslots, nused;
-  /* FFT plans kept by ops/toeplitz.c between products, destroyed with the
-   * context through fft_plans_free (the core knows nothing of FFTW). */
-  lt_fft_plan_slot fft_plans[LT_FFT_PLAN_SLOTS];
-  unsigned long fft_tick;
-  void (*fft_plans_free)(lt_context *ctx);
+  int rule_priority, rule_unit; /* what lt_register_rule records (builtin.c) */
   /* Counts writes to dense storage through the API (starts at 1): every
    * tensor points here, see "Properties follow the data" in tensor.c. */
   uint64_t write_clock;
@@ -159,9 +167,26 @@ int lt_registry_init(lt_context *ctx);
 void lt_registry_free(lt_context *ctx);
 
 /* Every built-in type's file exposes its descriptor and a function that
- * registers its rules; builtin.c calls them all at context creation. */
+ * registers its rules (src/ops/units.def); builtin.c registers them all at
+ * context creation, then leaves rule_priority at LT_PRIORITY_USER. */
 int lt_register_builtins(lt_context *ctx);
+/* A fixed id for the enum's types; LT_TYPE_NEXT: the next free id. */
+#define LT_TYPE_NEXT (-1)
 int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type);
+/* The id a descriptor was registered under in this context; LT_ERR (with
+ * the error set) when it was not. For types without a fixed id. */
+int lt_type_id_of(lt_context *ctx, const lt_type *type);
+/* The state type_id keeps in this context (caches kept between calls, such
+ * as Toeplitz's FFT plans): a zeroed block of `size` bytes made on the
+ * first call, and freed with the context after free_state (may be NULL)
+ * has released what it holds. Later calls return the same block (size and
+ * free_state must not change). NULL with the error set when memory runs
+ * out (the caller may go on without its cache). */
+void *lt_type_state(lt_context *ctx, int type_id, size_t size,
+                    void (*free_state)(lt_context *ctx, void *state));
+/* The bytes of the type states made so far (part of lt_memory: a leak
+ * check inside a live context subtracts them, as caches stay). */
+size_t lt_type_state_bytes(const lt_context *ctx);
 
 /* Tensors --------------------------------------------------------------- */
 lt_tensor *lt_tensor_alloc(lt_context *ctx, int type_id, int ndim, const size_t *shape);
@@ -215,6 +240,12 @@ lt_tensor *lt_apply_t(lt_context *ctx, lt_tensor *A, lt_tensor *X);
 int lt_for_column_blocks(lt_context *ctx, lt_tensor *A,
                          int (*f)(lt_context *, void *ud, size_t start, lt_tensor *cols), void *ud);
 /* Helpers for rules ------------------------------------------------------- */
+/* A rule's one tensor result: res->t[0] = t, a new reference, or NULL when
+ * making it failed (the error set); LT_OK or LT_ERR accordingly. */
+static inline int lt_result_tensor(lt_result *res, lt_tensor *t) {
+  res->t[0] = t;
+  return t ? LT_OK : LT_ERR;
+}
 static inline int lt_is_square(const lt_tensor *t) {
   return t->ndim == 2 && t->shape[0] == t->shape[1];
 }
@@ -224,5 +255,24 @@ int lt_require_matrix(lt_context *ctx, const char *op, const lt_tensor *t);
  * (type_a, type_b) or (type_a, any), not only the ("any", ...) fallbacks. */
 int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b);
 const char *lt_shape_string(const lt_tensor *t, char *buf, size_t size);
+
+/* Batches (batch.c) -------------------------------------------------------- */
+/* A lazy operator with batch dimensions: a node of lt_batch_new. */
+static inline int lt_is_lazy_batch(const lt_tensor *t) {
+  return t != NULL && t->storage == NULL && t->ndim > 2;
+}
+/* Whether a call has batched operands (as its operation reads them): then
+ * lt_batch_run answers it, never a 2-d rule. */
+int lt_batch_wanted(const lt_args *args);
+/* Runs a call with batched operands: the batch-aware rules of the members'
+ * types, else the 2-d operation member by member (lt_call), results
+ * stacked (see "Batches" in lazytensor.h). */
+int lt_batch_run(lt_context *ctx, const lt_args *args, lt_result *res);
+/* The batch-aware rules for op on member types ta, tb (registry.c):
+ * LT_NOT_IMPLEMENTED when none answers. */
+int lt_dispatch_batch_rules(lt_context *ctx, const lt_args *args, lt_result *res, int ta, int tb);
+/* The type a batched operator's members share (its own type when they
+ * differ); a plain tensor's type. */
+int lt_batch_member_type(const lt_tensor *t);
 
 #endif

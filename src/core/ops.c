@@ -441,6 +441,9 @@ RUN_INLINE int run(lt_context *ctx, const lt_args *in, lt_result *res) {
     lt_error(ctx, "%s: expected two operands", row->info.name);
     return fail_early(res);
   }
+  /* Batched operands: broadcast, batch rules or member by member (batch.c);
+   * each member's call is checked as any call is. */
+  if (lt_batch_wanted(args)) return lt_batch_run(ctx, args, res);
   if (row->check) {
     int rc = row->check(ctx, args, res);
     if (rc == LT_ANSWERED) return LT_OK; /* the check filled res */
@@ -469,6 +472,14 @@ int lt_call(lt_context *ctx, const lt_args *args, lt_result *res) {
 
 /* ------------------------------------------- the operations, typed */
 
+/* A batched call's numbers are tensors of the batch shape (res.t[k]): the
+ * functions returning numbers cannot give them. */
+COLD static int batched_numbers(lt_context *ctx, const lt_args *args, lt_result *res) {
+  release_results(ctx, res);
+  return lt_error(ctx, "%s: batched operands give a tensor of the batch shape: use lt_call",
+                  op_name(args));
+}
+
 RUN_INLINE lt_tensor *call_tensor(lt_context *ctx, const lt_args *args, lt_info *info) {
   lt_result res;
   if (run(ctx, args, &res) != LT_OK) return NULL;
@@ -480,6 +491,7 @@ RUN_INLINE int call_numbers(lt_context *ctx, const lt_args *args, double *x0, do
                             lt_info *info) {
   lt_result res;
   if (run(ctx, args, &res) != LT_OK) return LT_ERR;
+  if (res.t[0] != NULL) return batched_numbers(ctx, args, &res);
   if (x0) *x0 = res.x[0];
   if (x1) *x1 = res.x[1];
   if (info) *info = res.info;
@@ -630,6 +642,7 @@ static lt_tristate dense_symmetric(lt_tensor *a) {
 
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a) {
   (void)ctx;
+  if (lt_is_lazy_batch(a)) return lt_prop_get(a, LT_PROP_SYMMETRIC); /* all members */
   if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
   lt_tristate s = lt_prop_get(a, LT_PROP_SYMMETRIC);
   if (s == LT_UNKNOWN && a->type_id == LT_TYPE_DENSE) {
@@ -640,6 +653,7 @@ lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a) {
 }
 
 lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
+  if (lt_is_lazy_batch(a)) return lt_prop_get(a, LT_PROP_PSD); /* all members */
   if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
   lt_tristate p = lt_prop_get(a, LT_PROP_PSD);
   if (p == LT_UNKNOWN && lt_is_symmetric(ctx, a) == LT_NO) return LT_NO;

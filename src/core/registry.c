@@ -18,33 +18,87 @@ static int op_is_unary(int op) {
 
 /* ---------------------------------------------------------------- types */
 
+/* The types and their states grow together: both blocks are made before
+ * either is replaced, so a failure leaves the two as they were. */
 static int grow_types(lt_context *ctx, int need) {
   if (need <= ctx->types_cap) return LT_OK;
   int cap = ctx->types_cap ? ctx->types_cap : 8;
   while (cap < need) cap *= 2;
-  const lt_type **t = lt_realloc(ctx, (void *)ctx->types, sizeof *t * (size_t)ctx->types_cap,
-                                 sizeof *t * (size_t)cap);
-  if (t == NULL) return LT_ERR;
+  size_t old = (size_t)ctx->types_cap;
+  lt_type_state_slot *st = lt_calloc(ctx, (size_t)cap, sizeof *st);
+  if (st == NULL) return LT_ERR;
+  const lt_type **t = lt_realloc(ctx, (void *)ctx->types, sizeof *t * old, sizeof *t * (size_t)cap);
+  if (t == NULL) {
+    lt_free(ctx, st, sizeof *st * (size_t)cap);
+    return LT_ERR;
+  }
   for (int i = ctx->types_cap; i < cap; i++) t[i] = NULL;
+  if (old > 0) memcpy(st, ctx->type_states, sizeof *st * old);
+  lt_free(ctx, ctx->type_states, sizeof *st * old);
   ctx->types = t;
+  ctx->type_states = st;
   ctx->types_cap = cap;
   return LT_OK;
+}
+
+void *lt_type_state(lt_context *ctx, int type_id, size_t size,
+                    void (*free_state)(lt_context *ctx, void *state)) {
+  if (type_id <= LT_TYPE_ANY || type_id >= ctx->ntypes) {
+    lt_error(ctx, "type_state: unknown type id %d", type_id);
+    return NULL;
+  }
+  lt_type_state_slot *slot = &ctx->type_states[type_id];
+  if (slot->state == NULL) {
+    slot->state = lt_calloc(ctx, 1, size);
+    if (slot->state == NULL) return NULL;
+    slot->size = size;
+    slot->free = free_state;
+  }
+  return slot->state;
+}
+
+size_t lt_type_state_bytes(const lt_context *ctx) {
+  size_t bytes = 0;
+  for (int i = 0; ctx->type_states && i < ctx->ntypes; i++)
+    if (ctx->type_states[i].state != NULL) bytes += ctx->type_states[i].size;
+  return bytes;
+}
+
+/* Before anything else goes: a state's free function may use the context. */
+static void free_type_states(lt_context *ctx) {
+  for (int i = 0; ctx->type_states && i < ctx->ntypes; i++) {
+    lt_type_state_slot *slot = &ctx->type_states[i];
+    if (slot->state == NULL) continue;
+    if (slot->free) slot->free(ctx, slot->state);
+    lt_free(ctx, slot->state, slot->size);
+    slot->state = NULL;
+  }
 }
 
 int lt_registry_init(lt_context *ctx) {
   if (grow_types(ctx, LT_TYPE_BUILTIN_COUNT + 8) != LT_OK) return LT_ERR;
   ctx->ntypes = LT_TYPE_BUILTIN_COUNT;
+  ctx->rule_priority = LT_PRIORITY_USER;
+  ctx->rule_unit = -1;
   ctx->nslots = 256;
   ctx->slots = lt_calloc(ctx, ctx->nslots, sizeof *ctx->slots);
   return ctx->slots ? LT_OK : LT_ERR;
 }
 
-/* Built-in types sit at fixed ids (see the enum in lazytensor.h). */
+/* Built-in types of the enum in lazytensor.h sit at their fixed ids; later
+ * ones (LT_TYPE_NEXT) take the next free id, as lt_register_type gives. */
 int lt_register_builtin_type(lt_context *ctx, int id, const lt_type *type) {
+  if (id == LT_TYPE_NEXT) return lt_register_type(ctx, type) >= 0 ? LT_OK : LT_ERR;
   if (id <= LT_TYPE_ANY || id >= LT_TYPE_BUILTIN_COUNT)
     return lt_error(ctx, "register_type: bad built-in id %d", id);
   ctx->types[id] = type;
   return LT_OK;
+}
+
+int lt_type_id_of(lt_context *ctx, const lt_type *type) {
+  for (int i = 1; i < ctx->ntypes; i++)
+    if (ctx->types[i] == type) return i;
+  return lt_error(ctx, "type '%s' is not registered", type->name);
 }
 
 int lt_register_type(lt_context *ctx, const lt_type *type) {
@@ -179,6 +233,7 @@ static void free_rule(lt_context *ctx, lt_rule *r) {
 }
 
 void lt_registry_free(lt_context *ctx) {
+  free_type_states(ctx);
   for (size_t i = 0; ctx->slots && i < ctx->nslots; i++) {
     lt_rule *r = ctx->slots[i].head;
     while (r) {
@@ -191,6 +246,7 @@ void lt_registry_free(lt_context *ctx) {
   for (int i = 0; i < ctx->nops; i++) free_custom_op(ctx, ctx->custom_ops[i]);
   lt_free(ctx, ctx->custom_ops, sizeof *ctx->custom_ops * (size_t)ctx->ops_cap);
   lt_free(ctx, (void *)ctx->types, sizeof *ctx->types * (size_t)ctx->types_cap);
+  lt_free(ctx, ctx->type_states, sizeof *ctx->type_states * (size_t)ctx->types_cap);
 }
 
 /* Room for `extra` more keys, so that the pushes after it cannot fail. */
@@ -200,15 +256,34 @@ static int reserve_slots(lt_context *ctx, size_t extra) {
   return LT_OK;
 }
 
-/* Cannot fail: the caller reserved the slot (reserve_slots). */
+/* Cannot fail: the caller reserved the slot (reserve_slots). The rule goes
+ * before the first one of its priority or lower: higher priorities first,
+ * and within one the latest registration. */
 static void push_rule(lt_context *ctx, uint64_t key, lt_rule *rule) {
   lt_rule_slot *s = find_slot(ctx, key);
   if (s->key == 0) {
     s->key = key;
     ctx->nused++;
   }
-  rule->next = s->head;
-  s->head = rule;
+  lt_rule **at = &s->head;
+  while (*at != NULL && (*at)->priority > rule->priority) at = &(*at)->next;
+  rule->next = *at;
+  *at = rule;
+}
+
+/* While the built-in units register: another unit's rule on the same key
+ * at the same priority would leave their order to the list's (units.def). */
+static int check_unit_order(lt_context *ctx, int op, int type_a, int type_b) {
+  if (ctx->rule_unit < 0) return LT_OK;
+  lt_rule_slot *s = find_slot(ctx, rule_key(op, type_a, type_b));
+  for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next)
+    if (r->priority == ctx->rule_priority && r->unit != ctx->rule_unit)
+      return lt_error(ctx,
+                      "register: two built-in units give %s(%s, %s) rules at one priority "
+                      "(\"%s\" and another): give one a priority (src/ops/units.def)",
+                      lt_op_name(ctx, op), lt_type_name(ctx, type_a), lt_type_name(ctx, type_b),
+                      r->name);
+  return LT_OK;
 }
 
 static lt_rule *new_rule(lt_context *ctx, const char *name, lt_rule_fn fn, void *ud,
@@ -224,6 +299,8 @@ static lt_rule *new_rule(lt_context *ctx, const char *name, lt_rule_fn fn, void 
   r->ud = ud;
   r->free_ud = free_ud;
   r->swap = swap;
+  r->priority = ctx->rule_priority;
+  r->unit = ctx->rule_unit;
   r->next = NULL;
   return r;
 }
@@ -242,6 +319,9 @@ int lt_register_rule(lt_context *ctx, int op, int type_a, int type_b, const char
   if (check_type_id(ctx, type_a) != LT_OK || check_type_id(ctx, type_b) != LT_OK) return LT_ERR;
   if (op_is_unary(op)) type_b = LT_TYPE_ANY, symmetric = 0;
   int mirrored = symmetric && type_a != type_b;
+  if (check_unit_order(ctx, op, type_a, type_b) != LT_OK ||
+      (mirrored && check_unit_order(ctx, op, type_b, type_a) != LT_OK))
+    return LT_ERR;
   /* The mirror shares ud; only the first registration owns (frees) it. */
   lt_rule *r = new_rule(ctx, name, fn, ud, free_ud, 0);
   lt_rule *m = mirrored ? new_rule(ctx, name, fn, ud, NULL, 1) : NULL;
@@ -306,6 +386,9 @@ int lt_has_own_rule(const lt_context *ctx, int op, int type_a, int type_b) {
 int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
   int ta, tb, unary;
   if (operand_types(ctx, args, &ta, &tb, &unary) != LT_OK) return LT_ERR;
+  /* Batched operands go to the batch rules or member by member (batch.c),
+   * never to a 2-d rule. */
+  if (lt_batch_wanted(args)) return lt_batch_run(ctx, args, res);
   lt_apply_num_threads(ctx);
   uint64_t keys[4];
   int nkeys = candidate_keys(args->op, ta, tb, unary, keys);
@@ -331,6 +414,46 @@ int lt_dispatch(lt_context *ctx, const lt_args *args, lt_result *res) {
                     lt_type_name(ctx, ta));
   return lt_error(ctx, "%s: not implemented for (%s, %s)", lt_op_name(ctx, args->op),
                   lt_type_name(ctx, ta), lt_type_name(ctx, tb));
+}
+
+/* --------------------------------------------------------- batch rules */
+
+/* Batch-aware rules live under keys of their own (this bit set), so that
+ * the lists a 2-d call searches never hold one, and a batched call finds
+ * only them. */
+#define BATCH_KEY ((uint64_t)1 << 63)
+
+int lt_register_batch_rule(lt_context *ctx, int op, int type_a, int type_b, const char *name,
+                           lt_rule_fn fn, void *ud) {
+  if (fn == NULL) return lt_error(ctx, "implements: a rule needs a function");
+  if (op < 0 || op >= LT_OP_BUILTIN_COUNT + ctx->nops)
+    return lt_error(ctx, "implements: unknown operation id %d", op);
+  if (check_type_id(ctx, type_a) != LT_OK || check_type_id(ctx, type_b) != LT_OK) return LT_ERR;
+  if (op_is_unary(op)) type_b = LT_TYPE_ANY;
+  lt_rule *r = new_rule(ctx, name, fn, ud, NULL, 0);
+  if (r == NULL) return LT_ERR;
+  if (reserve_slots(ctx, 1) != LT_OK) {
+    free_rule(ctx, r);
+    return LT_ERR;
+  }
+  push_rule(ctx, rule_key(op, type_a, type_b) | BATCH_KEY, r);
+  return LT_OK;
+}
+
+int lt_dispatch_batch_rules(lt_context *ctx, const lt_args *args, lt_result *res, int ta, int tb) {
+  int unary = op_is_unary(args->op) || args->b == NULL;
+  uint64_t keys[4];
+  int nkeys = candidate_keys(args->op, ta, unary ? LT_TYPE_ANY : tb, unary, keys);
+  for (int k = 0; k < nkeys; k++) {
+    if (k > 0 && keys[k] == keys[k - 1]) continue;
+    lt_rule_slot *s = find_slot(ctx, keys[k] | BATCH_KEY);
+    for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next) {
+      memset(res, 0, sizeof *res);
+      int rc = r->fn(ctx, args, res, r->ud);
+      if (rc != LT_NOT_IMPLEMENTED) return rc == LT_OK ? LT_OK : LT_ERR;
+    }
+  }
+  return LT_NOT_IMPLEMENTED;
 }
 
 /* ------------------------------------------------------------- explain */

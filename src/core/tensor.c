@@ -107,7 +107,8 @@ void lt_release(lt_context *ctx, lt_tensor *t) {
 
 int lt_typeid(const lt_tensor *t) { return t->type_id; }
 const char *lt_typename(lt_context *ctx, const lt_tensor *t) {
-  return lt_type_name(ctx, t->type_id);
+  /* A batched operator keeps its members' type (batch_node.c). */
+  return lt_type_name(ctx, lt_batch_member_type(t));
 }
 int lt_is_dense(const lt_tensor *t) { return t->type_id == LT_TYPE_DENSE; }
 int lt_ndim(const lt_tensor *t) { return t->ndim; }

@@ -69,6 +69,10 @@ typedef struct lt_cg_opts {
   void *progress_ud;
 } lt_cg_opts;
 
+/* The options the context's settings give (cg_tolerance, max_cg_iterations,
+ * progress; no probe columns): every CG run of a rule starts from these. */
+lt_cg_opts lt_cg_options(const lt_context *ctx);
+
 /* The Lanczos tridiagonal of one probe column, read off CG's alpha/beta:
  * diag[0..m), off[0..m-1). scale = b'M⁻¹b, the squared norm of the start
  * vector in the preconditioned inner product. Arrays hold max_iter entries. */

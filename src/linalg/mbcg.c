@@ -208,6 +208,16 @@ static int cg_step(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, cg_
   return LT_OK;
 }
 
+lt_cg_opts lt_cg_options(const lt_context *ctx) {
+  lt_cg_opts o;
+  memset(&o, 0, sizeof o);
+  o.tol = ctx->settings.cg_tolerance;
+  o.max_iter = ctx->settings.max_cg_iterations;
+  o.progress = ctx->settings.progress;
+  o.progress_ud = ctx->settings.progress_ud;
+  return o;
+}
+
 int lt_mbcg(lt_context *ctx, const lt_linop *A, const lt_linop *Minv, size_t k, const double *B,
             double *X, const lt_cg_opts *opts, lt_tridiag *T, lt_info *info) {
   size_t n = A->n;

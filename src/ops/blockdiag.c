@@ -142,6 +142,14 @@ static size_t bd_payload_bytes(const lt_tensor *self) {
   return sizeof(offsets) + 2 * (size_t)(offs(self)->n + 1) * sizeof(size_t);
 }
 
+static lt_tensor *blockdiag_make(lt_context *ctx, const lt_arg *args) {
+  return lt_blockdiag_new(ctx, args[0].list, (int)args[0].count);
+}
+
+/* lt.blockdiag{A, B, ...} */
+static const lt_constructor blockdiag_constructor = {
+    1, {{.kind = LT_ARG_LIST, .name = "block"}}, blockdiag_make};
+
 /* diag(Aᵢ) of square blocks is symmetric (PSD) exactly when every block is,
  * lower (upper) when every block is. */
 static void bd_props(const lt_tensor *t, unsigned char *props) {
@@ -210,6 +218,7 @@ static lt_tensor *bd_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const 
 
 const lt_type lt_blockdiag_type = {
     .name = "blockdiag",
+    .constructor = &blockdiag_constructor,
     .matmul = bd_matmul,
     .t_matmul = bd_t_matmul,
     .entry = bd_entry,
@@ -358,14 +367,15 @@ static lt_tensor *op_add_diag(lt_context *ctx, lt_tensor *A, int i, const lt_ten
 
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return st_done(res, lt_retain(args->a));
-  return st_done(res, map_blocks(ctx, args->a, op_transpose, NULL));
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES)
+    return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, map_blocks(ctx, args->a, op_transpose, NULL));
 }
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   double c = args->scalar;
-  return st_done(res, map_blocks(ctx, args->a, op_scale, &c));
+  return lt_result_tensor(res, map_blocks(ctx, args->a, op_scale, &c));
 }
 
 static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -374,7 +384,7 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   cholesky_ud c = {args->flag, {0}};
   lt_tensor *t = map_blocks(ctx, args->a, op_cholesky, &c);
   res->info = c.info;
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -382,19 +392,19 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   lt_info info = {0};
   lt_tensor *t = map_blocks(ctx, args->a, ud ? op_root_inv : op_root, &info);
   res->info = info;
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  return st_done(res, map_blocks(ctx, args->a, op_inverse, NULL));
+  return lt_result_tensor(res, map_blocks(ctx, args->a, op_inverse, NULL));
 }
 
 static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   if (!all_square(args->a)) return LT_NOT_IMPLEMENTED;
-  return st_done(res, map_blocks(ctx, args->a, op_add_diag, args->b));
+  return lt_result_tensor(res, map_blocks(ctx, args->a, op_add_diag, args->b));
 }
 
 /* blockdiag + diag / identity: add_diag block by block. */
@@ -412,7 +422,7 @@ static int rule_add_diagonal_op(lt_context *ctx, const lt_args *args, lt_result 
   if (d == NULL) return LT_ERR;
   lt_tensor *t = map_blocks(ctx, args->a, op_add_diag, d);
   lt_release(ctx, d);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 /* Blocks conform pairwise: same count, and for add the same shapes, for
@@ -446,7 +456,7 @@ static int rule_pairwise(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *t = done == n ? lt_blockdiag_new(ctx, c, n) : NULL;
   for (int i = 0; i < done; i++) lt_release(ctx, c[i]);
   lt_free(ctx, c, (size_t)n * sizeof *c);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -467,7 +477,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
     memcpy(lt_dense_data(out) + offs(a)->roff[i], lt_dense_data(dc), dc->shape[0] * sizeof(double));
     lt_release(ctx, dc);
   }
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -502,7 +512,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_release(ctx, B);
   if (X == NULL) return LT_ERR;
   res->info = info;
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  return lt_result_tensor(res, st_like_rhs(ctx, X, args->b));
 }
 
 /* det diag(Aᵢ) = Π det Aᵢ: signs multiply, log|det| adds. */

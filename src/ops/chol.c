@@ -97,8 +97,17 @@ static lt_tensor *chol_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *cons
   return out;
 }
 
+static lt_tensor *chol_make(lt_context *ctx, const lt_arg *args) {
+  return lt_chol_new(ctx, args[0].t);
+}
+
+/* lt.chol(L) */
+static const lt_constructor chol_constructor = {
+    1, {{.kind = LT_ARG_TENSOR, .name = "the factor L"}}, chol_make};
+
 const lt_type lt_chol_type = {
     .name = "chol",
+    .constructor = &chol_constructor,
     .matmul = chol_matmul,
     .t_matmul = chol_matmul,
     .entry = chol_entry,
@@ -175,7 +184,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   trsm(args->a, 0, X);
   trsm(args->a, 1, X);
   exact_info(res);
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  return lt_result_tensor(res, st_like_rhs(ctx, X, args->b));
 }
 
 static double logdet_of(const lt_tensor *self) {
@@ -237,16 +246,16 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (singular(args->a))
     return lt_error(ctx, "cholesky: the matrix is not positive definite (singular factor)");
   lt_tensor *l = positive_factor(ctx, args->a);
-  if (l == NULL || !args->flag) return st_done(res, l);
+  if (l == NULL || !args->flag) return lt_result_tensor(res, l);
   lt_tensor *u = lt_transpose(ctx, l);
   lt_release(ctx, l);
-  return st_done(res, u);
+  return lt_result_tensor(res, u);
 }
 
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   exact_info(res);
-  return st_done(res, positive_factor(ctx, args->a));
+  return lt_result_tensor(res, positive_factor(ctx, args->a));
 }
 
 /* (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ = S Sᵀ with S = L⁻ᵀ, kept lazy: its products are
@@ -260,7 +269,7 @@ static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, l);
   lt_release(ctx, lt_);
   exact_info(res);
-  return st_done(res, s);
+  return lt_result_tensor(res, s);
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -269,7 +278,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++) chol_entry(ctx, args->a, i, i, lt_dense_data(d) + i);
-  return st_done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 /* trace(L Lᵀ) = ‖L‖²_F. */
@@ -289,7 +298,7 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_tensor *l = lt_dense_scale(ctx, factor(args->a), sqrt(args->scalar));
   lt_tensor *t = l ? chol_from(ctx, l) : NULL;
   lt_release(ctx, l);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 int lt_register_chol_rules(lt_context *ctx) {

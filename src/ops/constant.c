@@ -66,8 +66,21 @@ static lt_tensor *constant_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *
   return lt_constant_new(ctx, self->shape[0], self->shape[1], c);
 }
 
+static lt_tensor *constant_make(lt_context *ctx, const lt_arg *args) {
+  return lt_constant_new(ctx, args[0].size, args[1].size, args[2].number);
+}
+
+/* lt.constant(m, n, c) */
+static const lt_constructor constant_constructor = {
+    3,
+    {{.kind = LT_ARG_SIZE, .name = "the number of rows"},
+     {.kind = LT_ARG_SIZE, .name = "the number of columns"},
+     {.kind = LT_ARG_NUMBER, .name = "the value"}},
+    constant_make};
+
 const lt_type lt_constant_type = {
     .name = "constant",
+    .constructor = &constant_constructor,
     .matmul = constant_matmul,
     .t_matmul = constant_t_matmul,
     .entry = constant_entry,

@@ -19,11 +19,6 @@
 #include "../linalg/dense_lapack.h"
 #include "ops.h"
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static void set_info(lt_result *res, const char *method) {
   res->info.method = method;
   res->info.iterations = 0;
@@ -87,7 +82,7 @@ static int rule_cholesky(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, f);
   set_info(res, "cholesky");
   res->info.jitter = jitter; /* the factor is of A + jitter·I: say so */
-  return done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -97,7 +92,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_tensor *x = lt_lapack_cholesky_solve(ctx, u, args->b);
     lt_release(ctx, u);
     set_info(res, "cholesky");
-    return done(res, x);
+    return lt_result_tensor(res, x);
   }
   if (lt_is_symmetric(ctx, args->a) == LT_YES) {
     lt_ldl f;
@@ -105,14 +100,14 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_tensor *x = lt_lapack_ldl_solve(ctx, "solve", &f, args->b);
     lt_lapack_ldl_free(ctx, &f);
     set_info(res, "ldl");
-    return done(res, x);
+    return lt_result_tensor(res, x);
   }
   lt_lu lu;
   if (lt_lapack_lu(ctx, "solve", args->a, &lu) != LT_OK) return LT_ERR;
   lt_tensor *x = lt_lapack_lu_solve(ctx, "solve", &lu, args->b);
   lt_lapack_lu_free(ctx, &lu);
   set_info(res, "lu");
-  return done(res, x);
+  return lt_result_tensor(res, x);
 }
 
 /* logdet and, when b is given, bᵀA⁻¹b from one factorisation. */
@@ -211,7 +206,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
     lt_tensor *t = lt_triangular_new(ctx, l, 0);
     lt_release(ctx, l);
     set_info(res, "cholesky");
-    return done(res, t);
+    return lt_result_tensor(res, t);
   }
   if (!not_pd) return LT_ERR; /* bad input or no memory: the error is set */
   lt_tensor *w, *q;
@@ -231,7 +226,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
     return lt_error(ctx, "root: matrix is not positive semi-definite");
   }
   set_info(res, "eigh");
-  return done(res, q);
+  return lt_result_tensor(res, q);
 }
 
 /* S = L⁻ᵀ (upper triangular): S·Sᵀ = L⁻ᵀL⁻¹ = A⁻¹. */
@@ -257,7 +252,7 @@ static int rule_root_inv(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *t = lt_triangular_new(ctx, s, 1);
   lt_release(ctx, s);
   set_info(res, "cholesky");
-  return done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 int lt_register_dense_linalg_rules(lt_context *ctx) {

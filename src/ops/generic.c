@@ -12,11 +12,6 @@
 #include "../core/internal.h"
 #include "ops.h"
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static int is_scalar(const lt_tensor *t) { return t->ndim == 0; }
 static double scalar_value(const lt_tensor *t) { return lt_dense_data(t)[0]; }
 
@@ -40,7 +35,7 @@ static lt_tensor *lazy_add(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
 
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lazy_add(ctx, args->a, args->b));
+  return lt_result_tensor(res, lazy_add(ctx, args->a, args->b));
 }
 
 static int rule_sub(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -49,32 +44,34 @@ static int rule_sub(lt_context *ctx, const lt_args *args, lt_result *res, void *
   if (nb == NULL) return LT_ERR;
   lt_tensor *out = lt_add(ctx, args->a, nb);
   lt_release(ctx, nb);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (args->scalar == 1.0) return done(res, lt_retain(args->a));
-  return done(res, lt_scaled_new(ctx, args->a, args->scalar));
+  if (args->scalar == 1.0) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, lt_scaled_new(ctx, args->a, args->scalar));
 }
 
 static int rule_neg(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_scale(ctx, args->a, -1.0));
+  return lt_result_tensor(res, lt_scale(ctx, args->a, -1.0));
 }
 
 /* Hadamard product with a lazy operand: a scalar scales; otherwise there is
  * no lazy form, so both are materialised. */
 static int rule_mul(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (is_scalar(args->a)) return done(res, lt_scale(ctx, args->b, scalar_value(args->a)));
-  if (is_scalar(args->b)) return done(res, lt_scale(ctx, args->a, scalar_value(args->b)));
+  if (is_scalar(args->a))
+    return lt_result_tensor(res, lt_scale(ctx, args->b, scalar_value(args->a)));
+  if (is_scalar(args->b))
+    return lt_result_tensor(res, lt_scale(ctx, args->a, scalar_value(args->b)));
   lt_tensor *da = lt_to_dense(ctx, args->a);
   lt_tensor *db = da ? lt_to_dense(ctx, args->b) : NULL;
   lt_tensor *out = db ? lt_mul(ctx, da, db) : NULL;
   lt_release(ctx, da);
   lt_release(ctx, db);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* A 1-d result for a 1-d operand: reshape the n×1 (or 1×n) product. */
@@ -90,14 +87,14 @@ static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, voi
   (void)ud;
   lt_tensor *a = args->a, *b = args->b;
   int a_dense = a->type_id == LT_TYPE_DENSE, b_dense = b->type_id == LT_TYPE_DENSE;
-  if (!a_dense && !b_dense) return done(res, lt_product_new(ctx, a, b));
+  if (!a_dense && !b_dense) return lt_result_tensor(res, lt_product_new(ctx, a, b));
   if (!a_dense) {
     /* lazy · dense: the operator's own product. */
     lt_tensor *X = lt_as_matrix(ctx, b);
     if (X == NULL) return LT_ERR;
     lt_tensor *out = lt_apply(ctx, a, X);
     lt_release(ctx, X);
-    return done(res, b->ndim == 1 ? as_vector(ctx, out) : out);
+    return lt_result_tensor(res, b->ndim == 1 ? as_vector(ctx, out) : out);
   }
   /* dense · lazy: (Bᵀ Aᵀ)ᵀ through B's transposed product. */
   lt_tensor *At = a->ndim == 1 ? lt_as_matrix(ctx, a) : lt_dense_transpose(ctx, a);
@@ -105,18 +102,18 @@ static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, voi
   lt_tensor *out = lt_apply_t(ctx, b, At);
   lt_release(ctx, At);
   if (out == NULL) return LT_ERR;
-  if (a->ndim == 1) return done(res, as_vector(ctx, out));
+  if (a->ndim == 1) return lt_result_tensor(res, as_vector(ctx, out));
   lt_tensor *view = lt_dense_transpose(ctx, out);
   lt_tensor *result = view ? lt_dense_clone(ctx, view) : NULL;
   lt_release(ctx, view);
   lt_release(ctx, out);
-  return done(res, result);
+  return lt_result_tensor(res, result);
 }
 
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (lt_is_symmetric(ctx, args->a) == LT_YES) return done(res, lt_retain(args->a));
-  return done(res, lt_transpose_new(ctx, args->a));
+  if (lt_is_symmetric(ctx, args->a) == LT_YES) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, lt_transpose_new(ctx, args->a));
 }
 
 static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -127,7 +124,7 @@ static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (term == NULL) return LT_ERR;
   lt_tensor *out = lt_add(ctx, args->a, term);
   lt_release(ctx, term);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* ------------------------------------------------------------ extraction */
@@ -157,7 +154,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   }
   for (int p = 0; p < LT_PROP_COUNT; p++)
     st.out->props[p] = (unsigned char)lt_prop_get(a, (lt_prop)p);
-  return done(res, st.out);
+  return lt_result_tensor(res, st.out);
 }
 
 typedef struct diag_fill {
@@ -193,7 +190,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
     lt_release(ctx, d);
     return LT_ERR;
   }
-  return done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -219,7 +216,7 @@ static int rule_row(lt_context *ctx, const lt_args *args, lt_result *res, void *
   if (r == NULL) return LT_ERR;
   if (a->type->row) {
     if (a->type->row(ctx, a, args->i, lt_dense_data(r)) != LT_OK) goto fail;
-    return done(res, r);
+    return lt_result_tensor(res, r);
   }
   /* Row i of A is Aᵀ e_i. */
   lt_tensor *e = unit_column(ctx, a->shape[0], args->i);
@@ -228,7 +225,7 @@ static int rule_row(lt_context *ctx, const lt_args *args, lt_result *res, void *
   if (col == NULL) goto fail;
   memcpy(lt_dense_data(r), lt_dense_data(col), a->shape[1] * sizeof(double));
   lt_release(ctx, col);
-  return done(res, r);
+  return lt_result_tensor(res, r);
 fail:
   lt_release(ctx, r);
   return LT_ERR;
@@ -277,7 +274,7 @@ static int rule_densify(lt_context *ctx, const lt_args *args, lt_result *res, vo
 
 static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_inverse_new(ctx, args->a));
+  return lt_result_tensor(res, lt_inverse_new(ctx, args->a));
 }
 
 /* inv_quad_logdet from its parts, for types that have both but no joint rule.

@@ -1,5 +1,7 @@
 /*
- * ops/identity.c — c·I, stored as n and c: O(1) memory at any size.
+ * ops/identity.c — c·I, stored as n and c: O(1) memory at any size. Its
+ * closed forms (solves, factorisations, spectra, products with dense) are
+ * the diagonal types' (diagonal.c).
  */
 #include <math.h>
 #include <string.h>
@@ -8,7 +10,9 @@
 #include "../core/internal.h"
 #include "ops.h"
 
-static double value(const lt_tensor *self) { return *(const double *)self->payload; }
+double lt_identity_value(const lt_tensor *identity) { return *(const double *)identity->payload; }
+
+static double value(const lt_tensor *self) { return lt_identity_value(self); }
 
 static lt_tensor *identity_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *out = lt_dense_clone(ctx, X);
@@ -54,8 +58,20 @@ static lt_tensor *identity_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *
   return lt_identity_new(ctx, self->shape[0], c);
 }
 
+static lt_tensor *identity_make(lt_context *ctx, const lt_arg *args) {
+  return lt_identity_new(ctx, args[0].size, args[1].number);
+}
+
+/* lt.identity(n [, c]) */
+static const lt_constructor identity_constructor = {
+    2,
+    {{.kind = LT_ARG_SIZE, .name = "the size"},
+     {.kind = LT_ARG_NUMBER, .name = "the scale", .optional = 1, .fallback = 1.0}},
+    identity_make};
+
 const lt_type lt_identity_type = {
     .name = "identity",
+    .constructor = &identity_constructor,
     .matmul = identity_matmul,
     .t_matmul = identity_matmul,
     .entry = identity_entry,
@@ -81,35 +97,33 @@ lt_tensor *lt_identity_new(lt_context *ctx, size_t n, double c) {
   return t;
 }
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_identity_new(ctx, args->a->shape[0], value(args->a) * args->scalar));
+  return lt_result_tensor(res,
+                          lt_identity_new(ctx, args->a->shape[0], value(args->a) * args->scalar));
 }
 
 static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   double sign = ud ? -1.0 : 1.0;
-  return done(res, lt_identity_new(ctx, args->a->shape[0], value(args->a) + sign * value(args->b)));
+  return lt_result_tensor(
+      res, lt_identity_new(ctx, args->a->shape[0], value(args->a) + sign * value(args->b)));
 }
 
 static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return done(res, lt_identity_new(ctx, args->a->shape[0], value(args->a) * value(args->b)));
+  return lt_result_tensor(res,
+                          lt_identity_new(ctx, args->a->shape[0], value(args->a) * value(args->b)));
 }
 
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ctx, (void)ud;
-  return done(res, lt_retain(args->a));
+  return lt_result_tensor(res, lt_retain(args->a));
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   size_t n = args->a->shape[0];
-  return done(res, lt_dense_full(ctx, 1, &n, value(args->a)));
+  return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, value(args->a)));
 }
 
 int lt_register_identity_rules(lt_context *ctx) {
@@ -127,5 +141,5 @@ int lt_register_identity_rules(lt_context *ctx) {
       lt_register_rule(ctx, LT_OP_DIAGONAL, I, ANY, "identity diagonal", rule_diagonal, NULL, NULL,
                        0) != LT_OK)
     return LT_ERR;
-  return LT_OK;
+  return lt_register_diagonal_forms(ctx, I);
 }

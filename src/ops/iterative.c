@@ -68,16 +68,6 @@ static int finish(lt_context *ctx, const char *op, int rc) {
   return rc == LT_ERR ? name_error(ctx, op) : rc;
 }
 
-static lt_cg_opts cg_options(lt_context *ctx) {
-  lt_cg_opts o;
-  memset(&o, 0, sizeof o);
-  o.tol = ctx->settings.cg_tolerance;
-  o.max_iter = ctx->settings.max_cg_iterations;
-  o.progress = ctx->settings.progress;
-  o.progress_ud = ctx->settings.progress_ud;
-  return o;
-}
-
 /* ------------------------------------------------------ right-hand sides */
 
 /* A contiguous n×k copy of the vector or matrix b (a lazy b is made dense:
@@ -341,7 +331,7 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
     if (build_precond(ctx, a, &P, &have) != LT_OK) return LT_ERR;
     lt_linop Minv;
     if (have) Minv = lt_precond_linop(&P);
-    lt_cg_opts o = cg_options(ctx);
+    lt_cg_opts o = lt_cg_options(ctx);
     rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
     if (have) lt_precond_free(ctx, &P);
     if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC && !need_pd) {
@@ -423,7 +413,7 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
   size_t n = a->shape[0], np = (size_t)ctx->settings.num_trace_samples, k = kb + np, nk;
   lt_linop A;
   if (lt_linop_of_tensor(ctx, a, &A) != LT_OK || !lt_mul_size(ctx, op, n, k, &nk)) return LT_ERR;
-  lt_cg_opts o = cg_options(ctx);
+  lt_cg_opts o = lt_cg_options(ctx);
   o.nprobe = np;
   lt_precond P;
   int have, rc = LT_ERR, have_t = 0;

@@ -276,6 +276,35 @@ static lt_tensor *kernel_t_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X
   return kernel_apply(ctx, self, X, 1);
 }
 
+/* Rows r0 .. r1 − 1 of K·X (Kᵀ·X), whole rows, never from the stored
+ * matrix (its symmetric form is read as halves): the same bits for any
+ * aligned range (lazytensor.h). */
+int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t r0, size_t r1,
+                          const lt_tensor *X, double *out) {
+  const char *op = "kernel rows";
+  if (K == NULL || X == NULL) return lt_error(ctx, "%s: missing operand", op);
+  if (K->type_id != LT_TYPE_KERNEL)
+    return lt_error(ctx, "%s: expected a kernel operator, got %s", op, lt_typename(ctx, K));
+  size_t rows = K->shape[transposed ? 1 : 0], cols = K->shape[transposed ? 0 : 1];
+  if (X->type_id != LT_TYPE_DENSE || X->ndim != 2 || !lt_dense_is_contiguous(X) ||
+      X->shape[0] != cols) {
+    char buf[64];
+    return lt_error(ctx, "%s: X must be a contiguous dense %zu×k matrix, got %s %s", op, cols,
+                    lt_typename(ctx, X), lt_shape_string(X, buf, sizeof buf));
+  }
+  size_t block = LT_KERNEL_ROW_BLOCK;
+  if (r0 > r1 || r1 > rows || r0 % block != 0 || (r1 % block != 0 && r1 != rows))
+    return lt_error(ctx, "%s: rows %zu .. %zu of %zu are not a range of whole %zu-row blocks", op,
+                    r0, r1, rows, block);
+  size_t k = X->shape[1];
+  if (cols > INT_MAX || k > INT_MAX)
+    return lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", cols, k);
+  if (ensure_prepared(ctx, K) != LT_OK) return LT_ERR;
+  if (r0 == r1 || k == 0) return LT_OK;
+  lt_keval e = evaluator(K->payload, transposed);
+  return lt_kernel_product_rows(ctx, &e, r0, r1, lt_dense_data(X), k, out, lt_thread_count(ctx));
+}
+
 /* Entry (i, j) of the stored matrix. */
 static double stored_entry(const lt_tensor *self, size_t i, size_t j) {
   const kernel_payload *p = self->payload;

@@ -81,6 +81,13 @@ void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, s
 int lt_kernel_product(lt_context *ctx, const lt_keval *e, const double *X, size_t k, double *Y,
                       int nthreads);
 
+/* Rows r0 .. r1 − 1 of K·X into Y ((r1 − r0)×k), whole rows (never the
+ * halved symmetric form). r0 a multiple of LT_KERNEL_ROW_BLOCK and r1 one
+ * too or na: every row then has the bits it has in the product of all
+ * rows by this function, for any split and thread count. */
+int lt_kernel_product_rows(lt_context *ctx, const lt_keval *e, size_t r0, size_t r1,
+                           const double *X, size_t k, double *Y, int nthreads);
+
 /* All of K (na×nb row-major) into out, on nthreads threads. */
 int lt_kernel_fill(lt_context *ctx, const lt_keval *e, double *out, int nthreads);
 

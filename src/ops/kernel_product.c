@@ -37,7 +37,7 @@
 #include "../linalg/linalg.h"
 #include "kernel.h"
 
-#define BLOCK_ROWS 64
+#define BLOCK_ROWS LT_KERNEL_ROW_BLOCK
 #define TILE_COLS 512
 #define TILE (BLOCK_ROWS * TILE_COLS)
 /* Panel buffers may hold this many doubles (128 MB) in all. */
@@ -91,6 +91,7 @@ typedef struct product_job {
   double *panels; /* npanels × n×k (halved mode) */
   int npanels;
   size_t na, nb, k, nblocks;
+  size_t row0;   /* K's row of the result's first row (a multiple of BLOCK_ROWS) */
   double *tiles; /* per worker: TILE doubles, then the tile's scratch */
   size_t tile_stride;
 } product_job;
@@ -134,7 +135,7 @@ static const double *get_tile(const product_job *j, int worker, size_t b, size_t
     return j->U + slab_offset(b, j->nb) + (c0 - i0);
   }
   double *T = j->tiles + (size_t)worker * j->tile_stride;
-  lt_kernel_tile(j->e, i0, r, c0, w, T, TILE_COLS, T + TILE);
+  lt_kernel_tile(j->e, j->row0 + i0, r, c0, w, T, TILE_COLS, T + TILE);
   *ld = TILE_COLS;
   return T;
 }
@@ -278,6 +279,23 @@ int lt_kernel_product(lt_context *ctx, const lt_keval *e, const double *X, size_
                       int nthreads) {
   product_job j = {.e = e, .X = X, .Y = Y, .na = e->a->n, .nb = e->b->n, .k = k};
   return run_product(ctx, &j, e->same, nthreads);
+}
+
+/* Whole rows only: a row's entries are summed tile by tile from column 0
+ * (kernel_tilemul.c sums each row alike in groups of four rows or one), and
+ * the tiles are those of K's blocks from row 0, so a row comes out the same
+ * whatever the range it is computed in. OpenBLAS runs on one thread here:
+ * its threaded dgemm (many columns) splits a tile's product by the thread
+ * count it has, which changes the last bits, and processes bound to
+ * different numbers of cores would disagree. */
+int lt_kernel_product_rows(lt_context *ctx, const lt_keval *e, size_t r0, size_t r1,
+                           const double *X, size_t k, double *Y, int nthreads) {
+  product_job j = {.e = e, .X = X, .Y = Y, .na = r1 - r0, .nb = e->b->n, .k = k, .row0 = r0};
+  int blas_threads = openblas_get_num_threads();
+  if (blas_threads != 1) openblas_set_num_threads(1);
+  int rc = run_product(ctx, &j, 0, nthreads);
+  if (blas_threads != 1) openblas_set_num_threads(blas_threads);
+  return rc;
 }
 
 int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const double *X, size_t k,

@@ -246,6 +246,14 @@ static int kron_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return rc;
 }
 
+static lt_tensor *kron_make(lt_context *ctx, const lt_arg *args) {
+  return lt_kron_new(ctx, args[0].list, (int)args[0].count);
+}
+
+/* lt.kron(A, B, ...) */
+static const lt_constructor kron_constructor = {
+    1, {{.kind = LT_ARG_TENSORS, .name = "factor"}}, kron_make};
+
 /* ⊗ of symmetric (PSD, lower, upper) square factors is symmetric (PSD,
  * lower, upper). */
 static void kron_props(const lt_tensor *t, unsigned char *props) {
@@ -441,6 +449,7 @@ static lt_tensor *kron_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *cons
 
 const lt_type lt_kron_type = {
     .name = "kron",
+    .constructor = &kron_constructor,
     .matmul = kron_matmul,
     .t_matmul = kron_t_matmul,
     .entry = kron_entry,

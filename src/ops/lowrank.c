@@ -120,8 +120,20 @@ static lt_tensor *lowrank_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *c
   return out;
 }
 
+static lt_tensor *lowrank_make(lt_context *ctx, const lt_arg *args) {
+  return lt_lowrank_new(ctx, args[0].t, args[1].t);
+}
+
+/* lt.lowrank(U [, V]) */
+static const lt_constructor lowrank_constructor = {
+    2,
+    {{.kind = LT_ARG_TENSOR, .name = "the factor U"},
+     {.kind = LT_ARG_TENSOR, .name = "the factor V", .optional = 1}},
+    lowrank_make};
+
 const lt_type lt_lowrank_type = {
     .name = "lowrank",
+    .constructor = &lowrank_constructor,
     .matmul = lowrank_matmul,
     .t_matmul = lowrank_t_matmul,
     .entry = lowrank_entry,
@@ -203,7 +215,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++) lowrank_entry(ctx, a, i, i, lt_dense_data(d) + i);
-  return st_done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 /* trace(U Vᵀ) = Σ U ∘ V. */
@@ -219,8 +231,8 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
-  if (a->nchildren == 1) return st_done(res, lt_retain(a));
-  return st_done(res, lt_lowrank_from(ctx, factor_v(a), factor_u(a)));
+  if (a->nchildren == 1) return lt_result_tensor(res, lt_retain(a));
+  return lt_result_tensor(res, lt_lowrank_from(ctx, factor_v(a), factor_u(a)));
 }
 
 /* c·U Vᵀ: √c·U for the PSD form with c > 0 (stays PSD), else (cU) Vᵀ. */
@@ -232,12 +244,12 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
     lt_tensor *u = lt_dense_scale(ctx, factor_u(a), sqrt(c));
     lt_tensor *t = u ? lt_lowrank_from(ctx, u, NULL) : NULL;
     lt_release(ctx, u);
-    return st_done(res, t);
+    return lt_result_tensor(res, t);
   }
   lt_tensor *u = lt_dense_scale(ctx, factor_u(a), c);
   lt_tensor *t = u ? lt_lowrank_from(ctx, u, factor_v(a)) : NULL;
   lt_release(ctx, u);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 /* [A | B] for two contiguous matrices with the same number of rows. */
@@ -271,7 +283,7 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
   lt_tensor *t = lt_lowrank_from(ctx, u, v);
   lt_release(ctx, u);
   lt_release(ctx, v);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 /* (U₁V₁ᵀ)(U₂V₂ᵀ) = (U₁ (V₁ᵀU₂)) V₂ᵀ: a k₁×k₂ middle, still low rank. */
@@ -284,7 +296,7 @@ static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, voi
   if (u == NULL) return LT_ERR;
   lt_tensor *t = lt_lowrank_from(ctx, u, factor_v(b));
   lt_release(ctx, u);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 /* rows of F scaled by d: diag(d)·F for a contiguous n×k F. */
@@ -292,7 +304,7 @@ static lt_tensor *scale_rows(lt_context *ctx, const lt_tensor *diag, const lt_te
   lt_tensor *out = lt_dense_clone(ctx, f);
   if (out == NULL) return NULL;
   size_t n = f->shape[0], k = f->shape[1];
-  const double *d = lt_dense_data(diag->children[0]);
+  const double *d = lt_diag_values(diag);
   double *o = lt_dense_data(out);
   for (size_t i = 0; i < n; i++)
     for (size_t l = 0; l < k; l++) o[i * k + l] *= d[i];
@@ -308,7 +320,7 @@ static int rule_matmul_diag(lt_context *ctx, const lt_args *args, lt_result *res
   lt_tensor *t =
       diag_left ? lt_lowrank_from(ctx, f, factor_v(lr)) : lt_lowrank_from(ctx, factor_u(lr), f);
   lt_release(ctx, f);
-  return st_done(res, t);
+  return lt_result_tensor(res, t);
 }
 
 /* A root of U·Uᵀ is U itself (n×k). */
@@ -317,7 +329,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   if (args->a->nchildren != 1) return LT_NOT_IMPLEMENTED;
   res->info.method = "lowrank";
   res->info.converged = 1;
-  return st_done(res, lt_retain(factor_u(args->a)));
+  return lt_result_tensor(res, lt_retain(factor_u(args->a)));
 }
 
 /* A square U Vᵀ of rank k < n is singular. */

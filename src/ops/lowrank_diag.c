@@ -19,9 +19,7 @@
 
 static lt_tensor *lr_part(const lt_tensor *self) { return self->children[0]; }
 static lt_tensor *diag_part(const lt_tensor *self) { return self->children[1]; }
-static const double *diag_values(const lt_tensor *self) {
-  return lt_dense_data(diag_part(self)->children[0]);
-}
+static const double *diag_values(const lt_tensor *self) { return lt_diag_values(diag_part(self)); }
 
 static lt_tensor *lrd_matmul(lt_context *ctx, lt_tensor *self, lt_tensor *X) {
   lt_tensor *out = lt_apply(ctx, lr_part(self), X);
@@ -557,51 +555,9 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
 
 /* ------------------------------------------------------ a lazy root */
 
-/* R = [D^½ | U] (n × (n+k)) with R Rᵀ = D + U Uᵀ, for U = V and D ≥ 0:
- * an operator whose products cost O(n k), so that sampling from a
- * D + U Uᵀ covariance never forms anything n×n. */
-typedef struct lrd_root {
-  lt_tensor *u;     /* n×k (retained) */
-  lt_tensor *sqrtd; /* 1-d n: √dᵢ */
-} lrd_root;
-
-static lt_tensor *root_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  lrd_root *r = ud;
-  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
-  lt_tensor *out = lt_dense_matrix(ctx, n, c);
-  if (out == NULL) return NULL;
-  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
-  double *o = lt_dense_data(out);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
-  if (c > 0)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)c, (int)k, 1.0,
-                lt_dense_data(r->u), (int)k, x + n * c, (int)c, 1.0, o, (int)c);
-  return out;
-}
-
-static lt_tensor *root_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  lrd_root *r = ud;
-  size_t n = r->u->shape[0], k = r->u->shape[1], c = X->shape[1];
-  lt_tensor *out = lt_dense_matrix(ctx, n + k, c);
-  if (out == NULL) return NULL;
-  const double *x = lt_dense_data(X), *s = lt_dense_data(r->sqrtd);
-  double *o = lt_dense_data(out);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < c; j++) o[i * c + j] = s[i] * x[i * c + j];
-  if (c > 0)
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)c, (int)n, 1.0,
-                lt_dense_data(r->u), (int)k, x, (int)c, 0.0, o + n * c, (int)c);
-  return out;
-}
-
-static void root_free(lt_context *ctx, void *ud) {
-  lrd_root *r = ud;
-  lt_release(ctx, r->u);
-  lt_release(ctx, r->sqrtd);
-  lt_free(ctx, r, sizeof *r);
-}
-
+/* R = [D^½ | U] (n × (n+k)) with R Rᵀ = D + U Uᵀ, for U = V and D ≥ 0: a
+ * lazy cat of a diag and U, whose products cost O(n k), so that sampling
+ * from a D + U Uᵀ covariance never forms anything n×n. */
 static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a, *lr = lr_part(a);
@@ -612,27 +568,15 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   const double *d = diag_values(a);
   for (size_t i = 0; i < n; i++)
     if (!(d[i] >= 0)) return LT_NOT_IMPLEMENTED; /* also NaN */
-  lrd_root *r = lt_malloc(ctx, sizeof *r);
-  if (r == NULL) return LT_ERR;
-  r->u = lt_retain(lr->children[0]);
-  r->sqrtd = lt_dense_vector(ctx, n);
-  if (r->sqrtd == NULL) {
-    root_free(ctx, r);
-    return LT_ERR;
+  lt_tensor *sqrtd = lt_dense_vector(ctx, n), *D = NULL, *R = NULL;
+  if (sqrtd != NULL) {
+    for (size_t i = 0; i < n; i++) lt_dense_data(sqrtd)[i] = sqrt(d[i]);
+    D = lt_diag_new(ctx, sqrtd);
   }
-  for (size_t i = 0; i < n; i++) lt_dense_data(r->sqrtd)[i] = sqrt(d[i]);
-  lt_operator_def def = {.rows = n,
-                         .cols = n + r->u->shape[1],
-                         .matmul = root_matmul,
-                         .t_matmul = root_t_matmul,
-                         .ud = r,
-                         .free_ud = root_free,
-                         .name = "lowrank_plus_diag root [sqrt(D) | U]"};
-  lt_tensor *R = lt_operator_new(ctx, &def);
-  if (R == NULL) {
-    root_free(ctx, r);
-    return LT_ERR;
-  }
+  if (D != NULL) R = lt_cat_new(ctx, (lt_tensor *[]){D, lr->children[0]}, 2, 1);
+  lt_release(ctx, sqrtd);
+  lt_release(ctx, D);
+  if (R == NULL) return LT_ERR;
   woodbury_info(res);
   res->info.method = "lowrank_plus_diag";
   return st_done(res, R);

@@ -1,79 +1,50 @@
 /*
  * ops.h — what each built-in type's file gives the core: its descriptor and
- * a function registering its rules. builtin.c calls them in order; a later
- * registration for the same key is tried first, so the generic fallbacks
- * come first and the specific rules after them.
+ * a function registering its rules, listed in units.def (one line a unit,
+ * with the priority of its rules); core/builtin.c registers them all.
  */
 #ifndef LT_OPS_H
 #define LT_OPS_H
 
 #include "../lazytensor.h"
 
-extern const lt_type lt_dense_type;
-extern const lt_type lt_constant_type;
-extern const lt_type lt_sum_type;
-extern const lt_type lt_product_type;
-extern const lt_type lt_scaled_type;
-extern const lt_type lt_transpose_type;
-extern const lt_type lt_inverse_type;
+/* Every built-in unit's descriptor and rule registration (units.def). */
+#define TYPE(descriptor, id, rules, priority) \
+  extern const lt_type descriptor;            \
+  int rules(lt_context *ctx);
+#define RULES(rules, priority) int rules(lt_context *ctx);
+#include "units.def"
+#undef TYPE
+#undef RULES
 
-extern const lt_type lt_diag_type;
-extern const lt_type lt_identity_type;
-extern const lt_type lt_operator_type;
-extern const lt_type lt_submatrix_type;
-extern const lt_type lt_triangular_type;
-extern const lt_type lt_toeplitz_type;
-extern const lt_type lt_kernel_type;
-extern const lt_type lt_hadamard_type;
-
-/* ops-a: structured types */
-extern const lt_type lt_lowrank_type;
-extern const lt_type lt_lowrank_diag_type;
-extern const lt_type lt_kron_type;
-extern const lt_type lt_kron_identity_type;
-extern const lt_type lt_blockdiag_type;
-extern const lt_type lt_chol_type;
-
-int lt_register_generic_rules(lt_context *ctx);
-int lt_register_dense_rules(lt_context *ctx);
-int lt_register_dense_linalg_rules(lt_context *ctx);
-int lt_register_sum_rules(lt_context *ctx);
-int lt_register_scaled_rules(lt_context *ctx);
-int lt_register_product_rules(lt_context *ctx);
-int lt_register_transpose_rules(lt_context *ctx);
-int lt_register_constant_rules(lt_context *ctx);
-int lt_register_inverse_rules(lt_context *ctx);
-int lt_register_diag_rules(lt_context *ctx);
-int lt_register_identity_rules(lt_context *ctx);
-int lt_register_submatrix_rules(lt_context *ctx);
-int lt_register_triangular_rules(lt_context *ctx);
-int lt_register_toeplitz_rules(lt_context *ctx);
-int lt_register_kernel_rules(lt_context *ctx);
-int lt_register_hadamard_rules(lt_context *ctx);
-/* The (any, any) iterative rules above max_cholesky_size (ops/iterative.c):
- * registered after the generic ones, so they are tried first. */
-int lt_register_iterative_rules(lt_context *ctx);
 /* The pivoted-Cholesky preconditioner M = L·Lᵀ + D (rank at most rank_max)
  * of an A = K + D (a sum with diagonal terms), as the iterative rules build
  * it; *have = 0 when A has no such structure (ops/iterative.c). */
 struct lt_precond;
 int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, struct lt_precond *P,
                                 int *have);
-int lt_register_iterative_dense_rules(lt_context *ctx);
-int lt_register_lowrank_rules(lt_context *ctx);
-int lt_register_lowrank_diag_rules(lt_context *ctx);
-int lt_register_kron_rules(lt_context *ctx);
-int lt_register_blockdiag_rules(lt_context *ctx);
-int lt_register_chol_rules(lt_context *ctx);
+
 /* The signed log-determinant (ops/slogdet.c): the generic and dense rules
  * of LT_OP_SLOGDET. A slogdet rule sets res->x[0] = sign (-1, 0, 1; NaN
  * for NaN entries), res->x[1] = log|det|. */
-int lt_register_slogdet_rules(lt_context *ctx);
 void lt_slogdet_result(lt_result *res, double sign, double logabs);
 /* logdet as torch.logdet gives it: logabs, -inf (sign 0) or NaN (sign < 0). */
 double lt_logdet_of_sign(double sign, double logabs);
 
-/* ops-a constructors used across files (no copies: children are retained). */
+/* The diagonal types (diag.c, identity.c, diagonal.c). */
+/* The diagonal of a diag operator: n contiguous values. */
+const double *lt_diag_values(const lt_tensor *diag);
+/* A new n×n diag whose values (uninitialised) are *values: write them, then
+ * lt_diag_finish (its flags; NULL passes through). One allocation holds
+ * both (lt_lazy_new_with_dense). */
+lt_tensor *lt_diag_alloc(lt_context *ctx, size_t n, double **values);
+lt_tensor *lt_diag_finish(lt_tensor *t);
+/* c of an identity operator c·I. */
+double lt_identity_value(const lt_tensor *identity);
+/* Registers the closed forms diag and identity share for type_id. */
+int lt_register_diagonal_forms(lt_context *ctx, int type_id);
+
+/* Constructors used across files (no copies: children are retained). */
 /* U·Vᵀ from contiguous private factors; v NULL for U·Uᵀ. */
 lt_tensor *lt_lowrank_from(lt_context *ctx, lt_tensor *u, lt_tensor *v);
 /* D + L for a square lowrank L and a diag D. */

@@ -1,6 +1,6 @@
 /*
  * ops/structured.c — helpers of the structured types (see structured.h):
- * right-hand sides, a permutation operator for sorted spectra.
+ * right-hand sides, sorted spectra (a lazy product with a permutation).
  */
 #include <math.h>
 #include <stdint.h>
@@ -110,42 +110,7 @@ int st_complete_eigh(const lt_tensor *a, const lt_tensor *w, const lt_tensor *q,
   return info->method == NULL || info->converged;
 }
 
-/* ---------------------------------------------------- permutations */
-
-/* P with (P·X)[sigma(j)] = X[j]: Q·P has column j equal to Q's column
- * sigma(j). */
-typedef struct permutation {
-  size_t n;
-  size_t *sigma;
-} permutation;
-
-static lt_tensor *permute_rows(lt_context *ctx, const permutation *p, lt_tensor *X, int inverse) {
-  size_t k = X->shape[1];
-  lt_tensor *out = lt_dense_matrix(ctx, p->n, k);
-  if (out == NULL) return NULL;
-  const double *x = lt_dense_data(X);
-  double *o = lt_dense_data(out);
-  for (size_t j = 0; j < p->n; j++) {
-    size_t s = p->sigma[j];
-    if (inverse) memcpy(o + j * k, x + s * k, k * sizeof(double)); /* Pᵀ: out[j] = X[σ(j)] */
-    else memcpy(o + s * k, x + j * k, k * sizeof(double));         /* P: out[σ(j)] = X[j] */
-  }
-  return out;
-}
-
-static lt_tensor *permutation_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  return permute_rows(ctx, ud, X, 0);
-}
-
-static lt_tensor *permutation_t_matmul(lt_context *ctx, void *ud, lt_tensor *X) {
-  return permute_rows(ctx, ud, X, 1);
-}
-
-static void permutation_free(lt_context *ctx, void *ud) {
-  permutation *p = ud;
-  lt_free(ctx, p->sigma, p->n * sizeof(size_t) + 1);
-  lt_free(ctx, p, sizeof *p);
-}
+/* ------------------------------------------------------ sorted spectra */
 
 typedef struct keyed {
   double w;
@@ -173,7 +138,6 @@ int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int desc, lt_te
   for (size_t i = 0; i < n; i++) k[i] = (keyed){w[i], i};
   qsort(k, n, sizeof *k, desc ? descending : ascending);
   lt_tensor *s = lt_dense_vector(ctx, n), *P = NULL;
-  permutation *p = NULL;
   if (s == NULL) goto fail;
   for (size_t j = 0; j < n; j++) lt_dense_data(s)[j] = k[j].w;
   if ((Q1 != NULL && cols1 == NULL) || (Q2 != NULL && cols2 == NULL)) {
@@ -181,26 +145,14 @@ int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int desc, lt_te
     goto fail;
   }
   if (Q1 != NULL || Q2 != NULL) {
-    p = lt_malloc(ctx, sizeof *p);
+    /* Q·P has column j equal to Q's column σ(j) = k[j].i: P's column j is
+     * e_σ(j), so row σ(j) holds its 1 in column j (lt_permutation_new's p). */
+    size_t *p = lt_malloc(ctx, n * sizeof(size_t) + 1);
     if (p == NULL) goto fail;
-    p->n = n;
-    p->sigma = lt_malloc(ctx, n * sizeof(size_t) + 1);
-    if (p->sigma == NULL) {
-      lt_free(ctx, p, sizeof *p);
-      p = NULL;
-      goto fail;
-    }
-    for (size_t j = 0; j < n; j++) p->sigma[j] = k[j].i;
-    lt_operator_def def = {.rows = n,
-                           .cols = n,
-                           .matmul = permutation_matmul,
-                           .t_matmul = permutation_t_matmul,
-                           .ud = p,
-                           .free_ud = permutation_free,
-                           .name = "permutation"};
-    P = lt_operator_new(ctx, &def);
+    for (size_t j = 0; j < n; j++) p[k[j].i] = j;
+    P = lt_permutation_new(ctx, p, n);
+    lt_free(ctx, p, n * sizeof(size_t) + 1);
     if (P == NULL) goto fail;
-    p = NULL; /* owned by P */
     if (Q1 && (*cols1 = lt_product_new(ctx, Q1, P)) == NULL) goto fail;
     if (Q2 && (*cols2 = lt_product_new(ctx, Q2, P)) == NULL) goto fail;
     lt_release(ctx, P);
@@ -209,7 +161,6 @@ int st_sort_spectrum(lt_context *ctx, const double *w, size_t n, int desc, lt_te
   *sorted = s;
   return LT_OK;
 fail:
-  if (p) permutation_free(ctx, p);
   lt_release(ctx, P);
   if (cols1) {
     lt_release(ctx, *cols1);

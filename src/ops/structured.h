@@ -1,5 +1,5 @@
 /*
- * structured.h — helpers shared by the structured types of ops-a (lowrank,
+ * structured.h — helpers shared by the structured types (lowrank,
  * lowrank_plus_diag, kron, kron_plus_identity, blockdiag, chol). Not part of
  * the public API.
  */

@@ -88,6 +88,19 @@ static void submatrix_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, p, sizeof *p);
 }
 
+static lt_tensor *submatrix_make(lt_context *ctx, const lt_arg *args) {
+  return lt_submatrix_new(ctx, args[0].t, args[1].index, args[1].count, args[2].index,
+                          args[2].count);
+}
+
+/* lt.submatrix(A, rows [, cols]) */
+static const lt_constructor submatrix_constructor = {
+    3,
+    {{.kind = LT_ARG_TENSOR, .name = "the matrix A"},
+     {.kind = LT_ARG_INDICES, .name = "rows"},
+     {.kind = LT_ARG_INDICES, .name = "cols", .optional = 1}},
+    submatrix_make};
+
 /* A principal submatrix P·A·Pᵀ of a symmetric (PSD) A is symmetric (PSD). */
 static void submatrix_props(const lt_tensor *t, unsigned char *props) {
   const submatrix_payload *p = t->payload;
@@ -142,6 +155,7 @@ static lt_tensor *submatrix_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor 
 
 const lt_type lt_submatrix_type = {
     .name = "submatrix",
+    .constructor = &submatrix_constructor,
     .matmul = submatrix_matmul,
     .t_matmul = submatrix_t_matmul,
     .entry = submatrix_entry,

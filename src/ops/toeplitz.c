@@ -18,7 +18,8 @@
  *   plans need no FFTW_UNALIGNED and no fftw_malloc. FFTW's plans
  *   themselves (twiddle tables, O(L)) are allocated by FFTW, outside the
  *   context: made with FFTW_ESTIMATE on first use of a length, kept in the
- *   context for the next products (at most LT_FFT_PLAN_SLOTS lengths) and
+ *   context for the next products (the type's state in the context, at
+ *   most PLAN_SLOTS lengths; the cache itself is counted by lt.memory()) and
  *   destroyed with the context; FFTW's
  *   process-wide planner state (about 120 KB, bounded) stays until the
  *   host calls fftw_cleanup().
@@ -71,21 +72,38 @@ static size_t fft_length(size_t need) {
   return 0;
 }
 
-/* Plans by length, kept in the context between products: planning (even
- * FFTW_ESTIMATE) costs more than a transform of a few thousand points. A
- * plan is made on the first work arrays of its length and run on others
- * through the new-array interface (fftw_execute_dft_r2c/c2r), which needs
- * the same alignment: every work array is 64-byte aligned (fft_work_init).
- * Entries in use are never evicted; when all are, a work gets plans of its
- * own. */
-static void plan_slot_clear(lt_fft_plan_slot *e) {
+/* Plans by length, kept in the context between products (the type's state
+ * in the context, lt_type_state): planning (even FFTW_ESTIMATE) costs more
+ * than a transform of a few thousand points. A plan is made on the first
+ * work arrays of its length and run on others through the new-array
+ * interface (fftw_execute_dft_r2c/c2r), which needs the same alignment:
+ * every work array is 64-byte aligned (fft_work_init). Entries in use are
+ * never evicted; when all are (or the cache cannot be made), a work gets
+ * plans of its own. */
+#define PLAN_SLOTS 8
+
+typedef struct plan_slot {
+  size_t L;           /* 0: empty */
+  fftw_plan fwd, inv; /* inv NULL until needed */
+  int in_use;         /* products running with these plans */
+  unsigned long used; /* the cache's tick at the last use */
+} plan_slot;
+
+typedef struct plan_cache {
+  plan_slot slots[PLAN_SLOTS];
+  unsigned long tick;
+} plan_cache;
+
+static void plan_slot_clear(plan_slot *e) {
   if (e->fwd) fftw_destroy_plan(e->fwd);
   if (e->inv) fftw_destroy_plan(e->inv);
   memset(e, 0, sizeof *e);
 }
 
-static void plan_slots_free(lt_context *ctx) {
-  for (int i = 0; i < LT_FFT_PLAN_SLOTS; i++) plan_slot_clear(&ctx->fft_plans[i]);
+static void plan_cache_free(lt_context *ctx, void *state) {
+  (void)ctx;
+  plan_cache *cache = state;
+  for (int i = 0; i < PLAN_SLOTS; i++) plan_slot_clear(&cache->slots[i]);
 }
 
 /* Work arrays and plans for one product. */
@@ -95,7 +113,7 @@ typedef struct fft_work {
   fftw_complex *freq; /* L/2 + 1, 64-byte aligned inside freq_block */
   void *buf_block, *freq_block;
   fftw_plan fwd, inv;
-  lt_fft_plan_slot *entry; /* the context's slot lent, or NULL: the plans are ours */
+  plan_slot *entry; /* the context's slot lent, or NULL: the plans are ours */
 } fft_work;
 
 /* Work arrays are aligned by hand (the host's allocator may give any
@@ -129,12 +147,18 @@ static void fft_work_free(lt_context *ctx, fft_work *w) {
 }
 
 /* The context's slot for length L (found, or made in a free or the least
- * recently used idle slot); NULL when every slot is busy. */
-static lt_fft_plan_slot *plan_slot(lt_context *ctx, size_t L) {
-  lt_fft_plan_slot *pick = NULL;
-  ctx->fft_plans_free = plan_slots_free;
-  for (int i = 0; i < LT_FFT_PLAN_SLOTS; i++) {
-    lt_fft_plan_slot *e = &ctx->fft_plans[i];
+ * recently used idle slot); NULL when every slot is busy or the cache
+ * cannot be made. */
+static plan_slot *find_plan_slot(lt_context *ctx, size_t L, unsigned long *tick) {
+  plan_cache *cache = lt_type_state(ctx, LT_TYPE_TOEPLITZ, sizeof *cache, plan_cache_free);
+  if (cache == NULL) {
+    lt_clear_error(ctx); /* the work makes plans of its own */
+    return NULL;
+  }
+  *tick = ++cache->tick;
+  plan_slot *pick = NULL;
+  for (int i = 0; i < PLAN_SLOTS; i++) {
+    plan_slot *e = &cache->slots[i];
     if (e->L == L) return e;
     if (e->in_use) continue;
     if (pick == NULL || e->L == 0 || (pick->L != 0 && e->used < pick->used)) pick = e;
@@ -157,7 +181,8 @@ static int fft_work_init(lt_context *ctx, fft_work *w, size_t L, int with_invers
   w->buf = align_up(w->buf_block);
   w->freq = align_up(w->freq_block);
   unsigned flags = FFTW_ESTIMATE;
-  lt_fft_plan_slot *e = plan_slot(ctx, L);
+  unsigned long tick = 0;
+  plan_slot *e = find_plan_slot(ctx, L, &tick);
   if (e != NULL) {
     if (e->fwd == NULL) e->fwd = fftw_plan_dft_r2c_1d((int)L, w->buf, w->freq, flags);
     if (e->fwd && with_inverse && e->inv == NULL)
@@ -166,7 +191,7 @@ static int fft_work_init(lt_context *ctx, fft_work *w, size_t L, int with_invers
     w->inv = e->inv;
     if (w->fwd != NULL && (!with_inverse || w->inv != NULL)) {
       e->in_use++;
-      e->used = ++ctx->fft_tick;
+      e->used = tick;
       w->entry = e;
     }
   } else {
@@ -496,8 +521,20 @@ static lt_tensor *toeplitz_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *
   return out;
 }
 
+static lt_tensor *toeplitz_make(lt_context *ctx, const lt_arg *args) {
+  return lt_toeplitz_new(ctx, args[0].t, args[1].t);
+}
+
+/* lt.toeplitz(c [, r]) */
+static const lt_constructor toeplitz_constructor = {
+    2,
+    {{.kind = LT_ARG_TENSOR, .name = "the first column c", .dims = 1},
+     {.kind = LT_ARG_TENSOR, .name = "the first row r", .optional = 1, .dims = 1}},
+    toeplitz_make};
+
 const lt_type lt_toeplitz_type = {
     .name = "toeplitz",
+    .constructor = &toeplitz_constructor,
     .matmul = toeplitz_matmul,
     .t_matmul = toeplitz_t_matmul,
     .entry = toeplitz_entry,
@@ -554,17 +591,13 @@ done:
 
 /* -------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* Tᵀ is the Toeplitz matrix with c and r exchanged. */
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const toeplitz_payload *p = args->a->payload;
-  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES) return done(res, lt_retain(args->a));
-  return done(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m));
+  if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES)
+    return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m));
 }
 
 /* The diagonal is constant: c[0]. */
@@ -572,7 +605,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   (void)ud;
   const toeplitz_payload *p = args->a->payload;
   size_t len = p->m < p->n ? p->m : p->n;
-  return done(res, lt_dense_full(ctx, 1, &len, p->c[0]));
+  return lt_result_tensor(res, lt_dense_full(ctx, 1, &len, p->c[0]));
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -592,7 +625,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   for (size_t i = 0; i < p->m; i++)
     for (size_t j = 0; j < p->n; j++) o[i * p->n + j] = value_at(p, i, j);
   if (p->m == p->n) lt_prop_mark(out, LT_PROP_SYMMETRIC, lt_prop_get(args->a, LT_PROP_SYMMETRIC));
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* How two Toeplitz matrices (same shape) combine entry by entry. */
@@ -635,9 +668,9 @@ static int is_psd_flagged(const lt_tensor *t) { return lt_prop_get(t, LT_PROP_PS
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  if (args->scalar == 1.0) return done(res, lt_retain(args->a));
+  if (args->scalar == 1.0) return lt_result_tensor(res, lt_retain(args->a));
   lt_tensor *t = combine(ctx, args->a->payload, args->scalar, 0.0, NULL, COMBINE_ADD);
-  return done(res, psd_if(t, is_psd_flagged(args->a) && args->scalar >= 0));
+  return lt_result_tensor(res, psd_if(t, is_psd_flagged(args->a) && args->scalar >= 0));
 }
 
 /* T ± T', T ∘ T' (ud: the combine_op). */
@@ -645,7 +678,7 @@ static int rule_combine(lt_context *ctx, const lt_args *args, lt_result *res, vo
   combine_op op = (combine_op)(intptr_t)ud;
   lt_tensor *t = combine(ctx, args->a->payload, 1.0, 0.0, args->b->payload, op);
   int psd = op != COMBINE_SUB && is_psd_flagged(args->a) && is_psd_flagged(args->b);
-  return done(res, psd_if(t, psd));
+  return lt_result_tensor(res, psd_if(t, psd));
 }
 
 /* T + c·I: c added to c[1] and r[1] (add_diag and add_jitter with a number
@@ -655,7 +688,7 @@ static int rule_add_identity(lt_context *ctx, const lt_args *args, lt_result *re
   double v;
   if (lt_get(ctx, args->b, 0, 0, &v) != LT_OK) return LT_ERR;
   lt_tensor *t = combine(ctx, args->a->payload, 1.0, v, NULL, COMBINE_ADD);
-  return done(res, psd_if(t, is_psd_flagged(args->a) && v >= 0));
+  return lt_result_tensor(res, psd_if(t, is_psd_flagged(args->a) && v >= 0));
 }
 
 /* ------------------------------------------------------------- solves */
@@ -770,12 +803,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   if (X == NULL || lt_linop_of_tensor(ctx, a, &A) != LT_OK) {
     rc = LT_ERR;
   } else {
-    lt_cg_opts o;
-    memset(&o, 0, sizeof o);
-    o.tol = ctx->settings.cg_tolerance;
-    o.max_iter = ctx->settings.max_cg_iterations;
-    o.progress = ctx->settings.progress;
-    o.progress_ud = ctx->settings.progress_ud;
+    lt_cg_opts o = lt_cg_options(ctx);
     rc = lt_mbcg(ctx, &A, &Minv, k, lt_dense_data(B), lt_dense_data(X), &o, NULL, &info);
     if (rc == LT_INDEFINITE) {
       lt_clear_error(ctx);

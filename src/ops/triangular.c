@@ -112,8 +112,21 @@ static lt_tensor *tri_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const
   return out;
 }
 
+static lt_tensor *triangular_make(lt_context *ctx, const lt_arg *args) {
+  return lt_triangular_new(ctx, args[0].t, args[1].choice);
+}
+
+/* lt.triangular(A [, "lower"|"upper"]) */
+static const char *const triangles[] = {"lower", "upper", NULL};
+static const lt_constructor triangular_constructor = {
+    2,
+    {{.kind = LT_ARG_TENSOR, .name = "the matrix A"},
+     {.kind = LT_ARG_CHOICE, .name = "the triangle", .optional = 1, .choices = triangles}},
+    triangular_make};
+
 const lt_type lt_triangular_type = {
     .name = "triangular",
+    .constructor = &triangular_constructor,
     .matmul = tri_matmul,
     .t_matmul = tri_t_matmul,
     .entry = tri_entry,
@@ -167,11 +180,6 @@ lt_tensor *lt_triangular_new(lt_context *ctx, lt_tensor *a, int upper) {
 
 /* ---------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a;
@@ -181,7 +189,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
   double *o = lt_dense_data(out);
   for (size_t i = 0; i < n; i++) tri_row(ctx, a, i, o + i * n);
   out->props[effective_upper(a) ? LT_PROP_UPPER : LT_PROP_LOWER] = LT_YES;
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -190,7 +198,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++) lt_dense_data(d)[i] = storage(args->a)[i * n + i];
-  return done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -206,7 +214,7 @@ static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const tri_payload *p = payload(args->a);
-  return done(res, tri_node(ctx, args->a->children[0], p->upper, !p->trans));
+  return lt_result_tensor(res, tri_node(ctx, args->a->children[0], p->upper, !p->trans));
 }
 
 /* Forward or back substitution. */
@@ -229,7 +237,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   lt_lapack_trsm(storage(a), n, payload(a)->upper, payload(a)->trans, lt_dense_data(x), k);
   res->info.method = "triangular";
   res->info.converged = 1;
-  return done(res, x);
+  return lt_result_tensor(res, x);
 }
 
 /* log|det| = Σ log|t_ii|, the sign that of Π t_ii: slogdet when ud is

@@ -87,7 +87,10 @@ static void test_kernel_peak(void) {
   lt_release(ctx, K);
   lt_release(ctx, x);
   lt_release(ctx, v);
-  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
+  /* Only the plan cache stays (Toeplitz's state in the context, freed with
+   * it). */
+  CHECK(cnt.current - start == lt_type_state_bytes(ctx),
+        "%zu bytes held after releasing everything", cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
 }
@@ -182,7 +185,10 @@ static void test_toeplitz_peak(void) {
   lt_release(ctx, T);
   lt_release(ctx, c);
   lt_release(ctx, x);
-  CHECK(cnt.current == start, "%zu bytes held after releasing everything", cnt.current - start);
+  /* Only the plan cache stays (Toeplitz's state in the context, a few
+   * hundred bytes, freed with it). */
+  CHECK(cnt.current - start <= 1024, "%zu bytes held after releasing everything",
+        cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
 }
@@ -285,7 +291,6 @@ static void test_failures(const char *name, scenario f) {
     counter cnt = {0, 0, -1};
     lt_context *ctx = lt_context_new(counting_alloc, &cnt);
     if (ctx == NULL) continue;
-    size_t base = cnt.current;
     cnt.fail_after = k;
     lt_tensor *Z = f(ctx);
     cnt.fail_after = -1;
@@ -298,10 +303,12 @@ static void test_failures(const char *name, scenario f) {
       }
     }
     lt_release(ctx, Z);
-    if (cnt.current != base) {
-      CHECK(0, "%s: allocation %ld failing leaked %zu bytes", name, k, cnt.current - base);
-    }
+    /* What the context does not free is a leak (it keeps caches, such as
+     * Toeplitz's plans, until it goes). */
     lt_context_free(ctx);
+    if (cnt.current != 0) {
+      CHECK(0, "%s: allocation %ld failing leaked %zu bytes", name, k, cnt.current);
+    }
   }
   CHECK(ok && failures_seen > 5, "%s: %d failure points, succeeded: %d", name, failures_seen, ok);
 }

@@ -272,12 +272,7 @@ static const char *const words[] = {
     "variance", "period", "derivative", "kind", "nu", "outputscale",
     /* triangular, operator fields */
     "lower", "upper", "shape", "matmul", "t_matmul", "psd", "symmetric", "name",
-    /* operations */
-    "add", "sub", "mul", "scale", "solve", "logdet", "inv_quad_logdet", "cholesky", "diagonal",
-    "dense", "root", "eigh", "svd", "transpose", "neg", "trace", "get", "row", "inv_quad",
-    /* types */
-    "any", "diag", "identity", "triangular", "lowrank", "kron", "blockdiag", "toeplitz", "kernel",
-    "chol", "sum", "product", "scaled", "inverse", "operator", "submatrix",
+    /* (the operations' and types' names come from the registry: registry_names) */
     /* settings */
     "max_cholesky_size", "cg_tolerance", "max_cg_iterations", "progress", "num_threads",
     /* numbers in disguise, formats */
@@ -301,13 +296,42 @@ static void collect_setting_names(void) {
   NSETTING_NAMES = n;
 }
 
+/* The registry's names, read once in LLVMFuzzerInitialize from a context
+ * (as setting names are), so that types and operations added later are
+ * fuzzed too: "any", every type, a type that is none; every operation, an
+ * operation that is none. Their strings are the library's static ones. */
+#define MAX_REGISTRY_NAMES 96
+static const char *type_names[MAX_REGISTRY_NAMES], *op_names[MAX_REGISTRY_NAMES];
+static size_t NTYPE_NAMES, NOP_NAMES;
+
+static void collect_registry_names(void) {
+  lt_context *ctx = lt_context_new(NULL, NULL);
+  if (ctx == NULL) abort();
+  type_names[NTYPE_NAMES++] = "any";
+  for (int id = 1; id < lt_type_count(ctx) && NTYPE_NAMES < MAX_REGISTRY_NAMES - 1; id++)
+    if (lt_type_descriptor(ctx, id) != NULL) type_names[NTYPE_NAMES++] = lt_type_name(ctx, id);
+  type_names[NTYPE_NAMES++] = "nope";
+  for (int op = 0; op < LT_OP_BUILTIN_COUNT && NOP_NAMES < MAX_REGISTRY_NAMES - 1; op++)
+    op_names[NOP_NAMES++] = lt_op_name(ctx, op);
+  op_names[NOP_NAMES++] = "my_op";
+  lt_context_free(ctx);
+}
+
+/* Word k: one of words[], a type's name or an operation's. */
+static const char *word(unsigned k) {
+  size_t i = k % (NWORDS + NTYPE_NAMES + NOP_NAMES);
+  if (i < NWORDS) return words[i];
+  if (i < NWORDS + NTYPE_NAMES) return type_names[i - NWORDS];
+  return op_names[i - NWORDS - NTYPE_NAMES];
+}
+
 /* Module fields that are no functions (lt._state is a userdata). */
 static const char *const module_fields[] = {"_state", "NotImplemented", "settings", "_VERSION"};
 
 static void push_string(lua_State *L) {
   unsigned k = u8();
   if (k < 200) {
-    lua_pushstring(L, words[k % NWORDS]);
+    lua_pushstring(L, word(k));
   } else if (k < 240) { /* raw bytes, NULs included */
     char buf[24];
     size_t len = u8() % sizeof buf;
@@ -607,7 +631,7 @@ static void push_opdef(lua_State *L) {
 static void push_key(lua_State *L) {
   unsigned k = u8();
   if (k < 128) lua_pushinteger(L, (lua_Integer)(k % 12) - 1);
-  else if (k < 200) lua_pushstring(L, words[k % NWORDS]);
+  else if (k < 200) lua_pushstring(L, word(k));
   else if (k < 216) lua_pushnumber(L, 1.5);
   else if (k < 232) lua_pushnumber(L, 9007199254740992.0);
   else lua_pushboolean(L, 1);
@@ -620,73 +644,29 @@ typedef struct entry {
   int heavy; /* may cost more than its operands' size: guarded (too_costly) */
 } entry;
 
-static const entry functions[] = {
-    {"tensor", 1},
-    {"zeros", 1},
-    {"ones", 1},
-    {"full", 1},
-    {"eye", 1},
-    {"arange", 1},
-    {"linspace", 1},
-    {"rand", 1},
-    {"randn", 1},
-    {"diag", 1},
-    {"identity", 1},
-    {"triangular", 1},
-    {"psd", 1},
-    {"lowrank", 1},
-    {"kron", 1},
-    {"blockdiag", 1},
-    {"chol", 1},
-    {"toeplitz", 1},
-    {"kernel", 1},
-    {"submatrix", 1},
-    {"operator", 1},
-    {"add", 1},
-    {"sub", 1},
-    {"mul", 1},
-    {"matmul", 1},
-    {"scale", 1},
-    {"div", 1},
-    {"neg", 1},
-    {"cmul", 1},
-    {"type", 0},
-    {"is_tensor", 0},
-    {"is_lazy", 0},
-    {"is_psd", 1},
-    {"is_symmetric", 1},
-    {"shape", 0},
-    {"size", 0},
-    {"dim", 0},
-    {"numel", 0},
-    {"free", 0},
-    {"memory", 0},
-    {"manual_seed", 0},
-    {"totable", 1},
-    {"get", 1},
-    {"dense", 1},
-    {"diagonal", 1},
-    {"t", 1},
-    {"transpose", 1},
-    {"inverse", 1},
-    {"trace", 1},
-    {"add_diag", 1},
-    {"add_jitter", 1},
-    {"solve", 1},
-    {"inv_quad", 1},
-    {"logdet", 1},
-    {"inv_quad_logdet", 1},
-    {"cholesky", 1},
-    {"root", 1},
-    {"root_inv", 1},
-    {"eigh", 1},
-    {"svd", 1},
-    {"explain", 0},
-    {"call", 1},
-    {"implements", 0},
-    {"with_settings", 1},
+/* The module's functions that are neither a type's constructor nor an
+ * operation of the table; those are added from the registry (every type's
+ * name: calling one that is no function is skipped). */
+static const entry base_functions[] = {
+    {"tensor", 1},       {"zeros", 1},      {"ones", 1},          {"full", 1},
+    {"eye", 1},          {"arange", 1},     {"linspace", 1},      {"rand", 1},
+    {"randn", 1},        {"psd", 1},        {"div", 1},           {"cmul", 1},
+    {"type", 0},         {"is_tensor", 0},  {"is_lazy", 0},       {"is_psd", 1},
+    {"is_symmetric", 1}, {"shape", 0},      {"size", 0},          {"dim", 0},
+    {"numel", 0},        {"free", 0},       {"memory", 0},        {"manual_seed", 0},
+    {"totable", 1},      {"t", 1},          {"add_jitter", 1},    {"explain", 0},
+    {"call", 1},         {"implements", 0}, {"with_settings", 1}, {"types", 0},
 };
-#define NFUNCTIONS (sizeof functions / sizeof functions[0])
+#define NBASE_FUNCTIONS (sizeof base_functions / sizeof base_functions[0])
+#define MAX_FUNCTIONS (NBASE_FUNCTIONS + 2 * MAX_REGISTRY_NAMES)
+static entry functions[MAX_FUNCTIONS];
+static size_t NFUNCTIONS;
+
+static void collect_functions(void) {
+  for (size_t i = 0; i < NBASE_FUNCTIONS; i++) functions[NFUNCTIONS++] = base_functions[i];
+  for (size_t i = 1; i + 1 < NTYPE_NAMES; i++) functions[NFUNCTIONS++] = (entry){type_names[i], 1};
+  for (size_t i = 0; i + 1 < NOP_NAMES; i++) functions[NFUNCTIONS++] = (entry){op_names[i], 1};
+}
 
 static const entry methods[] = {
     {"set", 0},        {"fill", 0}, {"copy", 0},    {"reshape", 0}, {"narrow", 0}, {"clone", 0},
@@ -1136,14 +1116,6 @@ static void table_op(lua_State *L) {
  * replaced by anything: lt.implements(op, type_a [, type_b], fn),
  * lt.chol(lt.triangular(A)), lt.submatrix(A, rows [, cols]),
  * lt.blockdiag{A, B, ...}, lt.with_settings(tbl, fn, ...). */
-static const char *const op_names[] = {"add",      "sub",    "mul",      "matmul", "scale",
-                                       "solve",    "logdet", "inv_quad", "dense",  "diagonal",
-                                       "cholesky", "trace",  "get",      "row",    "transpose",
-                                       "neg",      "eigh",   "svd",      "root",   "my_op"};
-static const char *const type_names[] = {"any",  "dense",     "diag",     "identity", "lowrank",
-                                         "kron", "blockdiag", "toeplitz", "kernel",   "operator",
-                                         "sum",  "product",   "scaled",   "chol",     "nope"};
-
 static void push_index_array(lua_State *L) {
   unsigned n = u8() % 6;
   lua_createtable(L, (int)n, 0);
@@ -1166,15 +1138,15 @@ static void composite(lua_State *L) {
       lua_getfield(L, MOD, name);
       unsigned shape = u8();
       if (shape & 1) push_arg(L);
-      else lua_pushstring(L, op_names[u8() % (sizeof op_names / sizeof op_names[0])]);
+      else lua_pushstring(L, op_names[u8() % NOP_NAMES]);
       get_slot(L, u8()); /* the type of a slot's tensor, or one from the list */
       lt_tensor *t = ltb_lua_totensor(L, -1);
       lua_pop(L, 1);
       if (t != NULL && (shape & 8)) lua_pushstring(L, lt_typename(ltb_lua_context(L), t));
-      else lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
+      else lua_pushstring(L, type_names[u8() % NTYPE_NAMES]);
       nargs = 3;
       if (shape & 2) {
-        lua_pushstring(L, type_names[u8() % (sizeof type_names / sizeof type_names[0])]);
+        lua_pushstring(L, type_names[u8() % NTYPE_NAMES]);
         nargs++;
       }
       if (shape & 4) push_arg(L);
@@ -1431,6 +1403,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   TRACE = getenv("FUZZ_LUA_TRACE") != NULL;
   collect_setting_names();
+  collect_registry_names();
+  collect_functions();
   return 0;
 }
 
