@@ -120,7 +120,8 @@ static void read_cotangent(lua_State *L, lt_cotangent *w) {
     return;
   }
   if (lua_istable(L, 2) && ltb_to_tensor(L, 2) == NULL && lua_rawlen(L, 2) == 0) {
-    static const char *const keys[] = {"W", "L", "R", "d"};
+    static const char *const keys[] = {"W", "L", "R", "d", NULL};
+    ltb_check_keys(L, 2, op, "the weights", keys);
     for (int i = 0; i < 4; i++) {
       lua_getfield(L, 2, keys[i]);
       if (lua_isnil(L, -1)) {

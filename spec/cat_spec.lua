@@ -35,13 +35,21 @@ local function joined(blocks, dim)
 end
 
 -- (conformance.check must be called from the spec file's main chunk.)
+-- Blocks made once, outside make(), so the gradient check can be told
+-- they are the leaves: each must get its gradient through the cat.
+local tA, tB, tC = lt.tensor(A), lt.tensor(B), lt.tensor(C)
 conformance.check("cat of dense blocks stacked (2x3 over 1x3: square)",
-  function() return lt.cat{lt.tensor(A), lt.tensor(B)} end, joined({A, B}, 1))
+  function() return lt.cat{tA, tB} end, joined({A, B}, 1), {leaves = {tA, tB}})
 conformance.check("cat of dense blocks side by side (2x2 | 2x3)",
-  function() return lt.cat({lt.tensor(C), lt.tensor(A)}, 2) end, joined({C, A}, 2))
+  function() return lt.cat({tC, tA}, 2) end, joined({C, A}, 2), {leaves = {tC, tA}})
+local D2, LR = lt.diag{2, 3}, lt.lowrank({{1}, {2}}, {{1}, {0}, {1}})
 conformance.check("cat of lazy blocks side by side (diag | lowrank)", function()
-  return lt.cat({lt.diag{2, 3}, lt.lowrank({{1}, {2}}, {{1}, {0}, {1}})}, 2)
-end, joined({{{2, 0}, {0, 3}}, {{1, 0, 1}, {2, 0, 2}}}, 2))
+  return lt.cat({D2, LR}, 2)
+end, joined({{{2, 0}, {0, 3}}, {{1, 0, 1}, {2, 0, 2}}}, 2), {leaves = {D2, LR}})
+local D3 = lt.diag{1, 2, 3}
+conformance.check("cat of lazy blocks stacked (lowrank over diag, 5x3)", function()
+  return lt.cat{LR, D3}
+end, joined({{{1, 0, 1}, {2, 0, 2}}, {{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}}, 1), {leaves = {LR, D3}})
 conformance.check("cat of one block (SPD)", function() return lt.cat{lt.tensor(S)} end,
   joined({S}, 1), {psd = true})
 conformance.check("cat transposed", function() return lt.cat({lt.tensor(C), lt.tensor(A)}, 2):t() end,
@@ -69,6 +77,27 @@ describe("cat structure", function()
     local R = (lt.lowrank{{1}, {2}, {3}} + lt.diag{1, 1, 1}):root()
     assert.equal("cat", lt.type(R))
     close(R * R:t(), {{2, 2, 3}, {2, 5, 6}, {3, 6, 10}}, 1e-14, "R·Rᵀ")
+  end)
+
+  it("hands each block its part of the weights (gradients) and rebuilds over new blocks", function()
+    local X, Y = lt.tensor{{1, 2}, {3, 4}}, lt.tensor{{5, 6, 7}, {8, 9, 10}}
+    local K = lt.cat({X, Y}, 2) -- 2×5
+    local g = K:bilinear_derivative(lt.tensor{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}})
+    close(g[X].values, {{1, 2}, {6, 7}}, 1e-15, "dense W: X's columns")
+    close(g[Y].values, {{3, 4, 5}, {8, 9, 10}}, 1e-15, "dense W: Y's columns")
+    -- W = L·Rᵀ with L = (1, 2)ᵀ, R = (1, -1, 2, 0, 3)ᵀ: each block its rows of R
+    g = K:bilinear_derivative(lt.tensor{{1}, {2}}, lt.tensor{{1}, {-1}, {2}, {0}, {3}})
+    close(g[X].values, {{1, -1}, {2, -2}}, 1e-15, "L·Rᵀ: X's columns")
+    close(g[Y].values, {{2, 0, 3}, {4, 0, 6}}, 1e-15, "L·Rᵀ: Y's columns")
+    -- stacked, diagonal W = diag(1, 2, 3): the second block's part is off
+    -- its own diagonal
+    g = lt.cat{tA, tB}:bilinear_derivative{d = lt.tensor{1, 2, 3}}
+    close(g[tA].values, {{1, 0, 0}, {0, 2, 0}}, 1e-15, "diag W: A's rows")
+    close(g[tB].values, {{0, 0, 3}}, 1e-15, "diag W: B's row")
+    local K2 = K:with_params{[Y] = {values = lt.tensor{{0, 0, 0}, {0, 0, 1}}}}
+    assert.equal("cat", lt.type(K2))
+    close(K2, {{1, 2, 0, 0, 0}, {3, 4, 0, 0, 1}}, 1e-15, "rebuilt")
+    close(K, {{1, 2, 5, 6, 7}, {3, 4, 8, 9, 10}}, 1e-15, "the original unchanged")
   end)
 
   it("refuses blocks that do not line up", function()

@@ -20,7 +20,11 @@ local G = {{1, 2, 0}, {0, 1, 3}, {1, 0, 1}}
 local R = {{1, -1}, {2, 0.5}, {0, 3}}
 local S = {{5, 1, 0}, {1, 4, 1}, {0, 1, 3}}
 
-local function T() return lt.toeplitz(c) end
+-- One Toeplitz leaf and one dense leaf, shared by the cases that name them
+-- as leaves: the gradient check then requires their parameters' gradients
+-- to arrive through the composite (and checks them by differences).
+local Tl, Sl = lt.toeplitz(c), lt.tensor(S)
+local function T() return Tl end
 local function op(M, flags)
   local D = lt.tensor(M)
   local def = {shape = {#M, #M[1]}, matmul = function(X) return D * X end}
@@ -73,24 +77,26 @@ local function value(M) return function() return M end end
 -- (conformance.check must be called from the spec file's main chunk.)
 -- sum
 conformance.check("sum: toeplitz + operator (general)",
-  typed("sum", function() return T() + op(G) end), value(plus(Tref, G)))
+  typed("sum", function() return T() + op(G) end), value(plus(Tref, G)), {leaves = {Tl}})
 conformance.check("sum: toeplitz + dense SPD (positive definite)",
-  typed("sum", function() return T() + lt.tensor(S) end), value(plus(Tref, S)), {psd = true})
+  typed("sum", function() return T() + Sl end), value(plus(Tref, S)),
+  {psd = true, leaves = {Tl, Sl}})
 conformance.check("sum: toeplitz + 1 (with a constant term)",
-  typed("sum", function() return T() + 1 end), value(plus(Tref, filled(3, 3, 1))), {psd = true})
+  typed("sum", function() return T() + 1 end), value(plus(Tref, filled(3, 3, 1))),
+  {psd = true, leaves = {Tl}})
 conformance.check("sum: three terms",
-  typed("sum", function() return T() + op(G) - lt.tensor(S) end),
-  value(plus(plus(Tref, G), times(-1, S))))
+  typed("sum", function() return T() + op(G) - Sl end),
+  value(plus(plus(Tref, G), times(-1, S))), {leaves = {Tl}}) -- -Sl is a new dense tensor
 conformance.check("sum: rectangular terms (3x2)",
   typed("sum", function() return op(R) + op(R) * 2 end), value(times(3, R)))
 -- product
 conformance.check("product: toeplitz * operator (general)",
-  typed("product", function() return T() * op(G) end), value(ref.mm(Tref, G)))
+  typed("product", function() return T() * op(G) end), value(ref.mm(Tref, G)), {leaves = {Tl}})
 conformance.check("product: operator * its transpose (positive definite)",
   typed("product", function() return op(G) * op(G):t() end),
   value(ref.mm(G, ref.transpose(G))), {psd = true})
 conformance.check("product: rectangular (3x3 * 3x2)",
-  typed("product", function() return T() * op(R) end), value(ref.mm(Tref, R)))
+  typed("product", function() return T() * op(R) end), value(ref.mm(Tref, R)), {leaves = {Tl}})
 -- scaled
 conformance.check("scaled: 2.5 * operator",
   typed("scaled", function() return 2.5 * op(G) end), value(times(2.5, G)))
@@ -111,7 +117,7 @@ conformance.check("transpose: of an SPD operator not flagged (a flagged one is i
 -- inverse
 conformance.check("inverse: of a toeplitz matrix (positive definite)",
   typed("inverse", function() return T():inverse() end), value(inverse(Tref)),
-  {psd = true, tol = 1e-9})
+  {psd = true, tol = 1e-9, leaves = {Tl}})
 conformance.check("inverse: of a general operator",
   typed("inverse", function() return op(G):inverse() end), value(inverse(G)), {tol = 1e-9})
 -- constant

@@ -155,6 +155,46 @@ describe("definition tables", function()
       message(function() return lt.operator{shape = {3, 3}, matmul = id, name = 5} end), 1, true)
     local A = lt.operator{shape = {3, 3}, matmul = id, psd = true, symmetric = true, name = "I"}
     assert.is_true(A:is_psd())
+    -- the gradients' keys are keys of the definition
+    local B = lt.operator{shape = {3, 3}, matmul = id, params = {a = 1},
+      bilinear_derivative = function() return {a = 0} end,
+      with_params = function() return A end}
+    assert.same({a = 1}, B:params())
+  end)
+
+  it("reject unknown keys in bilinear_derivative's table of weights", function()
+    local D = lt.diag{1, 2}
+    assert.matches("lazytensor: bilinear_derivative: the weights: unknown key 'D' (expected W, L, "
+      .. "R or d)", message(function() return D:bilinear_derivative{D = lt.tensor{1, 1}} end),
+      1, true)
+    local g = D:bilinear_derivative{d = lt.tensor{3, 4}}
+    assert.equal(4, g[D].diag[2])
+  end)
+end)
+
+describe("with_params", function()
+  local D, T = lt.diag{1, 2}, lt.toeplitz{2, 1}
+  local A = D * T
+
+  it("refuses a parameter its leaf does not have", function()
+    assert.matches("lazytensor: with_params: the diag operator has no parameter 'diagg'",
+      message(function() return A:with_params{[D] = {diagg = lt.tensor{5, 5}}} end), 1, true)
+  end)
+
+  it("refuses values for an operator that is not under it", function()
+    local X = lt.diag{3, 3}
+    assert.matches("lazytensor: with_params: a diag operator given values is not under this "
+      .. "operator", message(function() return A:with_params{[X] = {diag = lt.tensor{5, 5}}} end),
+      1, true)
+    -- D + I folds into a new diag: D is not under it
+    local F = D + lt.identity(2)
+    assert.matches("is not under this operator",
+      message(function() return F:with_params{[D] = {diag = lt.tensor{5, 5}}} end), 1, true)
+  end)
+
+  it("uses every value it is given", function()
+    local B = A:with_params{[T] = {column = lt.tensor{1, 0}}, [D] = {diag = lt.tensor{5, 6}}}
+    assert.same({{5, 0}, {0, 6}}, B:dense():totable())
   end)
 end)
 

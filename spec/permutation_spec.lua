@@ -32,6 +32,15 @@ end, reference{5, 3, 1, 2, 4})
 conformance.check("permutation transposed (the inverse)", function()
   return lt.permutation{2, 3, 4, 1}:t()
 end, reference{4, 1, 2, 3})
+-- No parameters of its own: a gradient through it reaches the diag beside it.
+local Dp = lt.diag{2, -1, 0.5, 3}
+conformance.check("permutation times a diag (gradients reach the diag)", function()
+  return lt.permutation{2, 3, 4, 1} * Dp
+end, function()
+  local R, p, d = reference{2, 3, 4, 1}(), {2, 3, 4, 1}, {2, -1, 0.5, 3}
+  for i = 1, 4 do R[i][p[i]] = d[p[i]] end
+  return R
+end, {leaves = {Dp}})
 
 describe("permutation structure", function()
   it("gathers rows, and its transpose scatters them", function()
@@ -75,6 +84,16 @@ describe("permutation structure", function()
     assert.is_false(lt.permutation{2, 3, 1}:is_symmetric())
     assert.is_false(lt.permutation{2, 1}:is_psd())
     assert.is_true(lt.permutation{1, 2}:is_psd())
+  end)
+
+  it("has no parameters: its gradient is empty, and with_params refuses to move it", function()
+    local P = lt.permutation{3, 1, 2}
+    assert.same({}, P:params())
+    assert.is_nil(next(P:bilinear_derivative(lt.tensor{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}})))
+    assert.is_nil(next(P:bilinear_derivative{d = lt.tensor{1, 2, 3}}))
+    local ok, err = pcall(P.with_params, P, {[P] = {p = lt.tensor{1, 2, 3}}})
+    assert.is_false(ok)
+    assert.matches("^lazytensor: with_params: ", err)
   end)
 
   it("refuses what is not a permutation", function()

@@ -19,6 +19,12 @@ conformance.check("zeros_operator 3x3 (singular, PSD)", function() return lt.zer
   zeros(3, 3), {symmetric = true, singular = "rank 0 < 3"})
 conformance.check("zeros_operator 2x4", function() return lt.zeros_operator(2, 4) end, zeros(2, 4))
 conformance.check("zeros_operator 4x1", function() return lt.zeros_operator(4, 1) end, zeros(4, 1))
+-- No parameters of its own: a gradient through a cat reaches the block
+-- beside it.
+local Bz = lt.tensor{{1, 2, 3}, {4, 5, 6}}
+conformance.check("zeros_operator stacked over a dense block (gradients reach the block)",
+  function() return lt.cat{lt.zeros_operator(1, 3), Bz} end,
+  function() return {{0, 0, 0}, {1, 2, 3}, {4, 5, 6}} end, {leaves = {Bz}, singular = "a zero row"})
 
 describe("zeros_operator structure", function()
   local A = lt.tensor{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
@@ -58,6 +64,13 @@ describe("zeros_operator structure", function()
       assert.is_false(ok, name)
       assert.matches("^lazytensor: " .. name .. ": matrix is ", err)
     end
+  end)
+
+  it("has no parameters: its gradient is empty", function()
+    local Z = lt.zeros_operator(2, 3)
+    assert.same({}, Z:params())
+    assert.is_nil(next(Z:bilinear_derivative(lt.tensor{{1}, {2}}, lt.tensor{{1}, {2}, {3}})))
+    assert.is_nil(next(Z:bilinear_derivative(lt.tensor{{1, 2, 3}, {4, 5, 6}})))
   end)
 
   it("takes one size for a square one, two for any other", function()

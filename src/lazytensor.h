@@ -860,7 +860,9 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
 /* A new operator: a with the parameters `values` gives for its leaves
  * (keyed as lt_params and lt_bilinear_derivative key them) replaced, the
  * rest shared with a. An error when a leaf cannot be rebuilt (a Lua
- * operator without with_params) or a value does not fit its parameter. */
+ * operator without with_params), a value does not fit its parameter, or a
+ * value would go unused (its leaf is not under a, or has no parameter of
+ * that name). */
 lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values);
 
 /* inv_quad_logdet with gradients: bᵀA⁻¹b and log det A (A symmetric

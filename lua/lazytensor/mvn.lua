@@ -119,9 +119,9 @@ end
 -- by the covariance's leaves, the mean and x.
 local function log_prob_grad(self, x, opts)
   local lt = lib()
-  local rows = x:dim() == 2
-  local n = rows and x:size(1) or 1
-  local d = rows and (x - self:mean_rows(n)):t() or x - self._mean
+  local many = x:dim() == 2
+  local n = many and x:size(1) or 1
+  local d = many and (x - self:mean_rows(n)):t() or x - self._mean
   local b = d / math.sqrt(n)
   local _, ld, grads = self._cov:inv_quad_logdet(b, {grad = true,
                                                     control_variate = opts.control_variate})
@@ -130,9 +130,9 @@ local function log_prob_grad(self, x, opts)
   for _, named in pairs(grads) do
     for name, g in pairs(named) do named[name] = g * (-0.5 * n) end
   end
-  local quads = rows and lt.mul(d, solved):sum(1) or d:dot(solved)
-  local mean_grad = rows and solved:sum(2):reshape(self.k) or solved
-  local x_grad = rows and (solved * -1):t():contiguous() or solved * -1
+  local quads = many and lt.mul(d, solved):sum(1) or d:dot(solved)
+  local mean_grad = many and solved:sum(2):reshape(self.k) or solved
+  local x_grad = many and (solved * -1):t():contiguous() or solved * -1
   local function add_to(key, g)
     local entry = grads[key]
     if entry == nil then
@@ -144,7 +144,7 @@ local function log_prob_grad(self, x, opts)
   add_to(self._mean, mean_grad)
   add_to(x, x_grad)
   local constant = -0.5 * (ld + self.k * LOG_2PI)
-  if rows then return quads * -0.5 + constant, grads end
+  if many then return quads * -0.5 + constant, grads end
   return -0.5 * quads + constant, grads
 end
 
@@ -168,7 +168,7 @@ function MVN:log_prob(x, opts)
   local want_grad = opts and opts.grad
   if self.batch_shape then
     if want_grad then
-      error("lazytensor: mvn:log_prob: grad = true is not available for a batched distribution", 0)
+      error("lazytensor: mvn:log_prob: grad = true takes one distribution, not a batch", 0)
     end
     return batch.log_prob(self, x)
   end

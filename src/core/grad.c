@@ -397,11 +397,6 @@ fail:
   return LT_ERR;
 }
 
-int ltg_no_parameters(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, lt_paramset *grads) {
-  (void)ctx, (void)self, (void)w, (void)grads;
-  return LT_OK;
-}
-
 /* One part through a's type; a part it does not handle goes as dense W. */
 static int derive_part(lt_context *ctx, lt_tensor *a, const lt_cotangent *part,
                        lt_paramset *grads) {
@@ -512,9 +507,38 @@ done:
   return out;
 }
 
+/* Every value names a leaf the rebuild reached (m: the nodes under a) and
+ * one of its parameters: a misspelt name or a leaf that is not under a
+ * (folded into a new one by a structure rule, say) is an error, not a
+ * value silently left out. */
+static int check_values_used(lt_context *ctx, const lt_paramset *values, const rebuilt *m) {
+  for (size_t i = 0; i < values->n; i++) {
+    const lt_param *v = &values->items[i];
+    if (memo_find(m, v->leaf) == NULL)
+      return lt_error(ctx,
+                      "with_params: a %s operator given values is not under this operator (a "
+                      "structure rule may have folded it into a new leaf)",
+                      v->leaf->type->name);
+    lt_paramset *own = lt_paramset_new(ctx);
+    if (own == NULL) return LT_ERR;
+    int rc = lt_params(ctx, v->leaf, own);
+    int known = rc == LT_OK && find(own, v->leaf, v->name) != NULL;
+    lt_paramset_free(ctx, own);
+    if (rc != LT_OK) return LT_ERR;
+    if (!known)
+      return lt_error(ctx, "with_params: the %s operator has no parameter '%s'",
+                      v->leaf->type->name, v->name);
+  }
+  return LT_OK;
+}
+
 lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values) {
   rebuilt m = {0};
   lt_tensor *out = rebuild(ctx, a, values, &m);
+  if (out != NULL && check_values_used(ctx, values, &m) != LT_OK) {
+    lt_release(ctx, out);
+    out = NULL;
+  }
   memo_free(ctx, &m);
   return out;
 }

@@ -120,15 +120,11 @@ struct lt_context {
   /* Counts writes to dense storage through the API (starts at 1): every
    * tensor points here, see "Properties follow the data" in tensor.c. */
   uint64_t write_clock;
-  /* Kernel matrices stored by ops/kernel.c within settings.kernel_cache_bytes:
-   * the most recently used operator's payload (a list through the payloads),
-   * and the bytes they hold together. */
-  void *kernel_caches;
-  size_t kernel_cache_used;
 };
 
 /* Evicts stored kernel matrices down to settings.kernel_cache_bytes
- * (ops/kernel.c; settings.c calls it when the budget is set). */
+ * (ops/kernel.c, whose type state lists them; settings.c calls it when the
+ * budget is set). */
 void lt_kernel_cache_trim(lt_context *ctx);
 
 /* The operation table (ops.c) ------------------------------------------- */
@@ -184,6 +180,8 @@ int lt_type_id_of(lt_context *ctx, const lt_type *type);
  * out (the caller may go on without its cache). */
 void *lt_type_state(lt_context *ctx, int type_id, size_t size,
                     void (*free_state)(lt_context *ctx, void *state));
+/* The state type_id keeps in ctx if one was made, else NULL (no error). */
+void *lt_type_state_made(const lt_context *ctx, int type_id);
 /* The bytes of the type states made so far (part of lt_memory: a leak
  * check inside a live context subtracts them, as caches stay). */
 size_t lt_type_state_bytes(const lt_context *ctx);

@@ -57,6 +57,11 @@ void *lt_type_state(lt_context *ctx, int type_id, size_t size,
   return slot->state;
 }
 
+void *lt_type_state_made(const lt_context *ctx, int type_id) {
+  if (type_id <= LT_TYPE_ANY || type_id >= ctx->ntypes || ctx->type_states == NULL) return NULL;
+  return ctx->type_states[type_id].state;
+}
+
 size_t lt_type_state_bytes(const lt_context *ctx) {
   size_t bytes = 0;
   for (int i = 0; ctx->type_states && i < ctx->ntypes; i++)

@@ -99,6 +99,55 @@ static void cat_destroy(lt_context *ctx, lt_tensor *self) {
   lt_free(ctx, c, sizeof *c);
 }
 
+/* ---------------------------------------------------------- gradients */
+
+/* The part of the weights block b sees: W's rows (stacked) or columns (side
+ * by side) of the block, views of the cotangent's tensors, whose other
+ * factor is shared. A diagonal W has no block form (the block's part is
+ * off its diagonal unless it is the first): LT_NOT_IMPLEMENTED hands it on
+ * as a dense W. */
+static int block_weights(lt_context *ctx, const lt_tensor *self, int b, const lt_cotangent *w,
+                         lt_cotangent *part) {
+  const cat *c = cat_of(self);
+  size_t start = c->offset[b], len = c->offset[b + 1] - start;
+  memset(part, 0, sizeof *part);
+  switch (ltg_kind_of(w)) {
+    case LTG_LOWRANK:
+      if (c->dim == 0) {
+        part->L = lt_dense_narrow(ctx, w->L, 0, start, len);
+        part->R = lt_retain(w->R);
+      } else {
+        part->L = lt_retain(w->L);
+        part->R = lt_dense_narrow(ctx, w->R, 0, start, len);
+      }
+      return part->L && part->R ? LT_OK : LT_ERR;
+    case LTG_DENSE:
+      part->W = lt_dense_narrow(ctx, w->W, c->dim, start, len);
+      return part->W ? LT_OK : LT_ERR;
+    default: return LT_NOT_IMPLEMENTED;
+  }
+}
+
+/* No parameters of its own: <W, [A; B]> = <W_A, A> + <W_B, B>, each block
+ * with its rows (columns) of W. */
+static int cat_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                          lt_paramset *grads) {
+  for (int b = 0; b < self->nchildren; b++) {
+    lt_cotangent part;
+    int rc = block_weights(ctx, self, b, w, &part);
+    if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[b], &part, grads);
+    ltg_release(ctx, &part);
+    if (rc != LT_OK) return rc;
+  }
+  return LT_OK;
+}
+
+static lt_tensor *cat_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                              const lt_paramset *values) {
+  (void)values;
+  return lt_cat_new(ctx, children, self->nchildren, cat_of(self)->dim);
+}
+
 /* lt.cat({A, B, ...} [, dim]): dim 1 (rows, the default) or 2 (columns). */
 static lt_tensor *cat_make(lt_context *ctx, const lt_arg *args) {
   if (args[1].size != 1 && args[1].size != 2) {
@@ -113,36 +162,6 @@ static const lt_constructor cat_constructor = {
     {{.kind = LT_ARG_LIST, .name = "block"},
      {.kind = LT_ARG_SIZE, .name = "dim", .optional = 1, .fallback = 1}},
     cat_make};
-
-/* Gradients: block b gets its part of the weights — its rows of L (stacked)
- * or of R (side by side), its rows or columns of W. The diagonal crosses
- * the blocks irregularly: it comes again as a dense W. */
-static int cat_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
-                          lt_paramset *grads) {
-  const cat *c = cat_of(self);
-  if (ltg_kind_of(w) == LTG_DIAG) return LT_NOT_IMPLEMENTED;
-  for (int b = 0; b < self->nchildren; b++) {
-    size_t start = c->offset[b], len = c->offset[b + 1] - start;
-    lt_cotangent wb = {0};
-    if (w->W) {
-      wb.W = lt_dense_narrow(ctx, w->W, c->dim, start, len);
-    } else {
-      wb.L = c->dim == 0 ? lt_dense_narrow(ctx, w->L, 0, start, len) : lt_retain(w->L);
-      wb.R = c->dim == 1 ? lt_dense_narrow(ctx, w->R, 0, start, len) : lt_retain(w->R);
-    }
-    int rc = (w->W ? wb.W != NULL : wb.L && wb.R) ? LT_OK : LT_ERR;
-    if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[b], &wb, grads);
-    ltg_release(ctx, &wb);
-    if (rc != LT_OK) return LT_ERR;
-  }
-  return LT_OK;
-}
-
-static lt_tensor *cat_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
-                              const lt_paramset *values) {
-  (void)values;
-  return lt_cat_new(ctx, children, self->nchildren, cat_of(self)->dim);
-}
 
 const lt_type lt_cat_type = {
     .name = "cat",

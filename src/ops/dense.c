@@ -69,11 +69,6 @@ const lt_type lt_dense_type = {
 
 /* ---------------------------------------------------------------- rules */
 
-static int set_result(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 static int rule_binary(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   lt_binary_op op = (lt_binary_op)(intptr_t)ud;
   lt_tensor *out = lt_dense_binary(ctx, op, args->a, args->b);
@@ -86,33 +81,33 @@ static int rule_binary(lt_context *ctx, const lt_args *args, lt_result *res, voi
         lt_prop_get(args->b, LT_PROP_PSD) == LT_YES)
       out->props[LT_PROP_PSD] = LT_YES;
   }
-  return set_result(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_matmul(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return set_result(res, lt_dense_matmul(ctx, args->a, args->b));
+  return lt_result_tensor(res, lt_dense_matmul(ctx, args->a, args->b));
 }
 
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return set_result(res, lt_dense_scale(ctx, args->a, args->scalar));
+  return lt_result_tensor(res, lt_dense_scale(ctx, args->a, args->scalar));
 }
 
 static int rule_neg(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return set_result(res, lt_dense_unary(ctx, LT_EW_NEG, args->a));
+  return lt_result_tensor(res, lt_dense_unary(ctx, LT_EW_NEG, args->a));
 }
 
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
-  return set_result(res, lt_dense_transpose(ctx, args->a));
+  return lt_result_tensor(res, lt_dense_transpose(ctx, args->a));
 }
 
 static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ctx;
   (void)ud;
-  return set_result(res, lt_retain(args->a));
+  return lt_result_tensor(res, lt_retain(args->a));
 }
 
 static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -124,7 +119,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   const double *p = lt_dense_data(a);
   for (size_t i = 0; i < n; i++)
     lt_dense_data(d)[i] = p[(ptrdiff_t)i * (a->strides[0] + a->strides[1])];
-  return set_result(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -149,7 +144,7 @@ static int rule_row(lt_context *ctx, const lt_args *args, lt_result *res, void *
   lt_tensor *r = lt_dense_vector(ctx, a->shape[1]);
   if (r == NULL) return LT_ERR;
   dense_row(ctx, a, args->i, lt_dense_data(r));
-  return set_result(res, r);
+  return lt_result_tensor(res, r);
 }
 
 static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -170,7 +165,7 @@ static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, v
   out->props[LT_PROP_UPPER] = lt_prop_get(args->a, LT_PROP_UPPER);
   out->props[LT_PROP_PSD] =
       (all_nonneg && lt_prop_get(args->a, LT_PROP_PSD) == LT_YES) ? LT_YES : LT_UNKNOWN;
-  return set_result(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_equal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {

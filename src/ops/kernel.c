@@ -12,8 +12,9 @@
  * over and over (KEEP_AFTER products) stores its entries when they fit the
  * context's kernel_cache_bytes — the upper half of K(x, x), all of
  * K(x1, x2) — and later products read them instead of evaluating: the
- * context keeps the stored matrices of all its kernel operators within
- * that budget, evicting the least recently used. Prepared points and the
+ * kernel type's state in the context (kernel_store) keeps the stored
+ * matrices of all its kernel operators within that budget, evicting the
+ * least recently used. Prepared points and the
  * stored matrix carry the data stamp of the points they were made from
  * (lt_data_stamp), and are made again when a write has changed it.
  *
@@ -72,42 +73,58 @@ static void drop_prepared(lt_context *ctx, kernel_payload *p) {
 
 /* ------------------------------------------------------- stored matrix */
 
-static void cache_unlink(lt_context *ctx, kernel_payload *p) {
+/* The stored matrices of a context's kernel operators: the kernel type's
+ * state in the context (lt_type_state), made with the first of them. */
+typedef struct kernel_store {
+  kernel_payload *newest; /* a list through the payloads, most recently used first */
+  size_t used;            /* the bytes they hold together */
+} kernel_store;
+
+/* The context's store: made when make is set (NULL, error set, when
+ * memory runs out), else NULL when there is none yet. */
+static kernel_store *store_of(lt_context *ctx, int make) {
+  if (!make) return lt_type_state_made(ctx, LT_TYPE_KERNEL);
+  return lt_type_state(ctx, LT_TYPE_KERNEL, sizeof(kernel_store), NULL);
+}
+
+static void cache_unlink(kernel_store *s, kernel_payload *p) {
   if (p->newer) p->newer->older = p->older;
-  else ctx->kernel_caches = p->older;
+  else s->newest = p->older;
   if (p->older) p->older->newer = p->newer;
   p->newer = p->older = NULL;
 }
 
+/* A stored matrix is in the store, which therefore exists. */
 static void cache_drop(lt_context *ctx, kernel_payload *p) {
   if (p->K == NULL) return;
-  cache_unlink(ctx, p);
+  kernel_store *s = store_of(ctx, 0);
+  cache_unlink(s, p);
   lt_free(ctx, p->K, p->K_bytes);
-  ctx->kernel_cache_used -= p->K_bytes;
+  s->used -= p->K_bytes;
   p->K = NULL;
   p->K_bytes = 0;
 }
 
 /* Puts p, not in the list, at its front (the most recently used). */
-static void cache_push(lt_context *ctx, kernel_payload *p) {
+static void cache_push(kernel_store *s, kernel_payload *p) {
   p->newer = NULL;
-  p->older = ctx->kernel_caches;
+  p->older = s->newest;
   if (p->older) p->older->newer = p;
-  ctx->kernel_caches = p;
+  s->newest = p;
 }
 
 /* Marks p's matrix, already in the list, the most recently used. */
-static void cache_touch(lt_context *ctx, kernel_payload *p) {
-  if (ctx->kernel_caches == p) return;
-  cache_unlink(ctx, p);
-  cache_push(ctx, p);
+static void cache_touch(kernel_store *s, kernel_payload *p) {
+  if (s->newest == p) return;
+  cache_unlink(s, p);
+  cache_push(s, p);
 }
 
 /* Evicts the least recently used matrices until at most limit bytes are
  * stored; 0 when the list runs out first. */
-static int cache_evict_to(lt_context *ctx, size_t limit) {
-  while (ctx->kernel_cache_used > limit) {
-    kernel_payload *last = ctx->kernel_caches;
+static int cache_evict_to(lt_context *ctx, kernel_store *s, size_t limit) {
+  while (s->used > limit) {
+    kernel_payload *last = s->newest;
     while (last && last->older) last = last->older;
     if (last == NULL) return 0;
     cache_drop(ctx, last);
@@ -117,15 +134,16 @@ static int cache_evict_to(lt_context *ctx, size_t limit) {
 
 /* Room for bytes more within the budget, evicting the least recently used
  * matrices of other operators; 0 when it cannot fit. */
-static int cache_make_room(lt_context *ctx, size_t bytes) {
+static int cache_make_room(lt_context *ctx, kernel_store *s, size_t bytes) {
   size_t budget = ctx->settings.kernel_cache_bytes;
-  return bytes <= budget && cache_evict_to(ctx, budget - bytes);
+  return bytes <= budget && cache_evict_to(ctx, s, budget - bytes);
 }
 
 /* Evicts stored matrices, least recently used first, until the context's
  * kernel_cache_bytes holds them all (called when the budget is lowered). */
 void lt_kernel_cache_trim(lt_context *ctx) {
-  cache_evict_to(ctx, ctx->settings.kernel_cache_bytes);
+  kernel_store *s = store_of(ctx, 0);
+  if (s != NULL) cache_evict_to(ctx, s, ctx->settings.kernel_cache_bytes);
 }
 
 /* Prepared points (and an unchanged stored matrix) for the current
@@ -195,12 +213,18 @@ static size_t stored_count(const lt_tensor *self, int *ok) {
 static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   kernel_payload *p = self->payload;
   if (p->K) {
-    cache_touch(ctx, p);
+    cache_touch(store_of(ctx, 0), p);
     return p->K;
   }
   int ok;
   size_t count = stored_count(self, &ok), bytes = count * sizeof(double);
-  if (!make || !ok || !cache_make_room(ctx, bytes)) return NULL;
+  if (!make || !ok) return NULL;
+  kernel_store *s = store_of(ctx, 1);
+  if (s == NULL) {
+    lt_clear_error(ctx);
+    return NULL;
+  }
+  if (!cache_make_room(ctx, s, bytes)) return NULL;
   double *K = lt_malloc(ctx, bytes);
   if (K == NULL) {
     lt_clear_error(ctx);
@@ -216,8 +240,8 @@ static const double *stored_matrix(lt_context *ctx, lt_tensor *self, int make) {
   }
   p->K = K;
   p->K_bytes = bytes;
-  ctx->kernel_cache_used += bytes;
-  cache_push(ctx, p); /* not linked yet: unlinking it would lose the list's head */
+  s->used += bytes;
+  cache_push(s, p); /* not linked yet: unlinking it would lose the list's head */
   return K;
 }
 
@@ -1015,17 +1039,12 @@ done:
 
 /* -------------------------------------------------------------- rules */
 
-static int done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* K(x1, x2)ᵀ = K(x2, x1). */
 static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const kernel_payload *p = args->a->payload;
-  if (p->same) return done(res, lt_retain(args->a));
-  return done(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
+  if (p->same) return lt_result_tensor(res, lt_retain(args->a));
+  return lt_result_tensor(res, kernel_from(ctx, points2(args->a), points1(args->a), &p->spec));
 }
 
 /* k(x, x) for these stationary kernels: the variance, and 0 for the
@@ -1041,7 +1060,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *a = args->a;
   const kernel_payload *p = a->payload;
   size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
-  if (p->same) return done(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
+  if (p->same) return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++)
@@ -1049,7 +1068,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
       lt_release(ctx, d);
       return LT_ERR;
     }
-  return done(res, d);
+  return lt_result_tensor(res, d);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -1074,7 +1093,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
     return LT_ERR;
   }
   if (p->same) lt_prop_mark(out, LT_PROP_SYMMETRIC, LT_YES);
-  return done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c · K with c > 0 is the same kernel with variance c · v. */
@@ -1085,7 +1104,8 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   if (!(args->scalar > 0) || !isfinite(v) || !(v > 0)) return LT_NOT_IMPLEMENTED;
   lt_kernel_spec spec = p->spec;
   spec.variance = v;
-  return done(res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
+  return lt_result_tensor(
+      res, kernel_from(ctx, points1(args->a), p->same ? NULL : points2(args->a), &spec));
 }
 
 int lt_register_kernel_rules(lt_context *ctx) {

@@ -410,7 +410,7 @@ static int rule_solve(lt_context *ctx, const lt_args *args, lt_result *res, void
   woodbury_free(ctx, &f);
   if (X == NULL) return LT_ERR;
   woodbury_info(res);
-  return st_done(res, st_like_rhs(ctx, X, args->b));
+  return lt_result_tensor(res, st_like_rhs(ctx, X, args->b));
 }
 
 /* logdet, or slogdet when ud is set: det D · det C, with both signs. */
@@ -463,7 +463,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   if (d == NULL) return LT_ERR;
   lt_tensor *out = lt_dense_binary(ctx, LT_EW_ADD, d, diag_part(args->a)->children[0]);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
@@ -487,7 +487,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   lt_tensor *lt_ = lt_transpose(ctx, lr_part(args->a));
   lt_tensor *out = rebuild(ctx, lt_, diag_part(args->a));
   lt_release(ctx, lt_);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* c·(D + L) = cD + cL: both parts keep their types under scaling. */
@@ -506,7 +506,7 @@ static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* (D + L) + diag(e) = (D + e) + L. */
@@ -517,7 +517,7 @@ static int rule_add_diag(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_release(ctx, e);
   lt_tensor *out = d ? rebuild(ctx, lr_part(args->a), d) : NULL;
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* lowrank + diag(e) and lowrank:add_diag(e). */
@@ -527,7 +527,7 @@ static int rule_lowrank_add_diag(lt_context *ctx, const lt_args *args, lt_result
   lt_tensor *e = diag_of(ctx, args->b, args->a->shape[0]);
   lt_tensor *out = e ? lt_lowrank_diag_new(ctx, args->a, e) : NULL;
   lt_release(ctx, e);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 /* The diagonal values of a diag or identity operator, as a 1-d or 0-d dense. */
@@ -543,7 +543,7 @@ static int rule_add(lt_context *ctx, const lt_args *args, lt_result *res, void *
   /* lowrank + diag keeps the diag itself: it stays a leaf of its own (the
    * gradients of D + U·Vᵀ are keyed by the operators the program made). */
   if (!ud && args->b->type_id == LT_TYPE_DIAG && lt_is_square(args->a))
-    return st_done(res, lt_lowrank_diag_new(ctx, args->a, args->b));
+    return lt_result_tensor(res, lt_lowrank_diag_new(ctx, args->a, args->b));
   lt_tensor *e = diagonal_operand(ctx, args->b);
   if (e == NULL) return LT_ERR;
   lt_args a2 = *args;
@@ -579,7 +579,7 @@ static int rule_root(lt_context *ctx, const lt_args *args, lt_result *res, void 
   if (R == NULL) return LT_ERR;
   woodbury_info(res);
   res->info.method = "lowrank_plus_diag";
-  return st_done(res, R);
+  return lt_result_tensor(res, R);
 }
 
 /* (D + L) + L₂ = D + (L + L₂) and (D + L) + (D₂ + L₂) = (D + D₂) + (L + L₂):
@@ -603,7 +603,7 @@ static int rule_add_lowrank(lt_context *ctx, const lt_args *args, lt_result *res
   }
   lt_release(ctx, l);
   lt_release(ctx, d);
-  return st_done(res, out);
+  return lt_result_tensor(res, out);
 }
 
 int lt_register_lowrank_diag_rules(lt_context *ctx) {

@@ -84,7 +84,8 @@ const lt_type lt_permutation_type = {
     .row = perm_row,
     .destroy = perm_destroy,
     .payload_bytes = perm_payload_bytes,
-    .bilinear_derivative = ltg_no_parameters, /* no parameters */
+    /* no parameters (p is fixed): a gradient passes it by */
+    .bilinear_derivative = ltg_no_parameters,
 };
 
 /* A payload for n entries (p and inv uninitialised), one allocation. */

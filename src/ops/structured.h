@@ -8,12 +8,6 @@
 
 #include "../core/internal.h"
 
-/* res->t[0] = t; LT_OK when t is not NULL. */
-static inline int st_done(lt_result *res, lt_tensor *t) {
-  res->t[0] = t;
-  return t ? LT_OK : LT_ERR;
-}
-
 /* A right-hand side (dense 1-d n or 2-d n×k) as a contiguous n×k matrix. */
 lt_tensor *st_rhs(lt_context *ctx, lt_tensor *b);
 /* The n×k result X shaped like the right-hand side b (1-d when b is);

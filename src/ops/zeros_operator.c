@@ -53,7 +53,8 @@ const lt_type lt_zeros_operator_type = {
     .t_matmul = zeros_t_matmul,
     .entry = zeros_entry,
     .row = zeros_row,
-    .bilinear_derivative = ltg_no_parameters, /* no parameters */
+    /* no parameters: a gradient passes it by */
+    .bilinear_derivative = ltg_no_parameters,
 };
 
 /* A square zero matrix is symmetric, PSD (all eigenvalues 0) and both
