@@ -29,6 +29,7 @@ local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
 local optim = require "lazytensor.optim"
+local batch = require "lazytensor.gp.batch"
 
 local gp = {kernels = kernels, structure = structure}
 
@@ -122,6 +123,8 @@ end
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
+  -- x {b, n, d}: b independent GPs (gp/batch.lua)
+  if lt.is_tensor(spec.x) and spec.x:dim() == 3 then return batch.exact(gp, spec) end
   if getmetatable(spec.kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
   local points = to_points(spec.x, "x")
   local d = #points[1]
