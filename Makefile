@@ -105,7 +105,8 @@ test: deps
 	@LUA=$(LUA) sh tools/run-tests.sh $(LUA) $(C_TESTS) $(TEST_PROGRAMS)
 
 RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
-DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua examples/learn_covariance.lua
+DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua examples/learn_covariance.lua \
+        examples/diabetes_ard.lua
 
 demo: deps
 	@$(MAKE) --no-print-directory all

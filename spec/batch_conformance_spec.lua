@@ -208,6 +208,25 @@ local cases = {
   end},
 }
 
+-- Every other type with a leaf maker in the fuzzer (spec/support/fuzz.lua,
+-- which every registered type needs): a batch of its random 4x4 leaves,
+-- each member made again alone from the same seed. Solves and
+-- factorisations are left out (a random leaf may be singular).
+local fuzz = require "support.fuzz"
+local explicit = {}
+for _, c in ipairs(cases) do explicit[c.type] = true end
+for _, name in ipairs(lt.types()) do
+  local maker = fuzz.leaves[name]
+  if not explicit[name] and maker then
+    local function f(idx) return maker(fuzz.new_rng(1000 + linear(idx)), n, n).op end
+    local ok, M = pcall(f, {1})
+    if ok and M then
+      cases[#cases + 1] = {name = name .. " (the fuzzer's leaves)", type = lt.type(M),
+                           singular = true, build = function(shape) return stack(shape, f), f end}
+    end
+  end
+end
+
 for _, c in ipairs(cases) do bc.check(env, c.name, c) end
 
 describe("batch conformance", function()

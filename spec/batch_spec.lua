@@ -62,6 +62,47 @@ describe("batches", function()
     end)
   end)
 
+  describe("block CG above max_cholesky_size", function()
+    local X = lt.randn(4, 40, 2)
+    local function member(i)
+      return lt.kernel(X[i], {kind = "matern52", lengthscale = 0.7}) + lt.identity(40, 0.01 * i)
+    end
+    local K = lt.batch{member(1), member(2), member(3), member(4)}
+
+    it("solves every member's columns in one run, as each member's CG alone", function()
+      lt.with_settings({max_cholesky_size = 0}, function()
+        assert.matches("batch_solve_block_cg", lt.explain("solve", K, lt.randn(4, 40)), 1, true)
+        for _, B in ipairs{lt.randn(4, 40), lt.randn(4, 40, 3), lt.randn(40, 2)} do
+          local x, info = K:solve(B)
+          assert.equal("cg", info.method)
+          assert.is_true(info.converged)
+          local most = 0
+          for i = 1, 4 do
+            local Bi = B:dim() == 2 and B:size(1) == 4 and B[i] or (B:dim() == 3 and B[i] or B)
+            local xi, mi = member(i):solve(Bi)
+            most = math.max(most, mi.iterations)
+            close(x[i], xi, 1e-10, "member " .. i)
+            assert.is_true((member(i) * x[i] - Bi):norm() <= 1e-5 * Bi:norm(), "residual " .. i)
+          end
+          assert.equal(most, info.iterations)
+        end
+      end)
+    end)
+
+    it("leaves members not flagged positive definite to their own methods", function()
+      local S = lt.randn(40, 40)
+      S = S * S:t() + lt.eye(40) * 40
+      local op = lt.operator{shape = {40, 40}, symmetric = true, matmul = function(v) return S * v end}
+      local B = lt.batch{op, member(1)}
+      lt.with_settings({max_cholesky_size = 0}, function()
+        local b = lt.randn(2, 40)
+        local x = B:solve(b)
+        close(x[1], S:solve(b[1]), 1e-5, "the operator member")
+        close(x[2], member(1):solve(b[2]), 1e-12, "the kernel member")
+      end)
+    end)
+  end)
+
   describe("lt.batch", function()
     it("stacks operators of any types; dense members into a dense tensor", function()
       local B = lt.batch{lt.diag{1, 2}, lt.tensor{{1, 2}, {3, 4}}}
@@ -73,6 +114,12 @@ describe("batches", function()
       local D = lt.batch{lt.eye(2), lt.tensor{{1, 2}, {3, 4}}}
       assert.is_false(lt.is_lazy(D))
       close(D, {{{1, 0}, {0, 1}}, {{1, 2}, {3, 4}}}, 0, "dense stack")
+    end)
+
+    it("stacks dense tensors of any shape, vectors too", function()
+      local S = lt.batch{lt.tensor{1, 2, 3}, lt.tensor{4, 5, 6}}
+      close(S, {{1, 2, 3}, {4, 5, 6}}, 0, "two vectors")
+      assert.is_false(pcall(lt.batch, {lt.tensor{1, 2}, lt.diag{1, 2}}))
     end)
 
     it("of batches adds a leading batch dimension", function()
@@ -110,9 +157,38 @@ describe("batches", function()
         tostring(lt.diag(lt.rand(3, 4) + 1)))
     end)
 
+    it("lt.psd marks every member", function()
+      local T = lt.batch{lt.operator{shape = {2, 2}, matmul = function(x) return x * 2 end},
+                         lt.operator{shape = {2, 2}, matmul = function(x) return x * 3 end}}
+      assert.is_nil(lt.is_psd(T))
+      local P = lt.psd(T)
+      assert.is_true(lt.is_psd(P))
+      assert.is_true(lt.is_psd(P[2]))
+      assert.is_nil(lt.is_psd(T[2])) -- T itself keeps its flags
+      close(P:logdet(), {2 * math.log(2), 2 * math.log(3)}, 1e-12, "logdet")
+    end)
+
+    it("explain says which batch rules run, then member by member", function()
+      local text = lt.explain("solve", lt.randn(3, 4, 4), lt.randn(3, 4))
+      assert.matches("solve(dense, dense, batched):", text, 1, true)
+      assert.matches("batch_dense_solve_cholesky", text, 1, true)
+      assert.matches("member by member", lt.explain("logdet", lt.diag(lt.rand(3, 4))), 1, true)
+    end)
+
+    it("equals only a tensor of its shape and entries", function()
+      local D = lt.diag(lt.tensor{{1, 2}, {1, 2}})
+      assert.is_true(lt.equal(D, D:dense()))
+      assert.is_false(lt.equal(D, lt.diag{1, 2})) -- every member equal, but not the shape
+      assert.is_false(lt.equal(D, lt.diag(lt.tensor{{1, 2}, {1, 3}})))
+    end)
+
     it("is symmetric and PSD when every member is", function()
       assert.is_true(lt.is_psd(lt.diag(lt.rand(3, 4) + 1)))
       assert.is_false(lt.is_psd(lt.batch{lt.diag{1, 2}, lt.diag{1, -2}}))
+      local G = lt.randn(3, 4, 4) -- a dense batch: its members looked at
+      assert.is_false(lt.is_symmetric(G))
+      assert.is_true(lt.is_symmetric(G * G:t()))
+      assert.is_nil(lt.is_psd(G * G:t())) -- as for a plain dense matrix: not proven
     end)
   end)
 
@@ -186,6 +262,25 @@ describe("batches", function()
       end
     end)
 
+    it("multiply member by member with BLAS, broadcasting; views go member by member", function()
+      assert.matches("batch_dense_matmul", lt.explain("matmul", lt.randn(3, 4, 4), lt.randn(4, 2)),
+        1, true)
+      local A, B = lt.randn(2, 1, 4, 5), lt.randn(3, 5, 2)
+      local C = A * B
+      assert.same({2, 3, 4, 2}, C:shape())
+      local v = lt.randn(5)
+      local Av = A * v
+      assert.same({2, 1, 4}, Av:shape())
+      for i = 1, 2 do
+        close(Av[i][1], A[i][1] * v, 1e-14, "matvec " .. i)
+        for j = 1, 3 do close(C[i][j], A[i][1] * B[j], 1e-14, ("member {%d, %d}"):format(i, j)) end
+      end
+      local W = lt.randn(3, 5, 4):narrow(3, 1, 2) -- not contiguous: the fallback
+      local Cw = A[1] * W
+      assert.same({3, 4, 2}, Cw:shape())
+      for j = 1, 3 do close(Cw[j], A[1][1] * W[j], 1e-14, "view member " .. j) end
+    end)
+
     it("inv_quad_logdet equals the members' own", function()
       local S, b = spd(6, 8), lt.randn(6, 8)
       local q, ld, info = S:inv_quad_logdet(b)
@@ -208,6 +303,8 @@ describe("batches", function()
         local x = lt.diag(lt.rand(3, 4) + 1):solve(b)
         assert(q and ld and x)
         assert.is_false(pcall(function() return lt.batch{lt.diag{1, -1}, lt.eye(2)}:cholesky() end))
+        assert(S * lt.randn(3, 4, 2) and lt.is_symmetric(S))
+        lt.with_settings({max_cholesky_size = 0}, function() assert(S:solve(b)) end)
       end
       q, ld, x = nil, nil, nil -- luacheck: ignore
       collect()

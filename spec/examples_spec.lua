@@ -44,4 +44,23 @@ describe("examples", function()
     local lengthscale = tonumber(out:match("kernel: lengthscale ([%d.]+) m"))
     assert.is_true(lengthscale > 10 and lengthscale < 200, out) -- between the grid step and the hill
   end)
+
+  it("diabetes_ard: ARD fits the training patients better and finds irrelevant inputs", function()
+    local ok, out = run("examples/diabetes_ard.lua")
+    assert.is_true(ok, out)
+    local iso = tonumber(out:match("isotropic%s+LML (%-?[%d.]+)"))
+    local ard = tonumber(out:match("ARD%s+LML (%-?[%d.]+)"))
+    assert.is_truthy(iso and ard, out)
+    assert.is_true(ard > iso + 1, out) -- 10 lengthscales against 1 on the same data
+    -- body mass index and s5 (a serum measurement) are the strongest predictors
+    -- in this data set's literature; ARD ranks them among its three shortest
+    local first3 = out:match("most relevant input first:\n(.-\n.-\n.-\n)")
+    assert.is_truthy(first3, out)
+    assert.matches("bmi", first3, 1, true)
+    assert.matches("s5", first3, 1, true)
+    assert.matches("(irrelevant)", out, 1, true)
+    local rmse = tonumber(out:match("ARD%s+LML %-?[%d.]+%s+held%-out RMSE ([%d.]+)"))
+    assert.is_true(rmse > 40 and rmse < 70, out) -- the targets' sd is about 77
+    assert.matches("wrote out/diabetes_ard.svg", out, 1, true)
+  end)
 end)

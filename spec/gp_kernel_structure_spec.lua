@@ -1,6 +1,6 @@
 -- lazytensor.gp's "kernel" structure: scattered inputs with a kernel that
--- lt.kernel computes in C (one of rbf, matern12/32/52, periodic over all
--- input dimensions, or a sum of them). K, the cross-covariance and
+-- lt.kernel computes in C (one of rbf, matern12/32/52, periodic, rq, ARD
+-- lengthscales and subsets of the dimensions too, or a sum of them). K, the cross-covariance and
 -- ∂K/∂log θ are lazy lt.kernel operators. Checked against the dense path
 -- (Lua formulas in gp/kernels.lua, Lua loops) and a plain-Lua Cholesky; the
 -- iterative path at n = 3000 against the exact one; memory at n = 20000.
@@ -77,29 +77,29 @@ describe("gp kernel structure: choice", function()
     return gp.exact{x = P, y = y, kernel = kernel, structure = structure}:explain()
   end
 
-  it("uses lt.kernel for C-supported kernels over all dimensions, and sums of them", function()
-    for _, kind in ipairs{"rbf", "matern12", "matern32", "matern52", "periodic"} do
+  it("uses lt.kernel for C-supported kernels (ARD, subsets of the dimensions), and sums of them",
+     function()
+    for _, kind in ipairs{"rbf", "matern12", "matern32", "matern52", "periodic", "rq"} do
       local e = explain(K[kind]{dims = {1, 2}})
       assert.matches("^kernel: 60 inputs %(d = 2%)", e)
-      assert.matches(kind .. " over all dimensions is computed by lt.kernel in C", e, 1, true)
+      assert.matches(kind .. " is computed by lt.kernel in C", e, 1, true)
     end
     assert.matches("^kernel:.*rbf %+ periodic %+ matern12",
                    explain(K.rbf{dims = {2, 1}} + (K.periodic{dims = {1, 2}}
                            + K.matern12{dims = {1, 2}})))
+    assert.matches("^kernel:.*rbf %+ matern32",
+                   explain(K.rbf{lengthscale = {1, 2}} + K.matern32{dims = {2}}))
   end)
 
-  it("keeps the dense matrices for products, rq and subsets of the dimensions", function()
+  it("keeps the dense matrices for products", function()
     assert.matches("^dense:.*a product of kernels has no lt.kernel operator",
                    explain(K.rbf{dims = {1, 2}} * K.periodic{dims = {1, 2}}))
     assert.matches("^dense:.*a product of kernels",
                    explain(K.scale(K.rbf{dims = {1, 2}}, 2)))
-    assert.matches("^dense:.*a rq kernel", explain(K.rq{dims = {1, 2}}))
-    assert.matches("^dense:.*a subset of the input dimensions",
-                   explain(K.rbf{dims = {1, 2}} + K.matern32{dims = {2}}))
     assert.matches("^dense:.*dense structure requested", explain(K.rbf{dims = {1, 2}}, "dense"))
-    local ok, err = pcall(explain, K.rq{dims = {1, 2}}, "kernel")
+    local ok, err = pcall(explain, K.rbf{} * K.rq{}, "kernel")
     assert.is_false(ok)
-    assert.matches("lazytensor: gp: kernel structure needs .* got a rq kernel", err)
+    assert.matches("lazytensor: gp: kernel structure needs .* got a product of kernels", err)
     ok, err = pcall(explain, K.rbf{dims = {1, 2}}, "banded")
     assert.is_false(ok)
     assert.matches("lazytensor: gp: unknown structure 'banded'", err)
@@ -170,6 +170,134 @@ describe("gp kernel structure: exact path against the dense reference", function
       end
     end)
   end
+end)
+
+-- ARD and rq against formulas written out here (not gp/kernels.lua's):
+-- l a number or one per active dimension, dims the active dimensions.
+local function ref_kernel(kind, l, v, alpha, dims)
+  return function(x, y)
+    local q = 0
+    for i, d in ipairs(dims) do
+      local li = type(l) == "table" and l[i] or l
+      q = q + ((x[d] - y[d]) / li) ^ 2
+    end
+    if kind == "rbf" then return v * math.exp(-q / 2) end
+    if kind == "matern52" then
+      local a = math.sqrt(5 * q)
+      return v * (1 + a + a * a / 3) * math.exp(-a)
+    end
+    return v * (1 + q / (2 * alpha)) ^ -alpha -- rq
+  end
+end
+
+local function ref_mll(kfuns, P, y, noise, mean)
+  local n = #P
+  local A = {}
+  for i = 1, n do
+    A[i] = {}
+    for j = 1, n do
+      local k = i == j and noise or 0
+      for _, f in ipairs(kfuns) do k = k + f(P[i], P[j]) end
+      A[i][j] = k
+    end
+  end
+  local L = {}
+  for i = 1, n do L[i] = {} end
+  local ld = 0
+  for j = 1, n do
+    local s = A[j][j]
+    for k = 1, j - 1 do s = s - L[j][k] ^ 2 end
+    L[j][j] = math.sqrt(s)
+    ld = ld + 2 * math.log(L[j][j])
+    for i = j + 1, n do
+      local t = A[i][j]
+      for k = 1, j - 1 do t = t - L[i][k] * L[j][k] end
+      L[i][j] = t / L[j][j]
+    end
+  end
+  local z, q = {}, 0
+  for i = 1, n do
+    local t = y[i] - mean
+    for k = 1, i - 1 do t = t - L[i][k] * z[k] end
+    z[i] = t / L[i][i]
+    q = q + z[i] ^ 2
+  end
+  return -0.5 * (q + ld + n * math.log(2 * math.pi))
+end
+
+describe("gp kernel structure: ARD and rq", function()
+  local cases = {
+    {"rbf ARD, d = 3", 3, function() return K.rbf{lengthscale = {0.6, 1.4, 2.2}, variance = 1.3} end,
+     {{"rbf", {0.6, 1.4, 2.2}, 1.3, nil, {1, 2, 3}}}},
+    {"matern52 ARD on dims {3, 1}, d = 3", 3,
+     function() return K.matern52{lengthscale = {0.9, 0.5}, variance = 0.8, dims = {3, 1}} end,
+     {{"matern52", {0.9, 0.5}, 0.8, nil, {3, 1}}}},
+    {"rq, d = 2", 2, function() return K.rq{lengthscale = 0.7, alpha = 1.6, variance = 1.1} end,
+     {{"rq", 0.7, 1.1, 1.6, {1, 2}}}},
+    {"rq ARD + rbf on dim 2, d = 2", 2,
+     function()
+       return K.rq{lengthscale = {0.8, 1.3}, alpha = 0.6, variance = 0.9}
+              + K.rbf{lengthscale = 0.4, variance = 0.2, dims = {2}}
+     end,
+     {{"rq", {0.8, 1.3}, 0.9, 0.6, {1, 2}}, {"rbf", 0.4, 0.2, nil, {2}}}},
+  }
+  for ci, c in ipairs(cases) do
+    local name, d, make, refs = c[1], c[2], c[3], c[4]
+    it(name .. ": MLL to 1e-9 of plain Lua, gradient to central differences", function()
+      local P, rnd = scattered(50, d, 300 + ci, 3)
+      local y = targets(P, rnd)
+      local noise, mean = 0.05, 0.2
+      local kernel = make()
+      local model = gp.exact{x = P, y = y, kernel = kernel, noise = noise, mean_value = mean}
+      assert.matches("^kernel", model:explain())
+      local kfuns = {}
+      for i, r in ipairs(refs) do kfuns[i] = ref_kernel(r[1], r[2], r[3], r[4], r[5]) end
+      close(model:mll(), ref_mll(kfuns, P, y, noise, mean), 1e-9, "mll vs plain Lua")
+      local v, g = model:mll_and_grad()
+      local x0 = model:get_vector()
+      assert.equal(#x0, #g)
+      assert.equal(kernel:count() + 2, #g)
+      for p = 1, #x0 do
+        local h = 1e-5
+        local xp, xm = {}, {}
+        for i = 1, #x0 do xp[i], xm[i] = x0[i], x0[i] end
+        xp[p], xm[p] = x0[p] + h, x0[p] - h
+        model:set_vector(xp)
+        local fp = model:mll()
+        model:set_vector(xm)
+        local fm = model:mll()
+        model:set_vector(x0)
+        local fd = (fp - fm) / (2 * h)
+        assert(math.abs(fd - g[p]) <= 1e-6 * math.max(1, math.abs(g[p])),
+               string.format("%s: gradient %d %.12g vs central difference %.12g", name, p, g[p], fd))
+      end
+      -- the dense path (gp/kernels.lua's Lua formulas) agrees
+      local dense = gp.exact{x = P, y = y, kernel = kernel, noise = noise, mean_value = mean,
+                             structure = "dense"}
+      local v2, g2 = dense:mll_and_grad()
+      close(v, v2, 1e-9, "dense mll")
+      for p = 1, #g do close(g[p], g2[p], 1e-8, "dense gradient " .. p) end
+    end)
+  end
+
+  it("rejects lengthscale lists that do not fit the inputs, and ARD periodic kernels", function()
+    local P = scattered(10, 2, 5, 1)
+    local y = targets(P, function() return 0.5 end)
+    local function fails(pattern, make)
+      local ok, err = pcall(function()
+        return gp.exact{x = P, y = y, kernel = make()}:mll()
+      end)
+      assert.is_false(ok)
+      assert.matches("lazytensor: gp: " .. pattern, tostring(err))
+    end
+    fails("rbf has 3 lengthscales but the inputs have 2 dimensions",
+          function() return K.rbf{lengthscale = {1, 2, 3}} end)
+    fails("matern32 has 2 lengthscales for 1 dims",
+          function() return K.matern32{lengthscale = {1, 2}, dims = {2}} end)
+    fails("periodic takes one lengthscale", function() return K.periodic{lengthscale = {1, 2}} end)
+    fails("rq lengthscale%[2%] must be a positive number",
+          function() return K.rq{lengthscale = {1, -2}} end)
+  end)
 end)
 
 -- minutes under valgrind and in the other Luas' runs: with LT_SKIP_SLOW=1 they are not

@@ -773,8 +773,8 @@ int lt_contains_operator(const lt_tensor *t);
 int lt_batch_ndim(const lt_tensor *t);
 /* The operators members[0..n-1], all of one shape (2-d, or batched with one
  * batch shape), stacked along a new first batch dimension: dense members
- * give a dense {n, ...} tensor (a copy), others a batched lazy node holding
- * them. */
+ * (of any shape, vectors too) give a dense {n, ...} tensor (a copy), others
+ * a batched lazy node holding them. */
 lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n);
 /* Member i (0-based) along the first batch dimension of a batched t: one
  * batch dimension fewer, lazy where t is (a dense t gives a view). */

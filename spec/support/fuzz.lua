@@ -409,6 +409,12 @@ end
 -- in the order of their ids) with a maker above, each probed once on a
 -- small case. A type without one is still fuzzed where the arithmetic
 -- makes it (sum, product, ...); fuzz.unseen says which never appeared.
+-- The leaf makers by type name (maker(rng, m, n) → {op =, ref =, s =} or
+-- nil) and the generator they take: spec/batch_conformance_spec.lua
+-- batches every type that has one.
+fuzz.leaves = leaves
+fuzz.new_rng = new_rng
+
 function fuzz.available_leaves()
   local r = new_rng(12345)
   local kinds = {}

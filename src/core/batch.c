@@ -204,6 +204,13 @@ static int member_by_member(lt_context *ctx, const lt_args *args, const char *op
 
 /* --------------------------------------------------------------- the call */
 
+static int same_shape(const lt_tensor *a, const lt_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
 int lt_batch_run(lt_context *ctx, const lt_args *in, lt_result *res) {
   memset(res, 0, sizeof *res);
   const char *op = lt_op_name(ctx, in->op);
@@ -216,6 +223,8 @@ int lt_batch_run(lt_context *ctx, const lt_args *in, lt_result *res) {
     if ((dense_b = lt_to_dense(ctx, args.b)) == NULL) return LT_ERR;
     args.b = dense_b;
   }
+  /* equal: tensors of different shapes are not equal (no broadcasting) */
+  if (in->op == LT_OP_EQUAL && !same_shape(args.a, args.b)) return LT_OK; /* res->x[0] = 0 */
   lt_batch_plan plan;
   int nba, nbb, rc = lt_batch_plan_call(ctx, &args, op, &plan, &nba, &nbb);
   if (rc == LT_OK) {

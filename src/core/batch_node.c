@@ -192,6 +192,14 @@ lt_tensor *lt_batch_stack(lt_context *ctx, const char *op, lt_tensor *const *mem
   return batch_node(ctx, op, members, plan);
 }
 
+/* Dense tensors of one shape, of any number of dimensions, stacked along
+ * a new first dimension. */
+static lt_tensor *stack_dense_members(lt_context *ctx, lt_tensor *const *members, size_t n) {
+  lt_batch_plan plan = {.nb = 1, .count = n};
+  plan.shape[0] = n;
+  return dense_stack(ctx, members, &plan);
+}
+
 /* Batched members are flattened: k members of batch shape {c...} give a
  * batch {k, c...} of their members. */
 lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n) {
@@ -204,10 +212,13 @@ lt_tensor *lt_batch_new(lt_context *ctx, lt_tensor *const *members, size_t n) {
       members_differ(ctx, "batch", members[0], members[j]);
       return NULL;
     }
-  if (members[0]->ndim < 2) {
+  int all_dense = 1;
+  for (size_t j = 0; j < n; j++) all_dense &= members[j]->storage != NULL;
+  if (members[0]->ndim < 2 && !all_dense) {
     lt_error(ctx, "batch: members must be matrices, got %d-d", members[0]->ndim);
     return NULL;
   }
+  if (all_dense) return stack_dense_members(ctx, members, n); /* any shape */
   int inner = lt_batch_ndim(members[0]);
   lt_batch_plan plan = {.nb = 1 + inner};
   plan.shape[0] = n;
@@ -251,6 +262,56 @@ lt_tensor *lt_batch_member(lt_context *ctx, lt_tensor *t, size_t i) {
   memcpy(plan.shape, t->shape + 1, sizeof(size_t) * (size_t)(nb - 1));
   if (lt_batch_count(ctx, "member", &plan) != LT_OK) return NULL;
   return batch_node(ctx, "member", t->children + i * plan.count, &plan);
+}
+
+lt_tensor *lt_batch_map(lt_context *ctx, const char *op, lt_tensor *t,
+                        lt_tensor *(*fn)(lt_context *ctx, lt_tensor *member)) {
+  int nb = lt_batch_ndim(t);
+  lt_batch_plan plan = {.nb = nb};
+  memcpy(plan.shape, t->shape, sizeof(size_t) * (size_t)nb);
+  if (lt_batch_count(ctx, op, &plan) != LT_OK) return NULL;
+  lt_tensor **made = lt_calloc(ctx, plan.count, sizeof *made);
+  if (made == NULL) return NULL;
+  lt_tensor *out = NULL;
+  size_t idx[LT_MAX_DIM] = {0};
+  for (size_t j = 0; j < plan.count; j++, lt_batch_next(&plan, idx)) {
+    lt_tensor *m = lt_batch_member_at(ctx, t, nb, &plan, idx);
+    made[j] = m ? fn(ctx, m) : NULL;
+    lt_release(ctx, m);
+    if (made[j] == NULL) {
+      lt_batch_member_error(ctx, op, &plan, idx);
+      goto done;
+    }
+    if (!same_shape(made[j], made[0])) {
+      members_differ(ctx, op, made[0], made[j]);
+      goto done;
+    }
+  }
+  out = batch_node(ctx, op, made, &plan);
+done:
+  for (size_t j = 0; j < plan.count; j++) lt_release(ctx, made[j]);
+  lt_free(ctx, made, plan.count * sizeof *made);
+  return out;
+}
+
+lt_tristate lt_batch_all(lt_context *ctx, lt_tensor *t,
+                         lt_tristate (*fn)(lt_context *ctx, lt_tensor *member)) {
+  int nb = lt_batch_ndim(t);
+  lt_batch_plan plan = {.nb = nb};
+  memcpy(plan.shape, t->shape, sizeof(size_t) * (size_t)nb);
+  if (lt_batch_count(ctx, "property", &plan) != LT_OK) {
+    lt_clear_error(ctx);
+    return LT_UNKNOWN;
+  }
+  lt_tristate all = LT_YES;
+  size_t idx[LT_MAX_DIM] = {0};
+  for (size_t j = 0; j < plan.count && all != LT_NO; j++, lt_batch_next(&plan, idx)) {
+    lt_tensor *m = lt_batch_member_at(ctx, t, nb, &plan, idx);
+    lt_tristate v = m ? fn(ctx, m) : LT_UNKNOWN;
+    lt_release(ctx, m);
+    if (v != LT_YES) all = v == LT_NO ? LT_NO : LT_UNKNOWN;
+  }
+  return all;
 }
 
 int lt_batch_member_type(const lt_tensor *t) {

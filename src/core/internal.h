@@ -269,6 +269,16 @@ int lt_batch_run(lt_context *ctx, const lt_args *args, lt_result *res);
 /* The batch-aware rules for op on member types ta, tb (registry.c):
  * LT_NOT_IMPLEMENTED when none answers. */
 int lt_dispatch_batch_rules(lt_context *ctx, const lt_args *args, lt_result *res, int ta, int tb);
+/* fn of every member of a batched t, as a batched node of the results
+ * (2-d, of one shape): dense ones are kept as they are (views with their
+ * flags), not copied. An error names the member. */
+lt_tensor *lt_batch_map(lt_context *ctx, const char *op, lt_tensor *t,
+                        lt_tensor *(*fn)(lt_context *ctx, lt_tensor *member));
+/* A property of every member of a dense batch: LT_YES when fn says so of
+ * all, LT_NO when of one it says no, else LT_UNKNOWN (and when the
+ * members cannot be looked at). */
+lt_tristate lt_batch_all(lt_context *ctx, lt_tensor *t,
+                         lt_tristate (*fn)(lt_context *ctx, lt_tensor *member));
 /* The type a batched operator's members share (its own type when they
  * differ); a plain tensor's type. */
 int lt_batch_member_type(const lt_tensor *t);

@@ -643,6 +643,7 @@ static lt_tristate dense_symmetric(lt_tensor *a) {
 lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a) {
   (void)ctx;
   if (lt_is_lazy_batch(a)) return lt_prop_get(a, LT_PROP_SYMMETRIC); /* all members */
+  if (lt_batch_ndim(a) > 0) return lt_batch_all(ctx, a, lt_is_symmetric);
   if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
   lt_tristate s = lt_prop_get(a, LT_PROP_SYMMETRIC);
   if (s == LT_UNKNOWN && a->type_id == LT_TYPE_DENSE) {
@@ -654,6 +655,7 @@ lt_tristate lt_is_symmetric(lt_context *ctx, lt_tensor *a) {
 
 lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
   if (lt_is_lazy_batch(a)) return lt_prop_get(a, LT_PROP_PSD); /* all members */
+  if (lt_batch_ndim(a) > 0) return lt_batch_all(ctx, a, lt_is_psd);
   if (a->ndim != 2 || a->shape[0] != a->shape[1]) return LT_NO;
   lt_tristate p = lt_prop_get(a, LT_PROP_PSD);
   if (p == LT_UNKNOWN && lt_is_symmetric(ctx, a) == LT_NO) return LT_NO;
@@ -665,6 +667,7 @@ lt_tristate lt_is_psd(lt_context *ctx, lt_tensor *a) {
  * its children and payload). The promise lapses when data beneath is
  * written, as any flag does. */
 lt_tensor *lt_psd(lt_context *ctx, lt_tensor *a) {
+  if (lt_batch_ndim(a) > 0) return lt_batch_map(ctx, "psd", a, lt_psd); /* every member */
   if (lt_require_square(ctx, "psd", a) != LT_OK) return NULL;
   lt_tensor *t = a->type_id == LT_TYPE_DENSE ? lt_dense_narrow(ctx, a, 0, 0, a->shape[0])
                                              : lt_lazy_share(ctx, a);

@@ -501,19 +501,29 @@ char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b
     return NULL;
   }
   if (operand_types(ctx, &args, &ta, &tb, &unary) != LT_OK) return NULL;
+  /* A batched call: the batch rules of the members' types, then the
+   * members' own calls (lt_batch_run). */
+  int batched = lt_batch_wanted(&args);
+  uint64_t bit = batched ? BATCH_KEY : 0;
+  if (batched) {
+    ta = lt_batch_member_type(a);
+    tb = unary ? LT_TYPE_ANY : lt_batch_member_type(b);
+  }
   uint64_t keys[4];
   int nkeys = candidate_keys(op, ta, tb, unary, keys);
   strbuf sb = {.ctx = ctx};
   char line[256];
-  if (unary) snprintf(line, sizeof line, "%s(%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta));
+  const char *what = batched ? ", batched" : "";
+  if (unary)
+    snprintf(line, sizeof line, "%s(%s%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta), what);
   else
-    snprintf(line, sizeof line, "%s(%s, %s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta),
-             lt_type_name(ctx, tb));
+    snprintf(line, sizeof line, "%s(%s, %s%s):\n", lt_op_name(ctx, op), lt_type_name(ctx, ta),
+             lt_type_name(ctx, tb), what);
   sb_add(&sb, line);
   int n = 0;
   for (int k = 0; k < nkeys; k++) {
     if (k > 0 && keys[k] == keys[k - 1]) continue;
-    lt_rule_slot *s = find_slot(ctx, keys[k]);
+    lt_rule_slot *s = find_slot(ctx, keys[k] | bit);
     for (lt_rule *r = s->key ? s->head : NULL; r != NULL; r = r->next) {
       int ka, kb;
       key_types(keys[k], &ka, &kb);
@@ -528,7 +538,12 @@ char *lt_explain(lt_context *ctx, int op, const lt_tensor *a, const lt_tensor *b
       sb_add(&sb, line);
     }
   }
-  if (n == 0) sb_add(&sb, "  no rule: the call is an error\n");
+  if (batched)
+    sb_add(&sb, n == 0 ? "  no batch rule: member by member, each member's call as explain shows "
+                         "for the member (A[i])\n"
+                       : "  then, when none answers: member by member, each member's call as "
+                         "explain shows for the member (A[i])\n");
+  else if (n == 0) sb_add(&sb, "  no rule: the call is an error\n");
   else if (n > 1) sb_add(&sb, "  (a rule answering NotImplemented hands the call to the next)\n");
   if (sb.failed) {
     lt_free(ctx, sb.data, sb.cap);

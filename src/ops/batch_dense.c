@@ -3,13 +3,17 @@
  * inv_quad, logdet and inv_quad_logdet of symmetric positive definite
  * members by one Cholesky factorisation per member, written straight into
  * the batched results (no per-member dispatch, results or stacking), with
- * the workspace of one member at a time.
+ * the workspace of one member at a time; and matmul of contiguous batches
+ * (numpy's broadcasting of the batch dimensions), one BLAS call per member
+ * into the batched result.
  *
  * A member that is not symmetric positive definite, or a batch above
  * max_cholesky_size, is the member-by-member fallback's (LU, iterative
  * methods, and its errors name the member): these rules then answer
  * LT_NOT_IMPLEMENTED.
  */
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -111,6 +115,61 @@ static int batch_spd(lt_context *ctx, const lt_args *args, lt_result *res, void 
   return LT_OK;
 }
 
+/* ------------------------------------------------------------- matmul */
+
+/* The offset of the member at the plan's batch index idx in t (t's first
+ * nbt dimensions are batch dimensions; sizes of 1 broadcast). */
+static ptrdiff_t member_offset(const lt_tensor *t, int nbt, const lt_batch_plan *plan,
+                               const size_t *idx) {
+  const ptrdiff_t *strides = lt_dense_strides(t);
+  ptrdiff_t off = 0;
+  for (int d = 0; d < nbt; d++)
+    if (t->shape[d] != 1) off += (ptrdiff_t)idx[plan->nb - nbt + d] * strides[d];
+  return off;
+}
+
+static int fits_int(size_t n) { return n > 0 && n <= INT_MAX; }
+
+/* A (m×k) · B (k×p, or a vector of k) for every member of contiguous
+ * batches; anything else (views, empty sizes, shapes that do not conform)
+ * is the fallback's, which checks and names the member. */
+static int batch_matmul(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  (void)ud;
+  lt_tensor *a = args->a, *b = args->b;
+  if (a->storage == NULL || b->storage == NULL || a->ndim < 2 || b->ndim < 1 ||
+      !lt_dense_is_contiguous(a) || !lt_dense_is_contiguous(b))
+    return LT_NOT_IMPLEMENTED;
+  lt_batch_plan plan;
+  int nba, nbb;
+  if (lt_batch_plan_call(ctx, args, "matmul", &plan, &nba, &nbb) != LT_OK) return LT_ERR;
+  int vector = b->ndim - nbb == 1;
+  if (a->ndim - nba != 2) return LT_NOT_IMPLEMENTED;
+  size_t m = a->shape[nba], k = a->shape[nba + 1], p = vector ? 1 : b->shape[nbb + 1];
+  if (b->shape[nbb] != k || !fits_int(m) || !fits_int(k) || !fits_int(p)) return LT_NOT_IMPLEMENTED;
+  size_t shape[LT_MAX_DIM];
+  memcpy(shape, plan.shape, sizeof(size_t) * (size_t)plan.nb);
+  shape[plan.nb] = m;
+  if (!vector) shape[plan.nb + 1] = p;
+  lt_tensor *out = lt_dense_new(ctx, plan.nb + (vector ? 1 : 2), shape);
+  if (out == NULL) return LT_ERR;
+  const double *A = lt_dense_data(a), *B = lt_dense_data(b);
+  double *C = lt_dense_data(out);
+  size_t idx[LT_MAX_DIM] = {0};
+  for (size_t j = 0; j < plan.count; j++, lt_batch_next(&plan, idx)) {
+    const double *Aj = A + member_offset(a, nba, &plan, idx);
+    const double *Bj = B + member_offset(b, nbb, &plan, idx);
+    if (vector)
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, 1.0, Aj, (int)k, Bj, 1, 0.0,
+                  C + j * m, 1);
+    else
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)p, (int)k, 1.0, Aj,
+                  (int)k, Bj, (int)p, 0.0, C + j * m * p, (int)p);
+  }
+  lt_dense_written(out);
+  res->t[0] = out;
+  return LT_OK;
+}
+
 int lt_register_batch_rules(lt_context *ctx) {
   static const struct {
     int op;
@@ -126,5 +185,6 @@ int lt_register_batch_rules(lt_context *ctx) {
     if (lt_register_batch_rule(ctx, rules[i].op, LT_TYPE_DENSE, LT_TYPE_DENSE, rules[i].name,
                                batch_spd, (void *)(intptr_t)rules[i].w) != LT_OK)
       return LT_ERR;
-  return LT_OK;
+  return lt_register_batch_rule(ctx, LT_OP_MATMUL, LT_TYPE_DENSE, LT_TYPE_DENSE,
+                                "batch_dense_matmul (BLAS per member)", batch_matmul, NULL);
 }

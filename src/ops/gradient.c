@@ -14,11 +14,12 @@
  * determinant. With probes z of covariance Σ (the preconditioner P when A
  * has one, as the value path samples them; Rademacher, Σ = I, otherwise),
  * tr(A⁻¹ dA) = E[(Σ⁻¹z)ᵀ dA (A⁻¹z)], so the log determinant's weights are
- * the low-rank (Σ⁻¹Z)(A⁻¹Z)ᵀ/t. With the control variate (a rank r
- * pivoted Cholesky P = L·Lᵀ + D of A = K + D, the preconditioner), the
- * exact tr(P⁻¹ dA) is taken out: weights P⁻¹ = D⁻¹ − N·Nᵀ (Woodbury, a
- * diagonal and a rank-r part) plus (Σ⁻¹Z)((A⁻¹ − P⁻¹)Z)ᵀ/t, whose variance
- * is that of the remainder A⁻¹ − P⁻¹ only.
+ * the low-rank (Σ⁻¹Z)(A⁻¹Z)ᵀ/t. With the control variate Q = L·Lᵀ + D + τI
+ * (L the preconditioner's rank r pivoted Cholesky of K in A = K + D, τ the
+ * mean diagonal L leaves out), the exact tr(Q⁻¹ dA) is taken out: weights
+ * Q⁻¹ = diag − N·Nᵀ (Woodbury, a diagonal and a rank-r part) plus
+ * (Σ⁻¹Z)((A⁻¹ − Q⁻¹)Z)ᵀ/t, whose variance is that of the remainder
+ * A⁻¹ − Q⁻¹ only.
  */
 #include <cblas.h>
 #include <math.h>
@@ -178,26 +179,56 @@ static lt_tensor *woodbury_factor(lt_context *ctx, const lt_precond *P) {
   return N;
 }
 
-/* The weights of the gradient as L·Rᵀ (+ diag(d) with the control variate):
- * columns [inv_quad: −A⁻¹b | A⁻¹b] [probes: Σ⁻¹Z/t | A⁻¹Z (− P⁻¹Z)]
- * [control variate: −N | N]. */
-static int weights(lt_context *ctx, estimate *e, int cv, lt_cotangent *w) {
+/* The control variate Q = L·Lᵀ + D + τI from the preconditioner's L and D,
+ * τ the mean of the diagonal of A − L·Lᵀ − D that L leaves out, spread
+ * evenly (any positive diagonal keeps the estimate unbiased; with D alone,
+ * where L misses much of A — a flat spectrum — Q⁻¹ far exceeds A⁻¹ and
+ * the remainder's variance grows instead of shrinking). */
+static int control_variate(lt_context *ctx, lt_tensor *a, const lt_precond *P, lt_precond *Q) {
+  size_t n = P->n, r = (size_t)P->k;
+  double tr, rest = 0;
+  if (lt_trace(ctx, a, &tr) != LT_OK) return LT_ERR;
+  for (size_t i = 0; i < n; i++) {
+    rest += P->d[i];
+    for (size_t j = 0; j < r; j++) rest += P->L[i * r + j] * P->L[i * r + j];
+  }
+  double tau = n > 0 && tr > rest ? (tr - rest) / (double)n : 0.0;
+  double *d = lt_linalg_alloc(ctx, OP, n);
+  if (d == NULL) return LT_ERR;
+  for (size_t i = 0; i < n; i++) d[i] = P->d[i] + tau;
+  int rc = lt_precond_init(ctx, Q, n, P->k, P->L, r, d);
+  lt_linalg_free(ctx, d, n);
+  return rc;
+}
+
+/* The weights of the gradient as L·Rᵀ (+ diag(d) with the control variate
+ * Q): columns [inv_quad: −A⁻¹b | A⁻¹b] [probes: Σ⁻¹Z/t | A⁻¹Z (− Q⁻¹Z)]
+ * [control variate: −N | N], Q⁻¹ = diag(d) − N·Nᵀ. */
+static int weights(lt_context *ctx, lt_tensor *a, estimate *e, int cv, lt_cotangent *w) {
   size_t n = e->n, kb = e->kb, t = e->t, k = e->k, r = cv ? (size_t)e->P.k : 0;
   size_t cols = kb + t + r;
   memset(w, 0, sizeof *w);
+  lt_precond Q;
+  int have_q = cv && control_variate(ctx, a, &e->P, &Q) == LT_OK;
   double *S = lt_linalg_alloc(ctx, OP, n * t), *Z = lt_linalg_alloc(ctx, OP, n * t);
-  lt_tensor *N = cv ? woodbury_factor(ctx, &e->P) : NULL;
+  double *QZ = cv ? lt_linalg_alloc(ctx, OP, n * t) : NULL;
+  lt_tensor *N = have_q ? woodbury_factor(ctx, &Q) : NULL;
   w->L = lt_dense_matrix(ctx, n, cols);
   w->R = w->L ? lt_dense_matrix(ctx, n, cols) : NULL;
   w->d = cv ? lt_dense_vector(ctx, n) : NULL;
   int rc = LT_ERR;
-  if (S == NULL || Z == NULL || w->R == NULL || (cv && (N == NULL || w->d == NULL))) goto done;
+  if (S == NULL || Z == NULL || w->R == NULL || (cv && (N == NULL || w->d == NULL || !QZ)))
+    goto done;
   for (size_t i = 0; i < n; i++) memcpy(Z + i * t, e->R + i * k + kb, t * sizeof(double));
   if (e->have_p) {
     lt_linop Minv = lt_precond_linop(&e->P);
     if (lt_linop_apply(ctx, &Minv, t, Z, S) != LT_OK) goto done;
   } else {
     memcpy(S, Z, n * t * sizeof(double));
+  }
+  if (cv) {
+    lt_linop Qinv = lt_precond_linop(&Q);
+    if (lt_linop_apply(ctx, &Qinv, t, Z, QZ) != LT_OK) goto done;
   }
   double *L = lt_dense_data(w->L), *R = lt_dense_data(w->R);
   for (size_t i = 0; i < n; i++) {
@@ -208,18 +239,20 @@ static int weights(lt_context *ctx, estimate *e, int cv, lt_cotangent *w) {
     }
     for (size_t j = 0; j < t; j++) {
       li[kb + j] = S[i * t + j] / (double)t;
-      ri[kb + j] = e->X[i * k + kb + j] - (cv ? S[i * t + j] : 0.0);
+      ri[kb + j] = e->X[i * k + kb + j] - (cv ? QZ[i * t + j] : 0.0);
     }
     for (size_t j = 0; j < r; j++) {
       li[kb + t + j] = -lt_dense_data(N)[i * r + j];
       ri[kb + t + j] = lt_dense_data(N)[i * r + j];
     }
-    if (cv) lt_dense_data(w->d)[i] = 1.0 / e->P.d[i];
+    if (cv) lt_dense_data(w->d)[i] = 1.0 / Q.d[i];
   }
   rc = LT_OK;
 done:
+  if (have_q) lt_precond_free(ctx, &Q);
   lt_linalg_free(ctx, S, n * t);
   lt_linalg_free(ctx, Z, n * t);
+  lt_linalg_free(ctx, QZ, cv ? n * t : 0);
   lt_release(ctx, N);
   if (rc != LT_OK) ltg_release(ctx, w);
   return rc;
@@ -252,7 +285,7 @@ static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B,
   if (!e.R || !e.X || !e.T || lt_tridiag_alloc(ctx, e.T, e.t, e.max_iter) != LT_OK) goto done;
   e.have_t = 1;
   if (solve_all(ctx, a, &e, B, inv_quad, logdet, info) != LT_OK) goto done;
-  if (weights(ctx, &e, cv_rank > 0 && e.have_p, &w) != LT_OK) goto done;
+  if (weights(ctx, a, &e, cv_rank > 0 && e.have_p, &w) != LT_OK) goto done;
   if (lt_bilinear_derivative(ctx, a, &w, grads) != LT_OK) goto done;
   /* A⁻¹b: the first kb columns of X */
   lt_tensor *Xb = lt_dense_matrix(ctx, e.n, e.kb);

@@ -548,9 +548,14 @@ static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, i
   if (w->W) {
     const double *x = lt_dense_data(w->W);
     size_t n1 = w->W->shape[0];
-    for (size_t i = 0; i < b; i++)
-      for (size_t j = 0; j < n2; j++)
-        block[i * n2 + j] = transposed ? x[j * n1 + i0 + i] : x[(i0 + i) * n2 + j];
+    if (!transposed) {
+      memcpy(block, x + i0 * n2, b * n2 * sizeof(double));
+      return;
+    }
+    /* W's columns i0.. read along rows of W (contiguous), written down the
+     * block's columns: the b lines written stay in cache across j */
+    for (size_t j = 0; j < n2; j++)
+      for (size_t i = 0; i < b; i++) block[i * n2 + j] = x[j * n1 + i0 + i];
     return;
   }
   const lt_tensor *a = transposed ? w->R : w->L, *c = transposed ? w->L : w->R;

@@ -16,9 +16,8 @@
 -- model:explain() says which and why): Toeplitz for regularly spaced 1-d
 -- inputs, Kronecker for grids with a separable kernel, "kernel" — lazy C
 -- lt.kernel operators — for other inputs when the kernel is a sum of
--- rbf/matern/periodic kernels over all input dimensions, and dense n×n
--- matrices otherwise (products of kernels, rq, kernels over a subset of the
--- dimensions). It then only uses the function API. The marginal
+-- rbf/matern/periodic/rq kernels (ARD too), and dense n×n matrices
+-- otherwise (products of kernels). It then only uses the function API. The marginal
 -- log-likelihood and its gradient come from one call,
 --   Ky:inv_quad_logdet(y − m, {grad = true}),
 -- on whatever Ky the structure built: exact (one Cholesky factor) below
@@ -30,6 +29,7 @@ local lt = require "lazytensor"
 local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
 local optim = require "lazytensor.optim"
+local batch = require "lazytensor.gp.batch"
 
 local gp = {kernels = kernels, structure = structure}
 
@@ -126,6 +126,8 @@ end
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
+  -- x {b, n, d}: b independent GPs (gp/batch.lua)
+  if lt.is_tensor(spec.x) and spec.x:dim() == 3 then return batch.exact(gp, spec) end
   if getmetatable(spec.kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
   local points = to_points(spec.x, "x")
   local d = #points[1]

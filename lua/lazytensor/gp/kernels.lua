@@ -6,7 +6,11 @@
 -- quadratic); combinators: sum (k1 + k2), product (k1 * k2), scale (s · k).
 -- Inputs are arrays of coordinates; `dims` (a list of 1-based dimensions)
 -- selects the active ones and defaults to all of them, as in GPyTorch and
--- scikit-learn.
+-- scikit-learn. ARD: `lengthscale` a list (or 1-d tensor) with one
+-- lengthscale per active dimension (every kind but periodic), each its own
+-- hyperparameter.
+local lt = require "lazytensor"
+
 local kernels = {}
 
 local exp, log, sqrt, sin, pi = math.exp, math.log, math.sqrt, math.sin, math.pi
@@ -32,7 +36,13 @@ function Kernel:parameters(out)
     for _, c in ipairs(self.children) do c:parameters(out) end
   else
     for _, name in ipairs(self.names) do
-      if not self.fixed[name] then out[#out + 1] = {kernel = self, name = name} end
+      local v = self.values[name]
+      if self.fixed[name] then -- luacheck: ignore 542 (nothing to add)
+      elseif type(v) == "table" then -- ARD: one parameter per dimension
+        for q = 1, #v do out[#out + 1] = {kernel = self, name = name, index = q} end
+      else
+        out[#out + 1] = {kernel = self, name = name}
+      end
     end
   end
   return out
@@ -113,11 +123,53 @@ local function write_grads(self, grad, offset, values)
   local i = offset
   for _, name in ipairs(self.names) do
     if not self.fixed[name] then
-      i = i + 1
-      grad[i] = values[name]
+      local g = values[name]
+      if type(g) == "table" then -- ARD
+        for q = 1, #g do grad[i + q] = g[q] end
+        i = i + #g
+      else
+        i = i + 1
+        grad[i] = g
+      end
     end
   end
   return i
+end
+
+-- q = Σ_d (x_d − y_d)²/l_d² over the active dims (one l, or ARD's list), and
+-- with ARD the list of the terms (for the per-dimension derivatives).
+local function scaled_sq(self, x, y)
+  local l = self.values.lengthscale
+  if type(l) == "number" then return differences(self.dims, x, y) / (l * l) end
+  local terms, q = {}, 0
+  for i = 1, #l do
+    local d = self.dims and self.dims[i] or i
+    local t = (x[d] - y[d]) / l[i]
+    terms[i] = t * t
+    q = q + terms[i]
+  end
+  return q, terms
+end
+
+-- ∂k/∂log l from dk/dq: −2q·dk/dq, or per dimension −2·t_d·dk/dq (ARD).
+local function lengthscale_grad(dkdq, q, terms)
+  if not terms then return -2 * q * dkdq end
+  local g = {}
+  for i, t in ipairs(terms) do g[i] = -2 * t * dkdq end
+  return g
+end
+
+-- A radial kind from f(q, v) → k, dk/dq: value(self, x, y, grad, offset).
+local function radial(f)
+  return function(self, x, y, grad, offset)
+    local q, terms = scaled_sq(self, x, y)
+    local k, dkdq = f(q, self.values.variance)
+    if grad then
+      write_grads(self, grad, offset,
+                  {lengthscale = lengthscale_grad(dkdq, q, terms), variance = k})
+    end
+    return k
+  end
 end
 
 local base = {}
@@ -125,53 +177,40 @@ local base = {}
 base.rbf = {
   names = {"lengthscale", "variance"},
   stationary = true,
-  value = function(self, x, y, grad, offset)
-    local l, v = self.values.lengthscale, self.values.variance
-    local q = differences(self.dims, x, y) / (l * l)
+  value = radial(function(q, v)
     local k = v * exp(-0.5 * q)
-    if grad then write_grads(self, grad, offset, {lengthscale = k * q, variance = k}) end
-    return k
-  end,
+    return k, -0.5 * k
+  end),
 }
 
 base.matern12 = {
   names = {"lengthscale", "variance"},
   stationary = true,
-  value = function(self, x, y, grad, offset)
-    local l, v = self.values.lengthscale, self.values.variance
-    local a = sqrt(differences(self.dims, x, y)) / l
+  value = radial(function(q, v)
+    local a = sqrt(q)
     local k = v * exp(-a)
-    if grad then write_grads(self, grad, offset, {lengthscale = k * a, variance = k}) end
-    return k
-  end,
+    return k, a > 0 and -k / (2 * a) or 0 -- the cusp at r = 0: the subgradient 0
+  end),
 }
 
 base.matern32 = {
   names = {"lengthscale", "variance"},
   stationary = true,
-  value = function(self, x, y, grad, offset)
-    local l, v = self.values.lengthscale, self.values.variance
-    local a = sqrt(3 * differences(self.dims, x, y)) / l
+  value = radial(function(q, v)
+    local a = sqrt(3 * q)
     local e = exp(-a)
-    local k = v * (1 + a) * e
-    if grad then write_grads(self, grad, offset, {lengthscale = v * a * a * e, variance = k}) end
-    return k
-  end,
+    return v * (1 + a) * e, -1.5 * v * e
+  end),
 }
 
 base.matern52 = {
   names = {"lengthscale", "variance"},
   stationary = true,
-  value = function(self, x, y, grad, offset)
-    local l, v = self.values.lengthscale, self.values.variance
-    local a = sqrt(5 * differences(self.dims, x, y)) / l
+  value = radial(function(q, v)
+    local a = sqrt(5 * q)
     local e = exp(-a)
-    local k = v * (1 + a + a * a / 3) * e
-    if grad then
-      write_grads(self, grad, offset, {lengthscale = v * a * a * (1 + a) / 3 * e, variance = k})
-    end
-    return k
-  end,
+    return v * (1 + a + a * a / 3) * e, -5 * v * e * (1 + a) / 6
+  end),
 }
 
 -- v · exp(−2 Σ_d sin²(π |x_d − y_d| / p) / l²), as API.md defines it.
@@ -220,13 +259,13 @@ base.rq = {
   names = {"lengthscale", "alpha", "variance"},
   stationary = true,
   value = function(self, x, y, grad, offset)
-    local l, al, v = self.values.lengthscale, self.values.alpha, self.values.variance
-    local r2 = differences(self.dims, x, y)
-    local q = r2 / (2 * al * l * l)
+    local al, v = self.values.alpha, self.values.variance
+    local s2, terms = scaled_sq(self, x, y) -- r²/l²
+    local q = s2 / (2 * al)
     local k = v * exp(-al * log1p(q))
     if grad then
       write_grads(self, grad, offset, {
-        lengthscale = k * (r2 / (l * l)) / (1 + q),
+        lengthscale = lengthscale_grad(-k / (2 * (1 + q)), s2, terms),
         alpha = al * k * rq_alpha_term(q),
         variance = k,
       })
@@ -237,6 +276,16 @@ base.rq = {
 
 local DEFAULTS = {lengthscale = 1, variance = 1, period = 1, alpha = 1}
 
+-- ARD lengthscales: a list or 1-d tensor of positive numbers, copied.
+local function ard_lengthscales(kind, v)
+  if kind == "periodic" then fail("periodic takes one lengthscale (ARD: the other kinds)") end
+  if lt.is_tensor(v) then v = v:totable() end
+  if #v == 0 then fail("%s lengthscale must be a number or a non-empty list", kind) end
+  local out = {}
+  for q, l in ipairs(v) do out[q] = check_positive(kind .. " lengthscale[" .. q .. "]", l) end
+  return out
+end
+
 local function make_base(kind, spec)
   spec = spec or {}
   if type(spec) ~= "table" then fail("%s expects a table of options, got %s", kind, type(spec)) end
@@ -246,7 +295,17 @@ local function make_base(kind, spec)
   local self = setmetatable({kind = kind, names = def.names, values = {}, fixed = {},
                              dims = check_dims(kind, spec.dims), def = def}, Kernel)
   for _, name in ipairs(def.names) do
-    self.values[name] = check_positive(kind .. " " .. name, spec[name] or DEFAULTS[name])
+    local v = spec[name] or DEFAULTS[name]
+    if name == "lengthscale" and (type(v) == "table" or lt.is_tensor(v)) then
+      self.values[name] = ard_lengthscales(kind, v)
+    else
+      self.values[name] = check_positive(kind .. " " .. name, v)
+    end
+  end
+  local ls = self.values.lengthscale
+  if type(ls) == "table" and self.dims and #self.dims ~= #ls then
+    fail("%s has %d lengthscales for %d dims (ARD: one per active dimension)", kind, #ls,
+         #self.dims)
   end
   local fixed = spec.fixed or {}
   if type(fixed) ~= "table" then fail("%s fixed must be a table, got %s", kind, type(fixed)) end
@@ -345,6 +404,20 @@ function Kernel:is_stationary()
   return self.def.stationary
 end
 
+--- Raises an error when an ARD kernel's lengthscales do not match the
+-- d input dimensions it reads (without dims: all of them).
+function Kernel:check_inputs(d)
+  if self.children then
+    for _, c in ipairs(self.children) do c:check_inputs(d) end
+    return
+  end
+  local ls = self.values and self.values.lengthscale
+  if type(ls) == "table" and not self.dims and #ls ~= d then
+    fail("%s has %d lengthscales but the inputs have %d dimension%s (ARD: one per active "
+         .. "dimension)", self.kind, #ls, d, d == 1 and "" or "s")
+  end
+end
+
 --- The largest input dimension the kernel reads (nil when it reads all).
 function Kernel:max_dim()
   local top
@@ -360,6 +433,14 @@ function Kernel:max_dim()
   return top
 end
 
+-- A number, or ARD's list as {a, b, ...}, formatted.
+local function number_list(v, fmt)
+  if type(v) ~= "table" then return string.format(fmt, v) end
+  local parts = {}
+  for i, x in ipairs(v) do parts[i] = string.format(fmt, x) end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
 --- Every hyperparameter's current value (free and fixed), as one string:
 -- two kernels with equal fingerprints compute the same function, so a
 -- model can tell when what it has cached from them has gone stale.
@@ -370,14 +451,17 @@ function Kernel:fingerprint()
     return self.kind .. "(" .. table.concat(parts, ",") .. ")"
   end
   local parts = {}
-  for i, name in ipairs(self.names) do parts[i] = string.format("%.17g", self.values[name]) end
+  for i, name in ipairs(self.names) do parts[i] = number_list(self.values[name], "%.17g") end
   return self.kind .. "(" .. table.concat(parts, ",") .. ")"
 end
 
 --- Current log-hyperparameters as a Lua array.
 function Kernel:get_log_params()
   local out = {}
-  for i, p in ipairs(self:parameters()) do out[i] = log(p.kernel.values[p.name]) end
+  for i, p in ipairs(self:parameters()) do
+    local v = p.kernel.values[p.name]
+    out[i] = log(p.index and v[p.index] or v)
+  end
   return out
 end
 
@@ -386,7 +470,11 @@ function Kernel:set_log_params(vec, offset)
   offset = offset or 0
   for _, p in ipairs(self:parameters()) do
     offset = offset + 1
-    p.kernel.values[p.name] = exp(vec[offset])
+    if p.index then
+      p.kernel.values[p.name][p.index] = exp(vec[offset])
+    else
+      p.kernel.values[p.name] = exp(vec[offset])
+    end
   end
   return offset
 end
@@ -401,7 +489,7 @@ function Kernel:describe(prefix)
   end
   local parts = {}
   for _, name in ipairs(self.names) do
-    parts[#parts + 1] = string.format("%s = %.6g%s", name, self.values[name],
+    parts[#parts + 1] = string.format("%s = %s%s", name, number_list(self.values[name], "%.6g"),
                                       self.fixed[name] and " (fixed)" or "")
   end
   if self.dims then parts[#parts + 1] = "dims = {" .. table.concat(self.dims, ", ") .. "}" end

@@ -12,14 +12,14 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic) over all the input
---         dimensions, or a sum of such kernels, K is lt.kernel (a lt.add of
---         them for a sum): entries on demand, products a row block at a
---         time, O(n) memory beyond the n×d inputs, so the iterative path
---         scales to n in the tens of thousands;
---       - "dense": anything else — products of kernels (kernels.scale is one),
---         rq, kernels over a subset (or a repeat) of the dimensions — builds
---         the n×n kernel matrix by Lua loops (n² memory).
+--         computes in C (rbf, matern12/32/52, periodic, rq; ARD
+--         lengthscales too), each over its active dimensions, or a sum of
+--         such kernels, K is lt.kernel (a lt.add of them for a sum):
+--         entries on demand, products a row block at a time, O(n) memory
+--         beyond the n×d inputs, so the iterative path scales to n in the
+--         tens of thousands;
+--       - "dense": anything else — products of kernels (kernels.scale is
+--         one) — builds the n×n kernel matrix by Lua loops (n² memory).
 -- opts.structure = "dense" forces the dense matrices, "kernel" insists on
 -- the C operators (an error when the kernel has none).
 --
@@ -420,15 +420,17 @@ end
 ------------------------------------------------------ kernel (C, lazy) --
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
-local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true}
+local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
+                 rq = true}
 
---- The base kernels of `kernel` when it is one C-supported base kernel over
--- all d dimensions or a (nested) sum of them; nil and the reason otherwise.
-local function c_components(kernel, d, out)
+--- The base kernels of `kernel` when it is one C-supported base kernel or a
+-- (nested) sum of them, each over its active dimensions; nil and the reason
+-- otherwise.
+local function c_components(kernel, out)
   out = out or {}
   if kernel.kind == "sum" then
     for _, c in ipairs(kernel.children) do
-      local _, why = c_components(c, d, out)
+      local _, why = c_components(c, out)
       if why then return nil, why end
     end
     return out
@@ -437,24 +439,38 @@ local function c_components(kernel, d, out)
     return nil, "a product of kernels"
   end
   if not C_KINDS[kernel.kind] then return nil, "a " .. kernel.kind .. " kernel" end
-  -- dims nil: every dimension (the default); the kernels checked that a
-  -- dims list names each dimension at most once.
-  if kernel.dims and #kernel.dims ~= d then
-    return nil, "a kernel over a subset of the input dimensions"
-  end
   out[#out + 1] = kernel
   return out
 end
 
 local function c_spec(k)
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period}
+          period = k.values.period, alpha = k.values.alpha}
 end
 
--- The points as an n×d tensor (the kernels use every dimension, in any
--- order, and the order changes no distance).
-local function points_tensor(points)
-  return lt.tensor(points)
+-- The points as an n×d tensor of the active dimensions `dims` (in that
+-- order, which ARD's lengthscales follow), all of them when dims is nil.
+local function points_tensor(points, dims)
+  if not dims then return lt.tensor(points) end
+  local rows = {}
+  for i, p in ipairs(points) do
+    local row = {}
+    for q, d in ipairs(dims) do row[q] = p[d] end
+    rows[i] = row
+  end
+  return lt.tensor(rows)
+end
+
+-- The points of each component's active dimensions, shared between the
+-- components with the same dims.
+local function component_points(points, comps)
+  local by_dims, out = {}, {}
+  for i, c in ipairs(comps) do
+    local key = c.dims and table.concat(c.dims, ",") or "all"
+    by_dims[key] = by_dims[key] or points_tensor(points, c.dims)
+    out[i] = by_dims[key]
+  end
+  return out
 end
 
 -- Σ of lt.kernel operators (or of make's: mpi.kernel), one per component;
@@ -464,24 +480,34 @@ local function kernel_sum(x1, x2, comps, make)
   local K, parts = nil, {}
   for i, c in ipairs(comps) do
     local spec = c_spec(c)
-    parts[i] = x2 and make(x1, x2, spec) or make(x1, spec)
+    parts[i] = x2 and make(x1[i], x2[i], spec) or make(x1[i], spec)
     K = K and K + parts[i] or parts[i]
   end
   return K, parts
+end
+
+-- ∂θ/∂log θ for a parameter of lt.kernel: θ, or with ARD a d-vector with
+-- l_q at q (the C gradient of lengthscale is then a d-vector).
+local function log_derivative(par)
+  local v = par.kernel.values[par.name]
+  if not par.index then return v end
+  local e = lt.zeros(#v)
+  e[par.index] = v[par.index]
+  return e
 end
 
 -- make: lt.kernel, or mpi.kernel (gp.exact's distributed = true) for K,
 -- whose products and gradients are the n×n work; cross- and test
 -- covariances stay lt.kernel.
 local function build_kernel(kernel, points, comps, make)
-  local X = points_tensor(points)
+  local X = component_points(points, comps)
   local kinds = {}
   for i, c in ipairs(comps) do kinds[i] = c.kind end
   local K, parts = kernel_sum(X, nil, comps, make)
   local cov = {
     kind = "kernel",
     explain = string.format("kernel: %d inputs (d = %d), neither regularly spaced nor a grid "
-                            .. "with a separable kernel; %s over all dimensions is computed by "
+                            .. "with a separable kernel; %s is computed by "
                             .. "lt.kernel in C: K lazy (entries on demand, row-block products, "
                             .. "O(n) memory), its gradients by one pass over the entries",
                             #points, #points[1], table.concat(kinds, " + ")),
@@ -492,8 +518,7 @@ local function build_kernel(kernel, points, comps, make)
   for p, par in ipairs(kernel:parameters()) do
     for i, c in ipairs(comps) do
       if c == par.kernel then
-        links[#links + 1] = {leaf = parts[i], name = par.name,
-                             d = {[p] = par.kernel.values[par.name]}}
+        links[#links + 1] = {leaf = parts[i], name = par.name, d = {[p] = log_derivative(par)}}
       end
     end
   end
@@ -505,10 +530,10 @@ local function build_kernel(kernel, points, comps, make)
     return Ky, all
   end
   function cov.cross(star)
-    return (kernel_sum(points_tensor(star), X, comps))
+    return (kernel_sum(component_points(star, comps), X, comps))
   end
   function cov.test_covariance(star)
-    return (kernel_sum(points_tensor(star), nil, comps)) -- PSD, O(n*) memory
+    return (kernel_sum(component_points(star, comps), nil, comps)) -- PSD, O(n*) memory
   end
   function cov.noise_explain(per_point)
     return (per_point and "per-point noise: Ky = K + diag(σ²ᵢ)" or "noise σ²: Ky = K + σ²I")
@@ -526,6 +551,7 @@ end
 -- with it and insists on the kernel structure.
 function structure.build(kernel, points, opts)
   opts = opts or {}
+  kernel:check_inputs(#points[1])
   local want = opts.structure or "auto"
   if opts.make_kernel then
     if want ~= "auto" and want ~= "kernel" then
@@ -556,11 +582,11 @@ function structure.build(kernel, points, opts)
   local why
   if want == "auto" or want == "kernel" then
     local comps
-    comps, why = c_components(kernel, #points[1])
+    comps, why = c_components(kernel)
     if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
-      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52 or periodic "
-            .. "kernels over all input dimensions, got " .. why, 0)
+      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic or "
+            .. "rq kernels, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
