@@ -707,6 +707,9 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: 
 #define LT_KERNEL_ROW_BLOCK 64
 int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t r0, size_t r1,
                           const lt_tensor *X, double *out);
+/* K's spec into out (an ARD spec's lengthscales point into K: valid while K
+ * lives); an error when K is not a kernel operator. */
+int lt_kernel_spec_of(lt_context *ctx, const lt_tensor *K, lt_kernel_spec *out);
 lt_tensor *lt_chol_new(lt_context *ctx, lt_tensor *l);
 /* A[rows, cols] (0-based indices, repeats allowed), kept lazy; cols NULL
  * gives the principal submatrix A[rows, rows] (symmetric/PSD when A is). */

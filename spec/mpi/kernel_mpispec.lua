@@ -15,6 +15,14 @@ describe("mpi.rank and mpi.size", function()
     assert.is_true(mpi.rank() >= 0 and mpi.rank() < mpi.size())
     assert.are.equal(math.type(mpi.rank()), "integer")
   end)
+
+  it("fixes the thread count, alike on every rank", function()
+    -- 0 (OpenBLAS's count) by default; the module sets the smallest count
+    -- any rank had (test-mpi.sh runs unbound, so every rank and the
+    -- one-rank run see all the cores, and the bits checks compare runs of
+    -- one count)
+    assert.is_true(lt.settings.num_threads >= 1)
+  end)
 end)
 
 describe("mpi.kernel products", function()
@@ -161,5 +169,64 @@ describe("mpi.kernel errors", function()
     local err = support.error_of(mpi.kernel, "points", RBF)
     assert.is_truthy(err:find("^lazytensor: mpi.kernel: "))
     assert.is_truthy(err:find("kernel"))
+  end)
+end)
+
+describe("mpi.kernel gradients", function()
+  local n = 333
+
+  local function close(a, b)
+    if type(b) == "number" then return math.abs(a - b) <= 1e-12 * math.abs(b) end
+    return support.relative_error(a, b) < 1e-12
+  end
+
+  for _, cross in ipairs({false, true}) do
+    it("bilinear_derivative equals lt.kernel's" .. (cross and " (K(x1, x2))" or ""), function()
+      local X1 = support.points(21, n, 2)
+      local X2 = cross and lt.randn(170, 2) or nil
+      local spec = cross and MATERN or RBF
+      local K = mpi.kernel(X1, X2, spec)
+      local K0 = cross and lt.kernel(X1, X2, spec) or lt.kernel(X1, spec)
+      local L, R = lt.randn(n, 3), lt.randn(K:size(2), 3)
+      local g, g0 = K:bilinear_derivative(L, R)[K], K0:bilinear_derivative(L, R)[K0]
+      local names = cross and {"lengthscale", "variance", "x1", "x2"}
+                    or {"lengthscale", "variance", "x1"}
+      for _, name in ipairs(names) do
+        assert.is_true(close(g[name], g0[name]), name)
+      end
+      if not cross then assert.is_nil(g.x2) end -- K(x, x): one set of points
+      -- the hyperparameters' sums are added in block order: the same bits
+      -- for any number of ranks (the points' gradients: to rounding)
+      support.bits("gradient hyperparameters" .. (cross and " cross" or ""),
+                   {g.lengthscale, g.variance})
+    end)
+  end
+
+  it("takes a dense or diagonal W on every rank, as lt.kernel", function()
+    local X = support.points(22, 90, 2)
+    local K, K0 = mpi.kernel(X, RBF), lt.kernel(X, RBF)
+    local v = lt.randn(90)
+    local a, b = K:bilinear_derivative(v, v)[K], K0:bilinear_derivative(v, v)[K0]
+    assert.is_true(close(a.lengthscale, b.lengthscale))
+    local q, ld, grads = K:add_diag(0.1):inv_quad_logdet(v, {grad = true})
+    local q0, ld0, grads0 = K0:add_diag(0.1):inv_quad_logdet(v, {grad = true})
+    assert.are.equal(q0, q)
+    assert.are.equal(ld0, ld)
+    assert.is_true(close(grads[K].lengthscale, grads0[K0].lengthscale))
+    assert.is_true(close(grads[K].x1, grads0[K0].x1))
+  end)
+
+  it("has lt.kernel's parameters and rebuilds distributed", function()
+    local X = support.points(23, 100, 2)
+    local K = mpi.kernel(X, RBF)
+    local p = K:params()
+    assert.are.equal(RBF.lengthscale, p.lengthscale)
+    assert.are.equal(RBF.variance, p.variance)
+    assert.are.same(X:totable(), p.x1:totable())
+    local K2 = K:with_params{[K] = {lengthscale = 2}}
+    assert.are.equal("mpi_kernel", lt.type(K2))
+    local ref = lt.kernel(X, {kind = "rbf", lengthscale = 2, variance = RBF.variance})
+    local v = lt.randn(100)
+    assert.is_true(support.relative_error(K2 * v, ref * v) < 1e-13)
   end)
 end)

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h> /* openblas_get_num_threads */
+
 #include "../../lua/compat.h"
 #include "../lazytensor_lua.h"
 #include "lazytensor_mpi.h"
@@ -102,6 +104,18 @@ static void end_mpi_at_exit(int status, void *unused) {
   else MPI_Abort(MPI_COMM_WORLD, status);
 }
 
+/* Every rank runs with the same thread count, the smallest any rank has
+ * (num_threads when set, else OpenBLAS's count, which follows the cores the
+ * rank may use): dense BLAS and LAPACK steps (Cholesky, the small dense
+ * algebra of the iterative methods) change their last bits with the count,
+ * and ranks that computed different bits would diverge. Collective. */
+static void agree_thread_count(lt_context *ctx, MPI_Comm comm) {
+  lt_settings *s = lt_settings_of(ctx);
+  int mine = s->num_threads > 0 ? s->num_threads : openblas_get_num_threads(), fewest = mine;
+  MPI_Allreduce(&mine, &fewest, 1, MPI_INT, MPI_MIN, comm);
+  s->num_threads = fewest < 1 ? 1 : fewest;
+}
+
 static const luaL_Reg functions[] = {
     {"rank", l_rank},
     {"size", l_size},
@@ -129,6 +143,7 @@ int luaopen_lazytensor_mpi(lua_State *L) {
   if (lt_mpi_register(ctx) < 0) return luaL_error(L, "lazytensor.mpi: %s", lt_last_error(ctx));
   mpi_state *S = lua_newuserdatauv(L, sizeof *S, 0);
   MPI_Comm_dup(MPI_COMM_WORLD, &S->comm);
+  agree_thread_count(ctx, S->comm);
   int state = lua_gettop(L);
   lua_newtable(L);
   lua_pushvalue(L, state);

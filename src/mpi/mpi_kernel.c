@@ -39,7 +39,10 @@ typedef struct mpi_kernel {
   /* per direction (0: K·X, 1: Kᵀ·X): each rank's first row and row count,
    * as MPI_Allgatherv takes them */
   int *first[2], *count[2];
-  size_t bytes; /* this block: the struct and the four arrays */
+  /* each rank's first 64-row block and block count (K·X's rows): the
+   * gradient's per-block sums */
+  int *block_first, *block_count;
+  size_t bytes; /* this block: the struct and the six arrays */
 } mpi_kernel;
 
 /* ------------------------------------------------------------ agreement */
@@ -164,16 +167,6 @@ static size_t mpi_kernel_payload_bytes(const lt_tensor *self) {
   return p->bytes;
 }
 
-static const lt_type mpi_kernel_type = {
-    .name = LT_MPI_KERNEL_TYPE,
-    .matmul = mpi_kernel_matmul,
-    .t_matmul = mpi_kernel_t_matmul,
-    .entry = mpi_kernel_entry,
-    .row = mpi_kernel_row,
-    .destroy = mpi_kernel_destroy,
-    .payload_bytes = mpi_kernel_payload_bytes,
-};
-
 /* ----------------------------------------------------------- constructor */
 
 static int type_id(lt_context *ctx) {
@@ -196,7 +189,7 @@ static lt_tensor *distribute(lt_context *ctx, lt_tensor *K, MPI_Comm comm) {
   int size, rank;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
-  size_t bytes = sizeof(mpi_kernel) + 4 * (size_t)size * sizeof(int);
+  size_t bytes = sizeof(mpi_kernel) + 6 * (size_t)size * sizeof(int);
   mpi_kernel *p = lt_malloc(ctx, bytes);
   if (p == NULL) return NULL;
   p->comm = comm;
@@ -213,6 +206,14 @@ static lt_tensor *distribute(lt_context *ctx, lt_tensor *K, MPI_Comm comm) {
       p->first[dir][r] = (int)r0;
       p->count[dir][r] = (int)(r1 - r0);
     }
+  }
+  p->block_first = ints + 4 * size;
+  p->block_count = ints + 5 * size;
+  for (int r = 0; r < size; r++) {
+    size_t B = LT_KERNEL_ROW_BLOCK, r0 = (size_t)p->first[0][r];
+    size_t b1 = (r0 + (size_t)p->count[0][r] + B - 1) / B;
+    p->block_first[r] = (int)(r0 / B);
+    p->block_count[r] = (int)(b1 - r0 / B);
   }
   lt_tensor *t = lt_lazy_new(ctx, id, n[0], n[1], &K, 1, p);
   if (t == NULL) {
@@ -264,6 +265,233 @@ lt_tensor *lt_mpi_kernel_new(lt_context *ctx, lt_tensor *K, MPI_Comm comm) {
   }
   return t;
 }
+
+/* ------------------------------------------------------------ gradients */
+
+/* The entries of `from` keyed by leaf_from, added to out keyed by leaf_to. */
+static int rekey(lt_context *ctx, const lt_paramset *from, const lt_tensor *leaf_from,
+                 lt_tensor *leaf_to, lt_paramset *out) {
+  for (size_t i = 0; i < lt_paramset_count(from); i++) {
+    const lt_param *e = lt_paramset_at(from, i);
+    if (e->leaf != leaf_from) continue;
+    int rc = e->tensor ? lt_paramset_add_tensor(ctx, out, leaf_to, e->name, e->tensor)
+                       : lt_paramset_add_number(ctx, out, leaf_to, e->name, e->number);
+    if (rc != LT_OK) return LT_ERR;
+  }
+  return LT_OK;
+}
+
+/* K's parameters (lengthscale, variance, period, alpha, x1, x2), keyed by
+ * the distributed operator: the leaf the program holds. */
+static int mpi_kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
+  lt_tensor *K = lt_child(self, 0);
+  lt_paramset *own = lt_paramset_new(ctx);
+  if (own == NULL) return LT_ERR;
+  int rc = lt_params(ctx, K, own) == LT_OK ? rekey(ctx, own, K, self, out) : LT_ERR;
+  lt_paramset_free(ctx, own);
+  return rc;
+}
+
+/* A new dense tensor of rows [i0, i0 + b) of a contiguous dense matrix
+ * (a 1-d vector: one column). */
+static lt_tensor *rows_of(lt_context *ctx, const lt_tensor *A, size_t i0, size_t b) {
+  size_t k = lt_ndim(A) == 2 ? lt_size(A, 1) : 1;
+  lt_tensor *out = lt_dense_matrix(ctx, b, k);
+  if (out != NULL) memcpy(lt_dense_data(out), lt_dense_data(A) + i0 * k, b * k * sizeof(double));
+  return out;
+}
+
+/* The hyperparameters' layout: K's parameters but the points, each a
+ * number or a tensor (ARD lengthscales), packed one after another. */
+typedef struct layout {
+  lt_paramset *params; /* lt_params(K) */
+  size_t count;        /* numbers per block */
+} layout;
+
+static int is_points(const char *name) {
+  return strcmp(name, "x1") == 0 || strcmp(name, "x2") == 0;
+}
+
+static size_t entry_size(const lt_param *e) { return e->tensor ? lt_numel(e->tensor) : 1; }
+
+/* Block rows [i0, i0 + b) of the gradient of <L·Rᵀ, K>: the kernel of
+ * those rows' points against all columns (K(x1[rows], x2)), weighted by
+ * L's rows. Its hyperparameter sums go to numbers (layout order), its
+ * points' gradients are added to gx1 (rows i0 ..) and gx2 (all of x2's
+ * rows; x1's when K is symmetric: the points are the same). */
+static int block_gradient(lt_context *ctx, lt_tensor *K, const lt_kernel_spec *spec,
+                          const layout *lay, const lt_cotangent *w, size_t i0, size_t b,
+                          double *numbers, double *gx1, double *gx2) {
+  lt_tensor *x1 = lt_child(K, 0), *x2 = lt_nchildren(K) > 1 ? lt_child(K, 1) : x1;
+  size_t d = lt_ndim(x1) == 2 ? lt_size(x1, 1) : 1, n2 = lt_size(x2, 0);
+  lt_tensor *xb = rows_of(ctx, x1, i0, b), *Lb = xb ? rows_of(ctx, w->L, i0, b) : NULL;
+  lt_tensor *Kb = Lb ? lt_kernel_new(ctx, xb, x2, spec) : NULL;
+  lt_paramset *g = Kb ? lt_paramset_new(ctx) : NULL;
+  lt_cotangent wb = {.L = Lb, .R = w->R};
+  int rc = g ? lt_bilinear_derivative(ctx, Kb, &wb, g) : LT_ERR;
+  size_t at = 0;
+  for (size_t i = 0; rc == LT_OK && i < lt_paramset_count(lay->params); i++) {
+    const lt_param *e = lt_paramset_at(lay->params, i);
+    if (is_points(e->name)) continue;
+    const lt_param *v = lt_paramset_find(g, Kb, e->name);
+    size_t m = entry_size(e);
+    if (v == NULL || entry_size(v) != m) {
+      rc = lt_error(ctx, "mpi_kernel gradient: no %s from a block's kernel", e->name);
+      break;
+    }
+    if (v->tensor) memcpy(numbers + at, lt_dense_data(v->tensor), m * sizeof(double));
+    else numbers[at] = v->number;
+    at += m;
+  }
+  const lt_param *g1 = rc == LT_OK ? lt_paramset_find(g, Kb, "x1") : NULL;
+  const lt_param *g2 = rc == LT_OK ? lt_paramset_find(g, Kb, "x2") : NULL;
+  if (rc == LT_OK && (g1 == NULL || g2 == NULL))
+    rc = lt_error(ctx, "mpi_kernel gradient: no points' gradient from a block's kernel");
+  if (rc == LT_OK) {
+    const double *a = lt_dense_data(g1->tensor), *c = lt_dense_data(g2->tensor);
+    for (size_t i = 0; i < b * d; i++) gx1[i0 * d + i] += a[i];
+    for (size_t i = 0; i < n2 * d; i++) gx2[i] += c[i];
+  }
+  lt_paramset_free(ctx, g);
+  lt_release(ctx, Kb);
+  lt_release(ctx, Lb);
+  lt_release(ctx, xb);
+  return rc;
+}
+
+/* Sums `count` doubles over the ranks into every rank's buf, the same bits
+ * everywhere (reduced on rank 0, then broadcast). */
+static void sum_everywhere(double *buf, size_t count, MPI_Comm comm) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  for (size_t at = 0; at < count; at += INT_MAX) {
+    int m = (int)(count - at < INT_MAX ? count - at : INT_MAX);
+    MPI_Reduce(rank == 0 ? MPI_IN_PLACE : buf + at, buf + at, m, MPI_DOUBLE, MPI_SUM, 0, comm);
+    MPI_Bcast(buf + at, m, MPI_DOUBLE, 0, comm);
+  }
+}
+
+/* The distributed gradient of <L·Rᵀ, K>: each rank takes its blocks of 64
+ * rows. The hyperparameters' sums are kept per block, gathered and added
+ * in block order on every rank — the same bits for any number of ranks;
+ * the points' gradients are summed over the ranks (equal on every rank,
+ * equal across rank counts up to rounding). */
+static int distributed_gradient(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                                lt_paramset *grads) {
+  mpi_kernel *p = lt_payload(self);
+  lt_tensor *K = lt_child(self, 0);
+  lt_tensor *x1 = lt_child(K, 0), *x2 = lt_nchildren(K) > 1 ? lt_child(K, 1) : NULL;
+  size_t n1 = lt_size(K, 0), d = lt_ndim(x1) == 2 ? lt_size(x1, 1) : 1;
+  size_t n2 = lt_size(K, 1), B = LT_KERNEL_ROW_BLOCK, blocks = (n1 + B - 1) / B;
+  layout lay = {lt_paramset_new(ctx), 0};
+  lt_kernel_spec spec;
+  int status = lay.params && lt_params(ctx, K, lay.params) == LT_OK &&
+                       lt_kernel_spec_of(ctx, K, &spec) == LT_OK
+                   ? LT_OK
+                   : LT_ERR;
+  for (size_t i = 0; status == LT_OK && i < lt_paramset_count(lay.params); i++) {
+    const lt_param *e = lt_paramset_at(lay.params, i);
+    if (!is_points(e->name)) lay.count += entry_size(e);
+  }
+  /* numbers: every block's sums (blocks × count); points: x1's, x2's */
+  size_t nbytes = (blocks * lay.count + 1) * sizeof(double);
+  size_t pcount = n1 * d + (x2 ? n2 * d : 0), pbytes = (pcount + 1) * sizeof(double);
+  double *numbers = status == LT_OK ? lt_malloc(ctx, nbytes) : NULL;
+  double *points = numbers ? lt_malloc(ctx, pbytes) : NULL;
+  if (points == NULL) status = LT_ERR;
+  size_t b0 = (size_t)p->block_first[p->rank], b1 = b0 + (size_t)p->block_count[p->rank];
+  if (status == LT_OK) {
+    memset(points, 0, pcount * sizeof(double));
+    double *gx1 = points, *gx2 = x2 ? points + n1 * d : points;
+    for (size_t b = b0; status == LT_OK && b < b1; b++) {
+      size_t i0 = b * B, rows = n1 - i0 < B ? n1 - i0 : B;
+      status = block_gradient(ctx, K, &spec, &lay, w, i0, rows, numbers + b * lay.count, gx1, gx2);
+    }
+  }
+  if (agree(ctx, p->comm, status, 0, "mpi_kernel gradient", "") == LT_OK) {
+    /* each rank's blocks to every rank (whole blocks of count numbers) */
+    MPI_Datatype block;
+    MPI_Type_contiguous((int)lay.count, MPI_DOUBLE, &block);
+    MPI_Type_commit(&block);
+    if (lay.count > 0)
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, numbers, p->block_count, p->block_first,
+                     block, p->comm);
+    MPI_Type_free(&block);
+    sum_everywhere(points, pcount, p->comm);
+  } else {
+    status = LT_ERR;
+  }
+  /* the hyperparameters: block sums in block order; then the points */
+  size_t at = 0;
+  for (size_t i = 0; status == LT_OK && i < lt_paramset_count(lay.params); i++) {
+    const lt_param *e = lt_paramset_at(lay.params, i);
+    if (is_points(e->name)) continue;
+    size_t m = entry_size(e);
+    lt_tensor *t = e->tensor ? lt_dense_new(ctx, lt_ndim(e->tensor), lt_shape(e->tensor)) : NULL;
+    for (size_t q = 0; q < m; q++) {
+      double sum = 0;
+      for (size_t b = 0; b < blocks; b++) sum += numbers[b * lay.count + at + q];
+      if (t) lt_dense_data(t)[q] = sum;
+      else if (!e->tensor) status = lt_paramset_add_number(ctx, grads, self, e->name, sum);
+    }
+    if (e->tensor) status = t ? lt_paramset_add_owned(ctx, grads, self, e->name, t) : LT_ERR;
+    at += m;
+  }
+  for (int side = 0; status == LT_OK && side < (x2 ? 2 : 1); side++) {
+    lt_tensor *x = side ? x2 : x1, *t = lt_dense_new(ctx, lt_ndim(x), lt_shape(x));
+    if (t) memcpy(lt_dense_data(t), points + (side ? n1 * d : 0), lt_numel(x) * sizeof(double));
+    status = t ? lt_paramset_add_owned(ctx, grads, self, side ? "x2" : "x1", t) : LT_ERR;
+  }
+  lt_free(ctx, numbers, numbers ? nbytes : 0);
+  lt_free(ctx, points, points ? pbytes : 0);
+  lt_paramset_free(ctx, lay.params);
+  return status;
+}
+
+/* The gradient of <W, K>: for W = L·Rᵀ (what inv_quad_logdet's estimate
+ * sends) split over the ranks; a dense W or a diagonal (small or O(n)
+ * work) by K on every rank alike, the ranks agreeing on the outcome. */
+static int mpi_kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
+                                 lt_paramset *grads) {
+  mpi_kernel *p = lt_payload(self);
+  if (w->L != NULL) return distributed_gradient(ctx, self, w, grads);
+  lt_tensor *K = lt_child(self, 0);
+  lt_paramset *own = lt_paramset_new(ctx);
+  int status = own && lt_bilinear_derivative(ctx, K, w, own) == LT_OK ? LT_OK : LT_ERR;
+  if (agree(ctx, p->comm, status, 0, "mpi_kernel gradient", "") == LT_OK)
+    status = rekey(ctx, own, K, self, grads);
+  else status = LT_ERR;
+  lt_paramset_free(ctx, own);
+  return status;
+}
+
+/* A distributed kernel with new parameters (keyed by self): K rebuilt with
+ * them, distributed alike (every rank rebuilds the same). */
+static lt_tensor *mpi_kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
+                                     const lt_paramset *values) {
+  const mpi_kernel *p = lt_payload(self);
+  lt_paramset *own = lt_paramset_new(ctx);
+  lt_tensor *K = own && rekey(ctx, values, self, children[0], own) == LT_OK
+                     ? lt_with_params(ctx, children[0], own)
+                     : NULL;
+  lt_tensor *t = K ? distribute(ctx, K, p->comm) : NULL;
+  lt_release(ctx, K);
+  lt_paramset_free(ctx, own);
+  return t;
+}
+
+static const lt_type mpi_kernel_type = {
+    .name = LT_MPI_KERNEL_TYPE,
+    .matmul = mpi_kernel_matmul,
+    .t_matmul = mpi_kernel_t_matmul,
+    .entry = mpi_kernel_entry,
+    .row = mpi_kernel_row,
+    .destroy = mpi_kernel_destroy,
+    .payload_bytes = mpi_kernel_payload_bytes,
+    .params = mpi_kernel_params,
+    .bilinear_derivative = mpi_kernel_derivative,
+    .rebuild = mpi_kernel_rebuild,
+};
 
 /* ----------------------------------------------------------------- rules */
 

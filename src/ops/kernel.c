@@ -329,6 +329,13 @@ int lt_kernel_matmul_rows(lt_context *ctx, lt_tensor *K, int transposed, size_t 
   return lt_kernel_product_rows(ctx, &e, r0, r1, lt_dense_data(X), k, out, lt_thread_count(ctx));
 }
 
+int lt_kernel_spec_of(lt_context *ctx, const lt_tensor *K, lt_kernel_spec *out) {
+  if (K == NULL || K->type_id != LT_TYPE_KERNEL)
+    return lt_error(ctx, "kernel spec: expected a kernel operator");
+  *out = ((const kernel_payload *)K->payload)->spec;
+  return LT_OK;
+}
+
 /* Entry (i, j) of the stored matrix. */
 static double stored_entry(const lt_tensor *self, size_t i, size_t j) {
   const kernel_payload *p = self->payload;

@@ -189,6 +189,14 @@ static void test_errors(void) {
             strstr(lt_last_error(ctx), "X must be a contiguous dense 200×k matrix"),
         "wrong X: %s", lt_last_error(ctx));
   lt_release(ctx, Xt);
+  /* lt_kernel_spec_of: the spec K was made with; an error for another type */
+  lt_kernel_spec got = {0};
+  CHECK(lt_kernel_spec_of(ctx, K, &got) == LT_OK && got.kind == LT_KERNEL_RBF &&
+            got.lengthscale == 1 && got.variance == 1 && got.derivative == LT_KERNEL_VALUE,
+        "spec of K: %s", lt_last_error(ctx));
+  CHECK(lt_kernel_spec_of(ctx, x, &got) == LT_ERR &&
+            strstr(lt_last_error(ctx), "kernel spec: expected a kernel operator"),
+        "spec of a dense tensor: %s", lt_last_error(ctx));
   lt_release(ctx, K);
   lt_release(ctx, x);
   lt_release(ctx, X);

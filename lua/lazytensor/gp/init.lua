@@ -93,7 +93,7 @@ local function options(what, opts, keys)
 end
 
 local EXACT_KEYS = {"x", "y", "kernel", "noise", "mean", "mean_value", "fixed", "structure",
-                    "trace_rank", "grid"}
+                    "trace_rank", "grid", "distributed"}
 
 -- σ² a positive finite number, or n positive finite per-point variances.
 local function check_noise(noise, n)
@@ -120,7 +120,10 @@ end
 -- per dimension), fixed = {noise = true,
 -- mean = true}, trace_rank (rank of the pivoted-Cholesky control variate in
 -- stochastic gradients, default 64, 0 for none; see inv_quad_logdet's
--- control_variate). Any other key is an error.
+-- control_variate), distributed (true: K's components are mpi.kernel
+-- operators whose products and gradients are spread over MPI ranks; needs
+-- lazytensor.mpi and the "kernel" structure, doc/mpi.md). Any other key is
+-- an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -146,6 +149,8 @@ function gp.exact(spec)
     grid = spec.grid, -- SKI's points per dimension (structure = "ski")
     fixed = {noise = fixed.noise and true or nil, mean = fixed.mean and true or nil},
     trace_rank = spec.trace_rank,
+    -- distributed = true: K's components are mpi.kernel operators (doc/mpi.md)
+    make_kernel = spec.distributed and require("lazytensor.mpi").kernel or nil,
   }, Model)
   if self.mean_kind ~= "constant" and self.mean_kind ~= "zero" then
     fail("mean must be 'constant' or 'zero', got %s", tostring(self.mean_kind))
@@ -206,7 +211,8 @@ function Model:covariance()
   local now = state(self, false)
   if not fresh(self.cov_state, now) then
     self.cov = structure.build(self.kernel, self.points,
-                               {structure = self.structure_choice, grid = self.grid})
+                               {structure = self.structure_choice, grid = self.grid,
+                                make_kernel = self.make_kernel})
     self.cov_state = now
   end
   return self.cov

@@ -473,12 +473,14 @@ local function component_points(points, comps)
   return out
 end
 
--- Σ of lt.kernel operators, one per component; also the list of them.
-local function kernel_sum(x1, x2, comps)
+-- Σ of lt.kernel operators (or of make's: mpi.kernel), one per component;
+-- also the list of them.
+local function kernel_sum(x1, x2, comps, make)
+  make = make or lt.kernel
   local K, parts = nil, {}
   for i, c in ipairs(comps) do
     local spec = c_spec(c)
-    parts[i] = x2 and lt.kernel(x1[i], x2[i], spec) or lt.kernel(x1[i], spec)
+    parts[i] = x2 and make(x1[i], x2[i], spec) or make(x1[i], spec)
     K = K and K + parts[i] or parts[i]
   end
   return K, parts
@@ -494,11 +496,14 @@ local function log_derivative(par)
   return e
 end
 
-local function build_kernel(kernel, points, comps)
+-- make: lt.kernel, or mpi.kernel (gp.exact's distributed = true) for K,
+-- whose products and gradients are the n×n work; cross- and test
+-- covariances stay lt.kernel.
+local function build_kernel(kernel, points, comps, make)
   local X = component_points(points, comps)
   local kinds = {}
   for i, c in ipairs(comps) do kinds[i] = c.kind end
-  local K, parts = kernel_sum(X, nil, comps)
+  local K, parts = kernel_sum(X, nil, comps, make)
   local cov = {
     kind = "kernel",
     explain = string.format("kernel: %d inputs (d = %d), neither regularly spaced nor a grid "
@@ -542,10 +547,19 @@ end
 --- Builds the covariance for `kernel` over `points` (an array of coordinate
 -- arrays). opts.structure forces "toeplitz", "kron", "kernel", "dense" (or
 -- "auto").
+-- opts.make_kernel (mpi.kernel: gp.exact's distributed = true) builds K
+-- with it and insists on the kernel structure.
 function structure.build(kernel, points, opts)
   opts = opts or {}
   kernel:check_inputs(#points[1])
   local want = opts.structure or "auto"
+  if opts.make_kernel then
+    if want ~= "auto" and want ~= "kernel" then
+      error("lazytensor: gp: distributed = true needs the kernel structure, got structure = '"
+            .. tostring(want) .. "'", 0)
+    end
+    want = "kernel"
+  end
   local want_grads = opts.gradients ~= false
   if want == "ski" then return require("lazytensor.gp.ski").build(kernel, points, opts) end
   if want == "auto" or want == "toeplitz" then
@@ -570,8 +584,8 @@ function structure.build(kernel, points, opts)
   if want == "auto" or want == "kernel" then
     local comps
     comps, why = c_components(kernel)
-    if comps then return build_kernel(kernel, points, comps) end
-    if want == "kernel" then
+    if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
+    if want == "kernel" or opts.make_kernel then
       error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic or "
             .. "rq kernels, got " .. why, 0)
     end
