@@ -19,8 +19,8 @@ describe("settings", function()
     local v = lt.settings.kernel_cache_bytes
     assert.is_true(v > 0 and v <= 2 ^ 30 and v % 1 == 0, tostring(v))
     local f = io.open("/proc/meminfo", "r")
-    if f then -- Linux: MemTotal is the physical memory
-      local kb = tonumber(f:read("a"):match("MemTotal:%s*(%d+)"))
+    if f then -- Linux: MemTotal is the physical memory ("*a": Lua 5.1 reads no "a")
+      local kb = tonumber(f:read("*a"):match("MemTotal:%s*(%d+)"))
       f:close()
       assert.is_true(math.abs(v - math.min(2 ^ 30, kb * 1024 / 4)) <= 4096 + 2 ^ 20, tostring(v))
     end
