@@ -7,13 +7,7 @@
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 local K = gp.kernels
-
-local function close(a, b, rel, what)
-  local scale = math.max(math.abs(a), math.abs(b), 1e-300)
-  assert(math.abs(a - b) <= rel * scale,
-         string.format("%s: %.15g vs %.15g (rel %.3g)", what or "value", a, b,
-                       math.abs(a - b) / scale))
-end
+local close = require("support.ref").close
 
 -- Deterministic scattered points in [0, scale]^d (an LCG, not lt's RNG).
 local function scattered(n, d, seed, scale)

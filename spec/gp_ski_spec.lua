@@ -6,6 +6,8 @@
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 local conformance = require "support.conformance"
+local ref = require "support.ref"
+local cholesky, chol_solve, close = ref.cholesky, ref.chol_solve, ref.close
 
 local unpack = table.unpack or unpack -- luacheck: ignore 143 (Lua 5.1's global)
 
@@ -99,41 +101,6 @@ local function transpose(A)
   return T
 end
 
-local function cholesky(A)
-  local n, L = #A, {}
-  for i = 1, n do
-    L[i] = {}
-    for j = 1, n do L[i][j] = 0 end
-  end
-  for j = 1, n do
-    local s = A[j][j]
-    for k = 1, j - 1 do s = s - L[j][k] ^ 2 end
-    assert(s > 0, "reference cholesky: not positive definite")
-    L[j][j] = math.sqrt(s)
-    for i = j + 1, n do
-      local t = A[i][j]
-      for k = 1, j - 1 do t = t - L[i][k] * L[j][k] end
-      L[i][j] = t / L[j][j]
-    end
-  end
-  return L
-end
-
-local function chol_solve(L, b)
-  local n, y, x = #L, {}, {}
-  for i = 1, n do
-    local s = b[i]
-    for k = 1, i - 1 do s = s - L[i][k] * y[k] end
-    y[i] = s / L[i][i]
-  end
-  for i = n, 1, -1 do
-    local s = y[i]
-    for k = i + 1, n do s = s - L[k][i] * x[k] end
-    x[i] = s / L[i][i]
-  end
-  return x
-end
-
 -- The interpolated covariance W·K_grid·Wᵀ between two point sets.
 local function ski_matrix(l, v, P1, P2, axes)
   local G = grid_points(axes)
@@ -160,13 +127,6 @@ local function ref_mll(vec, P, y, axes)
     ld = ld + 2 * math.log(L[i][i])
   end
   return -0.5 * (q + ld + #P * math.log(2 * math.pi)), L, a
-end
-
-local function close(a, b, rel, what)
-  local scale = math.max(math.abs(a), math.abs(b), 1e-300)
-  assert(math.abs(a - b) <= rel * scale,
-         string.format("%s: %.15g vs %.15g (rel %.3g)", what or "value", a, b,
-                       math.abs(a - b) / scale))
 end
 
 ------------------------------------------------------------- lt.interp --

@@ -3,46 +3,11 @@
 -- differences.
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
+local lua_ref = require "support.ref"
+local cholesky, chol_solve, close = lua_ref.cholesky, lua_ref.chol_solve, lua_ref.close
 local K = gp.kernels
 
 ---------------------------------------------------- plain-Lua reference --
-
-local function cholesky(A)
-  local n = #A
-  local L = {}
-  for i = 1, n do
-    L[i] = {}
-    for j = 1, n do L[i][j] = 0 end
-  end
-  for j = 1, n do
-    local s = A[j][j]
-    for k = 1, j - 1 do s = s - L[j][k] ^ 2 end
-    assert(s > 0, "reference cholesky: not positive definite")
-    L[j][j] = math.sqrt(s)
-    for i = j + 1, n do
-      local t = A[i][j]
-      for k = 1, j - 1 do t = t - L[i][k] * L[j][k] end
-      L[i][j] = t / L[j][j]
-    end
-  end
-  return L
-end
-
-local function chol_solve(L, b)
-  local n = #L
-  local y, x = {}, {}
-  for i = 1, n do
-    local s = b[i]
-    for k = 1, i - 1 do s = s - L[i][k] * y[k] end
-    y[i] = s / L[i][i]
-  end
-  for i = n, 1, -1 do
-    local s = y[i]
-    for k = i + 1, n do s = s - L[k][i] * x[k] end
-    x[i] = s / L[i][i]
-  end
-  return x
-end
 
 -- MLL and its gradient for (kernel, noise, constant mean) by loops.
 local function reference(kernel, points, y, noise, mean)
@@ -90,13 +55,6 @@ local function reference(kernel, points, y, noise, mean)
   for i = 1, n do asum = asum + alpha[i] end
   grad[m + 2] = asum
   return mll, grad, Ky, alpha, Kinv
-end
-
-local function close(a, b, rel, what)
-  local scale = math.max(math.abs(a), math.abs(b), 1e-300)
-  assert(math.abs(a - b) <= rel * scale,
-         string.format("%s: %.15g vs %.15g (rel %.3g)", what or "value", a, b,
-                       math.abs(a - b) / scale))
 end
 
 local function composite()

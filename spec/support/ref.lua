@@ -167,4 +167,50 @@ function ref.general(m, n)
   return a
 end
 
+-- The Cholesky factor L (lower, A = L·Lᵀ) of a symmetric positive definite
+-- matrix, by the textbook loops.
+function ref.cholesky(A)
+  local n, L = #A, {}
+  for i = 1, n do
+    L[i] = {}
+    for j = 1, n do L[i][j] = 0 end
+  end
+  for j = 1, n do
+    local s = A[j][j]
+    for k = 1, j - 1 do s = s - L[j][k] ^ 2 end
+    assert(s > 0, "reference cholesky: not positive definite")
+    L[j][j] = math.sqrt(s)
+    for i = j + 1, n do
+      local t = A[i][j]
+      for k = 1, j - 1 do t = t - L[i][k] * L[j][k] end
+      L[i][j] = t / L[j][j]
+    end
+  end
+  return L
+end
+
+-- x with L·Lᵀ·x = b (L from ref.cholesky, b a vector).
+function ref.chol_solve(L, b)
+  local n, y, x = #L, {}, {}
+  for i = 1, n do
+    local s = b[i]
+    for k = 1, i - 1 do s = s - L[i][k] * y[k] end
+    y[i] = s / L[i][i]
+  end
+  for i = n, 1, -1 do
+    local s = y[i]
+    for k = i + 1, n do s = s - L[k][i] * x[k] end
+    x[i] = s / L[i][i]
+  end
+  return x
+end
+
+-- Asserts a and b agree to rel (relative to the larger) plus abs_tol.
+function ref.close(a, b, rel, what, abs_tol)
+  local scale = math.max(math.abs(a), math.abs(b), 1e-300)
+  assert(math.abs(a - b) <= rel * scale + (abs_tol or 0),
+         string.format("%s: %.15g vs %.15g (rel %.3g)", what or "value", a, b,
+                       math.abs(a - b) / scale))
+end
+
 return ref
