@@ -380,7 +380,8 @@ static int dense_precond_parts(lt_context *ctx, lt_tensor *a, const rank_plan *p
   if (rc == LT_OK) {
     for (size_t i = 0; i < n; i++)
       if (tail[i] > 0.0 && tail[i] < s) s = tail[i];
-    double block = pivot_block_min_eig(ctx, n, r1, r, L1, tail);
+    /* no positive residual: not K + σ²I (indefinite, or all pivots) */
+    double block = s < INFINITY ? pivot_block_min_eig(ctx, n, r1, r, L1, tail) : NAN;
     if (block > 0.0 && block < s) s = block;
   }
   lt_linalg_free(ctx, L1, n * r1);
