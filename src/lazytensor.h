@@ -84,8 +84,15 @@ int lt_error(lt_context *ctx, const char *fmt, ...)
 #endif
     ;
 void lt_clear_error(lt_context *ctx);
-/* Bytes currently allocated through this context. */
+/* Bytes held through this context by live objects and its own state. */
 size_t lt_memory(const lt_context *ctx);
+/* lt_free keeps a few freed blocks of 64 kB and up (at most 64 MB in all)
+ * for the next request of the same size: repeated calls on one matrix size
+ * then reuse their memory instead of faulting in fresh pages. The kept
+ * blocks are not part of lt_memory; lt_spare_bytes counts them and
+ * lt_release_spare returns them to the allocator (lt_context_free does). */
+size_t lt_spare_bytes(const lt_context *ctx);
+void lt_release_spare(lt_context *ctx);
 
 /* Allocation through the context's allocator; failures set an error. */
 void *lt_malloc(lt_context *ctx, size_t size);
