@@ -421,7 +421,7 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true}
+                 rq = true, linear = true, polynomial = true}
 
 --- The base kernels of `kernel` when it is one C-supported base kernel or a
 -- (nested) sum of them, each over its active dimensions; nil and the reason
@@ -445,7 +445,8 @@ end
 
 local function c_spec(k)
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, alpha = k.values.alpha}
+          period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
+          degree = k.degree}
 end
 
 -- The points as an n×d tensor of the active dimensions `dims` (in that
@@ -586,8 +587,8 @@ function structure.build(kernel, points, opts)
     comps, why = c_components(kernel)
     if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
-      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic or "
-            .. "rq kernels, got " .. why, 0)
+      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic, "
+            .. "rq, linear or polynomial kernels, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
