@@ -107,8 +107,8 @@ function sgpr.constructor(h)
     kernel:check_inputs(d)
     local comps, why = structure.c_components(kernel)
     if not comps then
-      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, or a "
-             .. "sum of them), got %s", why)
+      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, linear, "
+             .. "polynomial, or a sum of them), got %s", why)
     end
     local y = h.to_vector(spec.y, n, "y")
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})

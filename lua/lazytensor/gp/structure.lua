@@ -12,7 +12,7 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic, rq; ARD
+--         computes in C (rbf, matern12/32/52, periodic, rq, linear, polynomial; ARD
 --         lengthscales too), each over its active dimensions, or a sum of
 --         such kernels, K is lt.kernel (a lt.add of them for a sum):
 --         entries on demand, products a row block at a time, O(n) memory
