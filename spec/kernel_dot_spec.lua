@@ -99,6 +99,11 @@ describe("kernel linear and polynomial", function()
     local P = lt.kernel(x, {kind = "polynomial", variance = 2, offset = 0.5, degree = 3})
     assert.equal(2 * (-1) ^ 3, P:get(1, 2)) -- −2
     assert.equal(2 * 5.5 ^ 3, P:get(1, 1)) -- 332.75
+    -- ∂K/∂log v is K itself, PSD
+    local Pv = lt.kernel(x, {kind = "polynomial", variance = 2, offset = 0.5, degree = 3,
+                             derivative = "variance"})
+    assert.same(P:dense():totable(), Pv:dense():totable())
+    assert.is_true(Pv:is_psd())
     -- defaults: degree 2, offset 1: (−1.5 + 1)² = 0.25
     assert.equal(0.25, lt.kernel(x, {kind = "polynomial"}):get(1, 2))
     -- the diagonal depends on the points (not stationary): 1 + 5, 1 + 1.25
