@@ -66,23 +66,27 @@ static void spec_lengthscale(lua_State *L, int idx, lt_kernel_spec *spec) {
   spec->lengthscale = 1.0;
 }
 
-/* The inner-product kinds' keys: no lengthscale; offset (linear: 0,
- * polynomial: 1) and, for polynomial, degree (a positive integer, 2). */
+/* An error when spec.key is given: a `kind` kernel does not take it. */
+static void refuse_key(lua_State *L, int idx, const char *key, const char *kind, const char *why) {
+  lua_getfield(L, idx, key);
+  int given = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (given) ltb_error(L, "kernel", "a %s kernel takes no spec.%s%s", kind, key, why);
+}
+
+/* The inner-product kinds' keys: no lengthscale; offset (default 0 for
+ * linear, 1 for polynomial) and, for polynomial, degree (default 2, an
+ * integer up to lt_kernel_new's bound, 64). Other kinds take neither. */
 static void spec_dot(lua_State *L, int idx, lt_kernel_spec *spec, const char *kind) {
-  int dot = spec->kind == LT_KERNEL_LINEAR || spec->kind == LT_KERNEL_POLYNOMIAL;
-  static const char *const own[] = {"lengthscale", "offset", "degree"};
-  for (int k = 0; k < 3; k++) {
-    lua_getfield(L, idx, own[k]);
-    int given = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    int allowed = k == 0 ? !dot : k == 1 ? dot : spec->kind == LT_KERNEL_POLYNOMIAL;
-    if (given && !allowed)
-      ltb_error(L, "kernel", "a %s kernel takes no spec.%s%s", kind, own[k],
-                k == 0 ? " (it is not stationary: scale the points instead)" : "");
-  }
+  int poly = spec->kind == LT_KERNEL_POLYNOMIAL, dot = poly || spec->kind == LT_KERNEL_LINEAR;
+  if (dot)
+    refuse_key(L, idx, "lengthscale", kind, " (it is not stationary: scale the points instead)");
+  else refuse_key(L, idx, "offset", kind, "");
+  if (!poly) refuse_key(L, idx, "degree", kind, "");
   if (!dot) return;
-  spec->offset = spec_number(L, idx, "offset", 0, spec->kind == LT_KERNEL_POLYNOMIAL ? 1.0 : 0.0);
-  if (spec->kind != LT_KERNEL_POLYNOMIAL) return;
+  spec->lengthscale = 1.0; /* unused */
+  spec->offset = spec_number(L, idx, "offset", 0, poly ? 1.0 : 0.0);
+  if (!poly) return;
   double p = spec_number(L, idx, "degree", 0, 2.0);
   if (!(p >= 1 && p <= 64 && p == (double)(int)p))
     ltb_error(L, "kernel", "spec.degree must be an integer from 1 to 64, got %g", p);
@@ -114,8 +118,8 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;
   spec_dot(L, idx, spec, kinds[i].name);
-  if (spec->kind == LT_KERNEL_LINEAR || spec->kind == LT_KERNEL_POLYNOMIAL) spec->lengthscale = 1.0;
-  else spec_lengthscale(L, idx, spec);
+  if (spec->kind != LT_KERNEL_LINEAR && spec->kind != LT_KERNEL_POLYNOMIAL)
+    spec_lengthscale(L, idx, spec);
   spec->variance = spec_number(L, idx, "variance", 0, 1.0);
   spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
   spec->alpha = spec_number(L, idx, "alpha", 0, 1.0);
