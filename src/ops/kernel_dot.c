@@ -10,8 +10,9 @@
  * the prepared points are x itself (kernel_eval.c neither centres nor
  * scales them for these kinds), a tile is a tile of inner products (dgemm
  * in many dimensions, else coordinate loops along rows), then mapped to
- * entries. There is no lengthscale: scaling x by 1/l only rescales v and c
- * (linear) or mixes them (polynomial), so ARD is refused.
+ * entries. There is no lengthscale: x/l gives v/l^(2p)·(xᵀy + c·l²)^p, the
+ * same kernel with other v and c; one per dimension (ARD) would weight the
+ * inner product, which is not offered (the caller scales the points).
  *
  * A linear K(x1, x2) = v·X1·X2ᵀ + v·c·1·1ᵀ has rank at most d + 1: its
  * product with an n2×k X is v·X1·(X2ᵀ·X) + v·c·1·(1ᵀ·X), O((n1 + n2)·d·k),
