@@ -12,7 +12,7 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic, rq; ARD
+--         computes in C (rbf, matern12/32/52, periodic, rq, linear, polynomial; ARD
 --         lengthscales too), each over its active dimensions, or a sum of
 --         such kernels, K is lt.kernel (a lt.add of them for a sum):
 --         entries on demand, products a row block at a time, O(n) memory
@@ -421,7 +421,7 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true}
+                 rq = true, linear = true, polynomial = true}
 
 --- The base kernels of `kernel` when it is one C-supported base kernel or a
 -- (nested) sum of them, each over its active dimensions; nil and the reason
@@ -445,7 +445,8 @@ end
 
 local function c_spec(k)
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, alpha = k.values.alpha}
+          period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
+          degree = k.degree}
 end
 
 -- The points as an n×d tensor of the active dimensions `dims` (in that
@@ -586,8 +587,8 @@ function structure.build(kernel, points, opts)
     comps, why = c_components(kernel)
     if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
-      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic or "
-            .. "rq kernels, got " .. why, 0)
+      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic, "
+            .. "rq, linear or polynomial kernels, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
