@@ -94,9 +94,12 @@ static void hadamard_props(const lt_tensor *h, unsigned char *props) {
 }
 
 /* Gradients: <W, A∘B> = <W∘B, A> = <W∘A, B>. For W = L·Rᵀ and a low-rank
- * partner U·Vᵀ, W∘(U·Vᵀ) = Σ_kj (L_k∘U_j)(R_k∘V_j)ᵀ stays low-rank;
- * otherwise the weights go dense (W∘B from B's entries). A diagonal W needs
- * only the partner's diagonal. */
+ * partner U·Vᵀ, W∘(U·Vᵀ) = Σ_kj (L_k∘U_j)(R_k∘V_j)ᵀ stays low-rank; any
+ * other partner becomes the weights' mask, (L·Rᵀ)∘B (a mask already there:
+ * (L·Rᵀ)∘(M∘B), a lazy Hadamard again), which a kernel reads a row block at
+ * a time — nothing n×n on the iterative path; a type that cannot take a
+ * mask gets the weights dense from the core. A dense W is multiplied by
+ * the partner's entries; a diagonal W needs only the partner's diagonal. */
 static lt_tensor *columns_product(lt_context *ctx, lt_tensor *a, lt_tensor *f) {
   size_t n = a->shape[0], ka = a->shape[1], kf = f->shape[1];
   lt_tensor *out = lt_dense_matrix(ctx, n, ka * kf);
@@ -109,17 +112,24 @@ static lt_tensor *columns_product(lt_context *ctx, lt_tensor *a, lt_tensor *f) {
   return out;
 }
 
-/* The weights W∘partner for the other child, as a new cotangent; *out
- * all NULL (and LT_OK) when W must go dense first. */
+static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
+
+/* The weights W∘partner for the other child, as a new cotangent. */
 static int weights_times(lt_context *ctx, const lt_cotangent *w, lt_tensor *partner,
                          lt_cotangent *out) {
   memset(out, 0, sizeof *out);
   switch (ltg_kind_of(w)) {
     case LTG_LOWRANK: {
-      if (partner->type_id != LT_TYPE_LOWRANK) return LT_OK;
+      if (partner->type_id != LT_TYPE_LOWRANK) {
+        out->M = w->M ? hadamard_new(ctx, w->M, partner) : lt_retain(partner);
+        out->L = out->M ? lt_retain(w->L) : NULL;
+        out->R = out->M ? lt_retain(w->R) : NULL;
+        break;
+      }
       lt_tensor *u = partner->children[0], *v = partner->children[partner->nchildren - 1];
       out->L = columns_product(ctx, w->L, u);
       out->R = out->L ? columns_product(ctx, w->R, v) : NULL;
+      out->M = w->M ? lt_retain(w->M) : NULL;
       break;
     }
     case LTG_DENSE: {
@@ -134,7 +144,7 @@ static int weights_times(lt_context *ctx, const lt_cotangent *w, lt_tensor *part
       lt_release(ctx, d);
     }
   }
-  if (out->L || out->W || out->d) return LT_OK;
+  if ((out->L && out->R) || out->W || out->d) return LT_OK;
   ltg_release(ctx, out);
   return LT_ERR;
 }
@@ -147,17 +157,12 @@ static int hadamard_derivative(lt_context *ctx, lt_tensor *self, const lt_cotang
     ltg_release(ctx, &wa);
     return LT_ERR;
   }
-  int rc = LT_NOT_IMPLEMENTED;
-  if ((wa.L || wa.W || wa.d) && (wb.L || wb.W || wb.d)) {
-    rc = lt_bilinear_derivative(ctx, self->children[0], &wa, grads);
-    if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[1], &wb, grads);
-  }
+  int rc = lt_bilinear_derivative(ctx, self->children[0], &wa, grads);
+  if (rc == LT_OK) rc = lt_bilinear_derivative(ctx, self->children[1], &wb, grads);
   ltg_release(ctx, &wa);
   ltg_release(ctx, &wb);
   return rc;
 }
-
-static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b);
 
 static lt_tensor *hadamard_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
                                    const lt_paramset *values) {
@@ -174,6 +179,7 @@ const lt_type lt_hadamard_type = {
     .derive_props = hadamard_props,
     .bilinear_derivative = hadamard_derivative,
     .rebuild = hadamard_rebuild,
+    .masked_weights = 1,
 };
 
 static lt_tensor *hadamard_new(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
