@@ -360,6 +360,19 @@ static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t rows, size_t j0,
+                            size_t cols, double *out, size_t ld) {
+  kernel_payload *p = K->payload;
+  if (ensure_prepared(ctx, K) != LT_OK) return LT_ERR;
+  lt_keval e = evaluator(p, 0);
+  size_t work_count = lt_kernel_tile_work(&e, rows, cols);
+  double *work = NULL;
+  if (work_count && (work = lt_linalg_alloc(ctx, "kernel", work_count)) == NULL) return LT_ERR;
+  lt_kernel_tile(&e, i0, rows, j0, cols, out, ld, work);
+  lt_linalg_free(ctx, work, work_count);
+  return LT_OK;
+}
+
 static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
   kernel_payload *p = self->payload;
   if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
