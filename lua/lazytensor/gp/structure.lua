@@ -18,7 +18,7 @@
 --         sum, lt.mul (the lazy Hadamard product) for a product, and
 --         kernels.scale's factor folded into the base kernels' variances
 --         (see "kernel (C, lazy)" below). Entries on demand, products a row
---         block (a Hadamard product: a row) at a time, O(n) memory beyond
+--         block (a Hadamard product: a tile) at a time, O(n) memory beyond
 --         the n×d inputs, so the iterative path scales to n in the tens of
 --         thousands;
 --       - "dense": anything else (a scale factor on its own: a constant
@@ -675,7 +675,7 @@ local function build_kernel(kernel, points, plan, make)
                             .. "O(n) memory), its gradients by one pass over the entries",
                             #points, #points[1], plan_text(plan),
                             products and " (products of kernels as lazy Hadamard products, "
-                                         .. "lt.mul, row by row)" or ""),
+                                         .. "lt.mul, a tile at a time)" or ""),
     K = K, -- PSD: sums and Hadamard products (Schur) of PSD kernel operators
   }
   local links = plan_links(kernel, plan, parts)
@@ -694,7 +694,7 @@ local function build_kernel(kernel, points, plan, make)
   end
   function cov.noise_explain(per_point)
     return (per_point and "per-point noise: Ky = K + diag(σ²ᵢ)" or "noise σ²: Ky = K + σ²I")
-           .. ", a lazy sum: " .. lazy_sum_paths(products and "K's row-by-row products"
+           .. ", a lazy sum: " .. lazy_sum_paths(products and "K's tiled products"
                                                  or "lt.kernel's row-block products")
   end
   return cov
