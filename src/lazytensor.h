@@ -859,7 +859,8 @@ int lt_paramset_add_owned(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, cons
  *      low-rank part, which is then (L·Rᵀ) ∘ M (element-wise) — what a
  *      Hadamard product A∘B passes to A (M = B) without forming m×n. Only
  *      types with masked_weights set receive it; the core hands the others
- *      the part as a dense W. NULL: no mask. */
+ *      the part as a dense W. NULL: no mask (initialise a cotangent with
+ *      {0} or designated initialisers, so that fields added later are NULL). */
 struct lt_cotangent {
   lt_tensor *W;
   lt_tensor *L, *R;
