@@ -1,7 +1,8 @@
 /*
  * bind_kernel.c — lt.kernel(x1 [, x2], spec) (spec.derivative =
  * "lengthscale" | "variance" | "period" gives ∂K/∂log θ; spec.lengthscale
- * a list or 1-d tensor: ARD, one per dimension): the spec table is more
+ * a list or 1-d tensor: ARD, one per dimension; linear and polynomial take
+ * offset and degree instead of a lengthscale): the spec table is more
  * than a constructor's parameters (bind_types.c) can say.
  */
 #include <string.h>
@@ -13,7 +14,8 @@ static const struct {
   lt_kernel_kind kind;
 } kinds[] = {{"rbf", LT_KERNEL_RBF},           {"matern12", LT_KERNEL_MATERN12},
              {"matern32", LT_KERNEL_MATERN32}, {"matern52", LT_KERNEL_MATERN52},
-             {"periodic", LT_KERNEL_PERIODIC}, {"rq", LT_KERNEL_RQ}};
+             {"periodic", LT_KERNEL_PERIODIC}, {"rq", LT_KERNEL_RQ},
+             {"linear", LT_KERNEL_LINEAR},     {"polynomial", LT_KERNEL_POLYNOMIAL}};
 
 /* spec.derivative: ∂K/∂log θ instead of K. */
 static const struct {
@@ -64,18 +66,45 @@ static void spec_lengthscale(lua_State *L, int idx, lt_kernel_spec *spec) {
   spec->lengthscale = 1.0;
 }
 
+/* An error when spec.key is given: a `kind` kernel does not take it. */
+static void refuse_key(lua_State *L, int idx, const char *key, const char *kind, const char *why) {
+  lua_getfield(L, idx, key);
+  int given = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (given) ltb_error(L, "kernel", "a %s kernel takes no spec.%s%s", kind, key, why);
+}
+
+/* The inner-product kinds' keys: no lengthscale; offset (default 0 for
+ * linear, 1 for polynomial) and, for polynomial, degree (default 2, an
+ * integer up to lt_kernel_new's bound, 64). Other kinds take neither. */
+static void spec_dot(lua_State *L, int idx, lt_kernel_spec *spec, const char *kind) {
+  int poly = spec->kind == LT_KERNEL_POLYNOMIAL, dot = poly || spec->kind == LT_KERNEL_LINEAR;
+  if (dot)
+    refuse_key(L, idx, "lengthscale", kind, " (it is not stationary: scale the points instead)");
+  else refuse_key(L, idx, "offset", kind, "");
+  if (!poly) refuse_key(L, idx, "degree", kind, "");
+  if (!dot) return;
+  spec->lengthscale = 1.0; /* unused */
+  spec->offset = spec_number(L, idx, "offset", 0, poly ? 1.0 : 0.0);
+  if (!poly) return;
+  double p = spec_number(L, idx, "degree", 0, 2.0);
+  if (!(p >= 1 && p <= 64 && p == (double)(int)p))
+    ltb_error(L, "kernel", "spec.degree must be an integer from 1 to 64, got %g", p);
+  spec->degree = (int)p;
+}
+
 static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
-  static const char *const keys[] = {"kind",  "lengthscale", "variance", "period",
-                                     "alpha", "derivative",  NULL};
+  static const char *const keys[] = {"kind",       "lengthscale", "variance", "period", "alpha",
+                                     "derivative", "offset",      "degree",   NULL};
   ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
     ltb_error(L, "kernel",
               "spec.kind must be a string (rbf, matern12, matern32, matern52, "
-              "periodic or rq), got %s",
+              "periodic, rq, linear or polynomial), got %s",
               luaL_typename(L, -1));
   const char *kind = lua_tostring(L, -1);
   size_t i = 0, n = sizeof kinds / sizeof kinds[0];
@@ -83,12 +112,14 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (i == n)
     ltb_error(L, "kernel",
               "unknown kind '%s' (expected rbf, matern12, matern32, matern52, "
-              "periodic or rq)",
+              "periodic, rq, linear or polynomial)",
               kind);
   lua_pop(L, 1);
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;
-  spec_lengthscale(L, idx, spec);
+  spec_dot(L, idx, spec, kinds[i].name);
+  if (spec->kind != LT_KERNEL_LINEAR && spec->kind != LT_KERNEL_POLYNOMIAL)
+    spec_lengthscale(L, idx, spec);
   spec->variance = spec_number(L, idx, "variance", 0, 1.0);
   spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
   spec->alpha = spec_number(L, idx, "alpha", 0, 1.0);

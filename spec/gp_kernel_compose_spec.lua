@@ -17,6 +17,11 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143 (Lua 5.1's global)
 -- Base kernels by API.md's formulas: p = {l (number or one per dim), v,
 -- period, alpha, dims}.
 local function base_value(kind, p, x, y)
+  if kind == "linear" or kind == "polynomial" then
+    local t = p.c
+    for _, d in ipairs(p.dims) do t = t + x[d] * y[d] end
+    return p.v * t ^ (p.degree or 1)
+  end
   if kind == "periodic" then
     local s = 0
     for _, d in ipairs(p.dims) do s = s + math.sin(math.pi * math.abs(x[d] - y[d]) / p.period) ^ 2 end
@@ -180,6 +185,15 @@ local function cases()
         {"scale", 0.5, {"rq", {l = 0.9, alpha = 2.1, v = 1, dims = {1}}}}}},
       {"scale", 0.3, {"product", {"matern12", {l = 2.2, v = 1, dims = {2}}},
                       {"rbf", {l = {1.6, 0.9}, v = 1, dims = {1, 2}}}}}}, "sum"},
+    {"inner-product kinds in products: s·(rbf * linear) + polynomial * matern32", 2,
+     K.scale(K.rbf{lengthscale = 1.1, dims = {1}} * K.linear{variance = 0.4, offset = 0.5,
+                                                             dims = {2}}, 1.3)
+       + K.polynomial{degree = 2, variance = 0.2, offset = 1.5}
+         * K.matern32{lengthscale = 2, dims = {1}},
+     {"sum", {"scale", 1.3, {"product", {"rbf", {l = 1.1, v = 1, dims = {1}}},
+                             {"linear", {v = 0.4, c = 0.5, dims = {2}}}}},
+      {"product", {"polynomial", {v = 0.2, c = 1.5, degree = 2, dims = {1, 2}}},
+       {"matern32", {l = 2, v = 1, dims = {1}}}}}, "sum"},
     {"scale of a scale of a product of three", 2,
      K.scale(K.scale(K.matern52{lengthscale = 0.9, dims = {1}} * K.rbf{lengthscale = 1.2, dims = {2}}
                      * K.matern12{lengthscale = 3}, 2), 0.6),

@@ -173,6 +173,14 @@ conformance.check("gradients: matern32(x, x') ∘ rbf(z, z'), 6×4 cross kernels
   function() return A6 end, function() return hadamard(rows(Ar), rows(Br)) end,
   {leaves = {Ar, Br}})
 
+-- 6. an inner-product kernel under a Hadamard product: kernel_dot.c's
+-- gradient takes unmasked weights, so the core gives it the masked
+-- low-rank part dense
+local Lk = lt.kernel(z6, {kind = "linear", variance = 0.8, offset = 0.3})
+local A7 = lt.mul(Lk, Ak)
+conformance.check("gradients: linear ∘ rbf, lt.kernel leaves", function() return A7 end,
+  function() return hadamard(rows(Lk), rows(Ak)) end, {leaves = {Lk, Ak}})
+
 -- ------------------------------------------------------------------ specs
 
 describe("gradients", function()

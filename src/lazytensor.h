@@ -84,8 +84,15 @@ int lt_error(lt_context *ctx, const char *fmt, ...)
 #endif
     ;
 void lt_clear_error(lt_context *ctx);
-/* Bytes currently allocated through this context. */
+/* Bytes held through this context by live objects and its own state. */
 size_t lt_memory(const lt_context *ctx);
+/* lt_free keeps a few freed blocks of 64 kB and up (at most 64 MB in all)
+ * for the next request of the same size: repeated calls on one matrix size
+ * then reuse their memory instead of faulting in fresh pages. The kept
+ * blocks are not part of lt_memory; lt_spare_bytes counts them and
+ * lt_release_spare returns them to the allocator (lt_context_free does). */
+size_t lt_spare_bytes(const lt_context *ctx);
+void lt_release_spare(lt_context *ctx);
 
 /* Allocation through the context's allocator; failures set an error. */
 void *lt_malloc(lt_context *ctx, size_t size);
@@ -670,7 +677,11 @@ typedef enum {
   LT_KERNEL_MATERN32,
   LT_KERNEL_MATERN52,
   LT_KERNEL_PERIODIC,
-  LT_KERNEL_RQ /* rational quadratic: v·(1 + r²/(2αl²))^(−α) */
+  LT_KERNEL_RQ, /* rational quadratic: v·(1 + r²/(2αl²))^(−α) */
+  /* inner-product kinds (not stationary, no lengthscale): v·(xᵀy + c) and
+   * v·(xᵀy + c)^p with c = offset ≥ 0, p = degree ≥ 1 */
+  LT_KERNEL_LINEAR,
+  LT_KERNEL_POLYNOMIAL
 } lt_kernel_kind;
 /* What the operator's entries are: the kernel itself, or its derivative with
  * respect to the log of one hyperparameter (θ·∂k/∂θ). */
@@ -690,13 +701,19 @@ typedef struct lt_kernel_spec {
    * kinds and rq only, with derivative LT_KERNEL_VALUE or D_VARIANCE. */
   const double *lengthscales;
   size_t n_lengthscales;
+  /* linear and polynomial: the offset c ≥ 0 and (polynomial) the degree
+   * p ≥ 1, a fixed setting; lengthscale is ignored, ARD refused, and the
+   * only derivative is LT_KERNEL_D_VARIANCE */
+  double offset;
+  int degree;
 } lt_kernel_spec;
 /* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale
  * (or the ARD lengthscales), variance (period for periodic, alpha for rq)
  * > 0. Entries are never stored. spec->derivative other than
  * LT_KERNEL_VALUE gives ∂K/∂log θ instead (LT_KERNEL_D_PERIOD only for
  * periodic kernels, D_LENGTHSCALE not for rq or ARD): symmetric when x2 is
- * NULL, PSD only for the variance derivative (which equals K). */
+ * NULL, PSD only for the variance derivative (which equals K). A linear
+ * kernel's products use its low rank (O((n1 + n2)·d·k) for k columns). */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 /* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's
@@ -871,7 +888,8 @@ struct lt_cotangent {
 /* a's own parameters into out (keyed by a): dense {values}, diag {diag},
  * identity, scaled, constant, kron_plus_identity {scale}, lowrank {U, V},
  * toeplitz {column, row}, triangular, chol {L}, kernel {lengthscale (a
- * number, or a d-vector with ARD), variance, period, alpha, x1, x2};
+ * number, or a d-vector with ARD), variance, period, alpha, x1, x2; linear
+ * and polynomial: variance, offset, x1, x2};
  * composites none. Values are copies. */
 int lt_params(lt_context *ctx, lt_tensor *a, lt_paramset *out);
 /* Adds the gradient of <W, a> = tr(Wᵀ·a) with respect to every parameter of

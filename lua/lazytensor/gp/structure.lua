@@ -12,8 +12,9 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when every base kernel in the tree is of a kind
---         lt.kernel computes in C (rbf, matern12/32/52, periodic, rq; ARD
---         lengthscales too; each over its active dimensions), K is the
+--         lt.kernel computes in C (rbf, matern12/32/52, periodic, rq,
+--         linear, polynomial; ARD lengthscales too; each over its active
+--         dimensions), K is the
 --         tree as C operators: lt.kernel for a base kernel, lt.add for a
 --         sum, lt.mul (the lazy Hadamard product) for a product, and
 --         kernels.scale's factor folded into the base kernels' variances
@@ -425,11 +426,12 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true}
+                 rq = true, linear = true, polynomial = true}
 
 local function c_spec(k)
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, alpha = k.values.alpha}
+          period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
+          degree = k.degree}
 end
 
 -- A kernel tree as C operators: a plan {root = node, leaves = {...}} with
