@@ -104,6 +104,10 @@ char *lt_strdup(lt_context *ctx, const char *s);
 int lt_mul_size(lt_context *ctx, const char *op, size_t a, size_t b, size_t *out);
 
 /* Settings ---------------------------------------------------------- */
+/* preconditioner_size's default: the rank adapts to the kernel's spectrum
+ * (doc/iterative.md, "The preconditioner's rank"). */
+#define LT_PRECOND_AUTO (-1)
+
 typedef struct lt_settings {
   size_t max_cholesky_size;        /* exact methods up to this size (800) */
   double cg_tolerance;             /* relative residual for CG (1e-6) */
@@ -113,7 +117,8 @@ typedef struct lt_settings {
   double cholesky_jitter;          /* first jitter tried, relative (1e-8); at most
                                       LT_CHOLESKY_MAX_JITTER */
   int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
-  int preconditioner_size;         /* pivoted Cholesky rank (15) */
+  int preconditioner_size;         /* pivoted Cholesky rank; LT_PRECOND_AUTO
+                                      (the default): adapted to the spectrum */
   int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
   int max_root_decomposition_size; /* Lanczos root rank (100) */
   /* Called by iterative methods with their progress; NULL for none. */
@@ -519,10 +524,12 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged;    /* 1 or 0 */
-  double jitter;    /* cholesky: what was added to the diagonal (0 when none) */
-  double std_error; /* stochastic estimates (SLQ logdet): standard error of
-                       the mean over probes; 0 for deterministic results */
+  int converged;           /* 1 or 0 */
+  double jitter;           /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error;        /* stochastic estimates (SLQ logdet): standard error of
+                              the mean over probes; 0 for deterministic results */
+  int preconditioner_rank; /* CG / SLQ with a pivoted-Cholesky preconditioner:
+                              its rank (0: none) */
 } lt_info;
 
 typedef struct lt_args {
