@@ -291,6 +291,10 @@ typedef struct lt_type {
   /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
    * types made only by rules, or with a hand-written binding, have none. */
   const lt_constructor *constructor;
+  /* Nonzero when bilinear_derivative takes a low-rank part with a mask M
+   * ((L·Rᵀ) ∘ M, see lt_cotangent) as it comes, reading M's rows on
+   * demand; otherwise the core gives the type that part as a dense W. */
+  int masked_weights;
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -874,11 +878,18 @@ int lt_paramset_add_owned(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, cons
  * of whichever parts are set, W + L·Rᵀ + diag(d):
  *   W  dense m×n;
  *   L, R  dense m×k and n×k (1-d: k = 1), both or neither;
- *   d  dense 1-d of min(m, n) entries. */
+ *   d  dense 1-d of min(m, n) entries;
+ *   M  with L and R only: an operator of the weights' shape masking the
+ *      low-rank part, which is then (L·Rᵀ) ∘ M (element-wise) — what a
+ *      Hadamard product A∘B passes to A (M = B) without forming m×n. Only
+ *      types with masked_weights set receive it; the core hands the others
+ *      the part as a dense W. NULL: no mask (initialise a cotangent with
+ *      {0} or designated initialisers, so that fields added later are NULL). */
 struct lt_cotangent {
   lt_tensor *W;
   lt_tensor *L, *R;
   lt_tensor *d;
+  lt_tensor *M;
 };
 
 /* a's own parameters into out (keyed by a): dense {values}, diag {diag},
