@@ -225,6 +225,7 @@ static lt_tensor *solution(lt_context *ctx, const block_cg *s, const lt_batch_pl
 static int block_solve(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *a = args->a, *b = args->b;
+  if (a->ndim < 2) return LT_NOT_IMPLEMENTED; /* not a batch of matrices: the checks say so */
   size_t n = a->shape[a->ndim - 1];
   if (b == NULL || b->storage == NULL || a->shape[a->ndim - 2] != n ||
       n <= ctx->settings.max_cholesky_size || lt_inputs_finite(a) != LT_YES ||

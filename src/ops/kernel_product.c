@@ -320,7 +320,8 @@ static void fill_block(void *ud, size_t b, int worker) {
   size_t i0 = b * BLOCK_ROWS, r = min_size(BLOCK_ROWS, j->na - i0);
   size_t first = j->upper ? i0 : 0, ld = j->nb - first;
   double *dst = j->upper ? j->out + slab_offset(b, j->nb) : j->out + i0 * j->nb;
-  double *work = j->work + (size_t)worker * j->work_stride;
+  /* no scratch (NULL) unless the kind needs some: NULL + 0 is undefined */
+  double *work = j->work ? j->work + (size_t)worker * j->work_stride : NULL;
   for (size_t c0 = first; c0 < j->nb; c0 += TILE_COLS)
     lt_kernel_tile(j->e, i0, r, c0, min_size(TILE_COLS, j->nb - c0), dst + (c0 - first), ld, work);
 }
