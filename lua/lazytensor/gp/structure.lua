@@ -12,8 +12,9 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic, rq; ARD
---         lengthscales too), each over its active dimensions, or a sum of
+--         computes in C (rbf, matern12/32/52, periodic, rq, cosine,
+--         spectral_mixture; ARD lengthscales too), each over its active
+--         dimensions, or a sum of
 --         such kernels, K is lt.kernel (a lt.add of them for a sum):
 --         entries on demand, products a row block at a time, O(n) memory
 --         beyond the n×d inputs, so the iterative path scales to n in the
@@ -421,7 +422,7 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true}
+                 rq = true, cosine = true, spectral_mixture = true}
 
 --- The base kernels of `kernel` when it is one C-supported base kernel or a
 -- (nested) sum of them, each over its active dimensions; nil and the reason
@@ -444,8 +445,10 @@ local function c_components(kernel, out)
 end
 
 local function c_spec(k)
+  local w = k.values.weights -- the spectral mixture's
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, alpha = k.values.alpha}
+          period = k.values.period, alpha = k.values.alpha, num_mixtures = w and #w, weights = w,
+          means = k.values.means, scales = k.values.scales}
 end
 
 -- The points as an n×d tensor of the active dimensions `dims` (in that
@@ -487,10 +490,19 @@ local function kernel_sum(x1, x2, comps, make)
 end
 
 -- ∂θ/∂log θ for a parameter of lt.kernel: θ, or with ARD a d-vector with
--- l_q at q (the C gradient of lengthscale is then a d-vector).
+-- l_q at q (the C gradient of lengthscale is then a d-vector); an entry of
+-- a matrix (the spectral mixture's means, scales): a matrix with θ there.
 local function log_derivative(par)
   local v = par.kernel.values[par.name]
   if not par.index then return v end
+  if par.col then
+    local rows = {}
+    for i, row in ipairs(v) do
+      rows[i] = {}
+      for j = 1, #row do rows[i][j] = (i == par.index and j == par.col) and row[j] or 0 end
+    end
+    return lt.tensor(rows)
+  end
   local e = lt.zeros(#v)
   e[par.index] = v[par.index]
   return e
@@ -586,8 +598,8 @@ function structure.build(kernel, points, opts)
     comps, why = c_components(kernel)
     if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
-      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic or "
-            .. "rq kernels, got " .. why, 0)
+      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic, "
+            .. "rq, cosine or spectral_mixture kernels, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
