@@ -123,9 +123,9 @@ static size_t check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
-  static const char *const keys[] = {"kind",         "lengthscale", "variance", "period",
-                                     "alpha",        "derivative",  "weights",  "means",
-                                     "num_mixtures", "scales",      NULL};
+  static const char *const keys[] = {"kind",       "lengthscale",  "variance", "period", "alpha",
+                                     "derivative", "num_mixtures", "weights",  "means",  "scales",
+                                     NULL};
   ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
