@@ -104,7 +104,8 @@ static size_t spec_mixture(lua_State *L, int idx, lt_kernel_spec *spec) {
   }
   lua_getfield(L, idx, "num_mixtures");
   lua_Number q = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || !(q >= 1) || q != (lua_Number)(size_t)q)
+  /* below 2^31 before the cast (a larger double has no size_t to become) */
+  if (lua_type(L, -1) != LUA_TNUMBER || !(q >= 1) || q > 2147483647.0 || q != (lua_Number)(size_t)q)
     ltb_error(L, "kernel", "spec.num_mixtures must be a positive integer, got %s",
               lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
   lua_pop(L, 1);

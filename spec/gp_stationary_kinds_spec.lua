@@ -162,6 +162,30 @@ describe("gp kernels: periodic ARD, cosine, spectral mixture", function()
     end)
   end
 
+  it("gp.sgpr with them: the gradient (inducing points too) matches central differences",
+     function()
+    -- the inducing points' gradient is lt.kernel's x1 / x2 gradient
+    local P = scattered(30, 2, 17, 3)
+    local y = targets(P)
+    local p = sm_p(2)
+    local mdl = gp.sgpr{x = P, y = y, inducing = 5, noise = 0.2, jitter = 1e-6,
+                        kernel = make("spectral_mixture", p) + make("periodic", periodic_p())}
+    local v0 = mdl:get_vector()
+    local _, grad = mdl:mll_and_grad()
+    assert.equal(#v0, #grad)
+    for i = 1, #v0 do
+      local h = 1e-5
+      local vp, vm = {unpack(v0)}, {unpack(v0)}
+      vp[i], vm[i] = v0[i] + h, v0[i] - h
+      mdl:set_vector(vp)
+      local fp = mdl:mll()
+      mdl:set_vector(vm)
+      local fm = mdl:mll()
+      mdl:set_vector(v0)
+      close(grad[i], (fp - fm) / (2 * h), 1e-6, "sgpr gradient " .. i, 1e-7)
+    end
+  end)
+
   it("counts, reads, writes and prints matrix-shaped hyperparameters", function()
     local k = make("spectral_mixture", sm_p(2))
     -- weights (2) + means (2×2) + scales (2×2)

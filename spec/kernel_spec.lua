@@ -481,6 +481,8 @@ describe("kernel", function()
         return m
       end
       fails("spec.num_mixtures must be a positive integer, got 1.5", x, sm{num_mixtures = 1.5})
+      fails("spec.num_mixtures must be a positive integer, got 1e%+?30", x,
+            sm{num_mixtures = 1e30})
       fails("spec.num_mixtures must be a positive integer, got boolean", x, sm{num_mixtures = false})
       fails("spec.weights must have 2 rows", x, sm{weights = {1, 2, 3}})
       fails("spec.weights must be a list of numbers, got string", x, sm{weights = "1"})
