@@ -1,8 +1,9 @@
 /*
  * bind_kernel.c — lt.kernel(x1 [, x2], spec) (spec.derivative =
  * "lengthscale" | "variance" | "period" gives ∂K/∂log θ; spec.lengthscale
- * a list or 1-d tensor: ARD, one per dimension; cosine takes a period and
- * no lengthscale; spectral_mixture takes num_mixtures, weights, means and
+ * a list or 1-d tensor: ARD, one per dimension; linear and polynomial take
+ * offset and degree instead of a lengthscale; cosine takes a period and no
+ * lengthscale; spectral_mixture takes num_mixtures, weights, means and
  * scales instead): the spec table is more than a constructor's parameters
  * (bind_types.c) can say.
  */
@@ -16,8 +17,11 @@ static const struct {
 } kinds[] = {{"rbf", LT_KERNEL_RBF},           {"matern12", LT_KERNEL_MATERN12},
              {"matern32", LT_KERNEL_MATERN32}, {"matern52", LT_KERNEL_MATERN52},
              {"periodic", LT_KERNEL_PERIODIC}, {"rq", LT_KERNEL_RQ},
+             {"linear", LT_KERNEL_LINEAR},     {"polynomial", LT_KERNEL_POLYNOMIAL},
              {"cosine", LT_KERNEL_COSINE},     {"spectral_mixture", LT_KERNEL_SPECTRAL_MIXTURE}};
-#define KIND_LIST "rbf, matern12, matern32, matern52, periodic, rq, cosine or spectral_mixture"
+#define KIND_LIST                                                                   \
+  "rbf, matern12, matern32, matern52, periodic, rq, linear, polynomial, cosine or " \
+  "spectral_mixture"
 
 /* spec.derivative: ∂K/∂log θ instead of K. */
 static const struct {
@@ -120,13 +124,40 @@ static size_t spec_mixture(lua_State *L, int idx, lt_kernel_spec *spec) {
   return cm;
 }
 
+/* An error when spec.key is given: a `kind` kernel does not take it. */
+static void refuse_key(lua_State *L, int idx, const char *key, const char *kind, const char *why) {
+  lua_getfield(L, idx, key);
+  int given = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (given) ltb_error(L, "kernel", "a %s kernel takes no spec.%s%s", kind, key, why);
+}
+
+/* The inner-product kinds' keys: no lengthscale; offset (default 0 for
+ * linear, 1 for polynomial) and, for polynomial, degree (default 2, an
+ * integer up to lt_kernel_new's bound, 64). Other kinds take neither. */
+static void spec_dot(lua_State *L, int idx, lt_kernel_spec *spec, const char *kind) {
+  int poly = spec->kind == LT_KERNEL_POLYNOMIAL, dot = poly || spec->kind == LT_KERNEL_LINEAR;
+  if (dot)
+    refuse_key(L, idx, "lengthscale", kind, " (it is not stationary: scale the points instead)");
+  else refuse_key(L, idx, "offset", kind, "");
+  if (!poly) refuse_key(L, idx, "degree", kind, "");
+  if (!dot) return;
+  spec->lengthscale = 1.0; /* unused */
+  spec->offset = spec_number(L, idx, "offset", 0, poly ? 1.0 : 0.0);
+  if (!poly) return;
+  double p = spec_number(L, idx, "degree", 0, 2.0);
+  if (!(p >= 1 && p <= 64 && p == (double)(int)p))
+    ltb_error(L, "kernel", "spec.degree must be an integer from 1 to 64, got %g", p);
+  spec->degree = (int)p;
+}
+
 static size_t check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
-  static const char *const keys[] = {"kind",       "lengthscale",  "variance", "period", "alpha",
-                                     "derivative", "num_mixtures", "weights",  "means",  "scales",
-                                     NULL};
+  static const char *const keys[] = {
+      "kind",   "lengthscale",  "variance", "period", "alpha",  "derivative", "offset",
+      "degree", "num_mixtures", "weights",  "means",  "scales", NULL};
   ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
@@ -147,6 +178,7 @@ static size_t check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
                 mixture_keys[k], kinds[i].name);
     lua_pop(L, 1);
   }
+  spec_dot(L, idx, spec, kinds[i].name);
   size_t mixture_dims = 0;
   if (spec->kind == LT_KERNEL_SPECTRAL_MIXTURE) {
     mixture_dims = spec_mixture(L, idx, spec);
@@ -155,7 +187,7 @@ static size_t check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
     if (!lua_isnil(L, -1))
       ltb_error(L, "kernel", "spec.lengthscale: a cosine kernel has a period and no lengthscale");
     lua_pop(L, 1);
-  } else {
+  } else if (spec->kind != LT_KERNEL_LINEAR && spec->kind != LT_KERNEL_POLYNOMIAL) {
     spec_lengthscale(L, idx, spec);
   }
   int periodic = spec->kind == LT_KERNEL_PERIODIC || spec->kind == LT_KERNEL_COSINE;

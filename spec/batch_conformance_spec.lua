@@ -45,6 +45,9 @@ local function columns(shape) return lt.rand(sizes(shape, n)) * 0.3 + e1 * 3 end
 local function positive(shape, k) return lt.rand(sizes(shape, k or n)) + 0.5 end
 local function points(shape) return lt.randn(sizes(shape, n, 2)) end
 local rbf = {kind = "rbf", lengthscale = 0.6}
+-- (a linear K(x, x) of n > 3 points in 2-d is singular: linear only as K(x1, x2))
+local poly = {kind = "polynomial", degree = 2, variance = 0.8, offset = 1}
+local linear_kernel = {kind = "linear", variance = 1.3, offset = 0.5}
 local function spd_dense(shape)
   local G = lt.randn(sizes(shape, n, n))
   return G * G:t() + lt.eye(n) * n
@@ -146,6 +149,16 @@ local cases = {
   {name = "kernel (x1, x2; x2 unbatched)", type = "kernel", build = function(shape)
     local X, Z = points(shape), lt.randn(3, 2)
     return lt.kernel(X, Z, rbf), function(idx) return lt.kernel(part(X, idx), Z, rbf) end
+  end},
+  {name = "kernel polynomial", type = "kernel", psd = true, build = function(shape)
+    local X = points(shape)
+    return lt.kernel(X, poly), function(idx) return lt.kernel(part(X, idx), poly) end
+  end},
+  {name = "kernel linear (x1, x2; x2 unbatched)", type = "kernel", build = function(shape)
+    local X, Z = points(shape), lt.randn(3, 2)
+    return lt.kernel(X, Z, linear_kernel), function(idx)
+      return lt.kernel(part(X, idx), Z, linear_kernel)
+    end
   end},
   {name = "chol", type = "chol", psd = true, build = function(shape)
     local lower = lt.tensor{{1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}}

@@ -84,8 +84,15 @@ int lt_error(lt_context *ctx, const char *fmt, ...)
 #endif
     ;
 void lt_clear_error(lt_context *ctx);
-/* Bytes currently allocated through this context. */
+/* Bytes held through this context by live objects and its own state. */
 size_t lt_memory(const lt_context *ctx);
+/* lt_free keeps a few freed blocks of 64 kB and up (at most 64 MB in all)
+ * for the next request of the same size: repeated calls on one matrix size
+ * then reuse their memory instead of faulting in fresh pages. The kept
+ * blocks are not part of lt_memory; lt_spare_bytes counts them and
+ * lt_release_spare returns them to the allocator (lt_context_free does). */
+size_t lt_spare_bytes(const lt_context *ctx);
+void lt_release_spare(lt_context *ctx);
 
 /* Allocation through the context's allocator; failures set an error. */
 void *lt_malloc(lt_context *ctx, size_t size);
@@ -666,7 +673,11 @@ typedef enum {
   LT_KERNEL_MATERN32,
   LT_KERNEL_MATERN52,
   LT_KERNEL_PERIODIC,
-  LT_KERNEL_RQ,              /* rational quadratic: v·(1 + r²/(2αl²))^(−α) */
+  LT_KERNEL_RQ, /* rational quadratic: v·(1 + r²/(2αl²))^(−α) */
+  /* inner-product kinds (not stationary, no lengthscale): v·(xᵀy + c) and
+   * v·(xᵀy + c)^p with c = offset ≥ 0, p = degree ≥ 1 */
+  LT_KERNEL_LINEAR,
+  LT_KERNEL_POLYNOMIAL,
   LT_KERNEL_COSINE,          /* v·cos(π‖x − y‖/p): no lengthscale (kernel_sm.c) */
   LT_KERNEL_SPECTRAL_MIXTURE /* Wilson & Adams (2013): weights, means, scales (kernel_sm.c) */
 } lt_kernel_kind;
@@ -689,6 +700,11 @@ typedef struct lt_kernel_spec {
    * (periodic) D_PERIOD. */
   const double *lengthscales;
   size_t n_lengthscales;
+  /* linear and polynomial: the offset c ≥ 0 and (polynomial) the degree
+   * p ≥ 1, a fixed setting; lengthscale is ignored, ARD refused, and the
+   * only derivative is LT_KERNEL_D_VARIANCE */
+  double offset;
+  int degree;
   /* spectral_mixture: k(τ = x − y) = Σ_q w_q Π_d exp(−2π²τ_d²s_qd²)·
    * cos(2πτ_d μ_qd) over num_mixtures = Q components: weights (Q), means
    * and scales (Q×d row-major, d the points' dimensions), all > 0, copied
@@ -703,9 +719,10 @@ typedef struct lt_kernel_spec {
  * LT_KERNEL_VALUE gives ∂K/∂log θ instead (LT_KERNEL_D_PERIOD only for
  * periodic and cosine kernels, D_LENGTHSCALE not for rq, cosine or ARD):
  * symmetric when x2 is NULL, PSD only for the variance derivative (which
- * equals K). cosine has no lengthscale (spec.lengthscale is ignored) and
- * K(x, x) is PSD only for d = 1: cos of the Euclidean distance is not a
- * positive definite function in two or more dimensions. */
+ * equals K). A linear kernel's products use its low rank (O((n1 + n2)·d·k)
+ * for k columns). cosine has no lengthscale (spec.lengthscale is ignored)
+ * and K(x, x) is PSD only for d = 1: cos of the Euclidean distance is not
+ * a positive definite function in two or more dimensions. */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 /* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's
@@ -873,7 +890,8 @@ struct lt_cotangent {
 /* a's own parameters into out (keyed by a): dense {values}, diag {diag},
  * identity, scaled, constant, kron_plus_identity {scale}, lowrank {U, V},
  * toeplitz {column, row}, triangular, chol {L}, kernel {lengthscale (a
- * number, or a d-vector with ARD), variance, period, alpha, x1, x2};
+ * number, or a d-vector with ARD), variance, period, alpha, x1, x2; linear
+ * and polynomial: variance, offset, x1, x2};
  * composites none. Values are copies. */
 int lt_params(lt_context *ctx, lt_tensor *a, lt_paramset *out);
 /* Adds the gradient of <W, a> = tr(Wᵀ·a) with respect to every parameter of

@@ -264,3 +264,38 @@ describe("mpi.kernel of the cosine, spectral_mixture and periodic ARD kinds", fu
     end
   end)
 end)
+
+-- The inner-product kinds go through the same row blocks (tiles of inner
+-- products; lt.kernel's own linear product uses the low rank instead, so
+-- the two agree to rounding) and the same block gradients.
+describe("mpi.kernel with linear and polynomial kernels", function()
+  local n = 333
+  local LINEAR = {kind = "linear", variance = 0.7, offset = 0.4}
+  local POLY = {kind = "polynomial", degree = 3, variance = 0.3, offset = 1}
+
+  for _, spec in ipairs({LINEAR, POLY}) do
+    it(spec.kind .. ": products, rows and gradients equal lt.kernel's", function()
+      local X1, X2 = support.points(31, n, 3), support.points(32, 150, 3)
+      local K, ref = mpi.kernel(X1, spec), lt.kernel(X1, spec)
+      assert.is_true(K:is_psd())
+      local V = lt.randn(n, 4)
+      local Y = K * V
+      assert.is_true(support.relative_error(Y, ref * V) < 1e-12)
+      support.bits(spec.kind .. " symmetric product", Y)
+      assert.are.same(ref[7]:totable(), K[7]:totable())
+      assert.are.same(ref:diagonal():totable(), K:diagonal():totable())
+      local C, C0 = mpi.kernel(X1, X2, spec), lt.kernel(X1, X2, spec)
+      local W = lt.randn(n, 2)
+      assert.is_true(support.relative_error(C:t() * W, C0:t() * W) < 1e-12)
+      local L, R = lt.randn(n, 3), lt.randn(150, 3)
+      local g, g0 = C:bilinear_derivative(L, R)[C], C0:bilinear_derivative(L, R)[C0]
+      for _, name in ipairs({"variance", "offset"}) do
+        assert.is_true(math.abs(g[name] - g0[name]) <= 1e-11 * math.abs(g0[name]), name)
+      end
+      for _, name in ipairs({"x1", "x2"}) do
+        assert.is_true(support.relative_error(g[name], g0[name]) < 1e-11, name)
+      end
+      support.bits(spec.kind .. " gradient hyperparameters", {g.variance, g.offset})
+    end)
+  end
+end)

@@ -96,10 +96,20 @@ typedef struct lt_rule_slot {
   lt_rule *head;
 } lt_rule_slot;
 
+/* A freed block kept for the next request of the same size (context.c). */
+typedef struct lt_spare_block {
+  void *p;
+  size_t size; /* 0: the slot is empty */
+} lt_spare_block;
+#define LT_SPARE_SLOTS 6
+
 struct lt_context {
   lt_alloc_fn alloc;
   void *alloc_ud;
-  size_t memory;
+  size_t memory; /* held by live objects; the spare blocks are not counted */
+  lt_spare_block spare[LT_SPARE_SLOTS];
+  size_t spare_bytes;
+  unsigned spare_next; /* the slot a full cache gives up next */
   char error[LT_ERRMSG_SIZE];
   lt_settings settings;
   uint64_t rng[4];

@@ -277,16 +277,23 @@ static int rule_inverse(lt_context *ctx, const lt_args *args, lt_result *res, vo
   return lt_result_tensor(res, lt_inverse_new(ctx, args->a));
 }
 
-/* inv_quad_logdet from its parts, for types that have both but no joint rule.
- * A lazy type with no solve, inv_quad or logdet rule of its own would have
- * both parts densify it: densify it once instead, and let the dense rule
- * share one factorisation between them. */
-static int rule_inv_quad_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+/* Whether both parts of inv_quad_logdet would end in a dense factorisation
+ * of A: a type with no solve, inv_quad or logdet rule of its own; or, up to
+ * max_cholesky_size, one without its own logdet (its logdet densifies A
+ * there whatever its solve does — Toeplitz's solve, say, only acts above). */
+static int parts_densify(const lt_context *ctx, const lt_args *args) {
   int ta = args->a->type_id, tb = args->b->type_id;
-  if (ta != LT_TYPE_DENSE && !lt_has_own_rule(ctx, LT_OP_SOLVE, ta, tb) &&
-      !lt_has_own_rule(ctx, LT_OP_INV_QUAD, ta, tb) &&
-      !lt_has_own_rule(ctx, LT_OP_LOGDET, ta, LT_TYPE_ANY))
-    return rule_densify(ctx, args, res, ud);
+  if (ta == LT_TYPE_DENSE || lt_has_own_rule(ctx, LT_OP_LOGDET, ta, LT_TYPE_ANY)) return 0;
+  if (args->a->shape[0] <= ctx->settings.max_cholesky_size) return 1;
+  return !lt_has_own_rule(ctx, LT_OP_SOLVE, ta, tb) &&
+         !lt_has_own_rule(ctx, LT_OP_INV_QUAD, ta, tb);
+}
+
+/* inv_quad_logdet from its parts, for types that have both but no joint rule.
+ * When both parts would densify A, densify it once instead and let the dense
+ * rule share one factorisation between them. */
+static int rule_inv_quad_logdet(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
+  if (parts_densify(ctx, args)) return rule_densify(ctx, args, res, ud);
   lt_info info;
   if (lt_inv_quad(ctx, args->a, args->b, &res->x[0], &info) != LT_OK) return LT_ERR;
   if (lt_logdet(ctx, args->a, &res->x[1], &res->info) != LT_OK) return LT_ERR;

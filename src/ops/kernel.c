@@ -1,7 +1,9 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
  * kernels of API.md (rbf, matern12/32/52, periodic, rq, with ARD
- * lengthscales; cosine and spectral_mixture, kernel_sm.c): the type, its
+ * lengthscales; cosine and spectral_mixture, kernel_sm.c) and the
+ * inner-product kinds linear and polynomial (their own code in
+ * kernel_dot.c): the type, its
  * constructor and its rules. The points are the children (x1, and x2 unless
  * it was omitted), copied at construction into contiguous n×d matrices so
  * later writes to the caller's tensors cannot change the operator.
@@ -269,6 +271,8 @@ static lt_tensor *kernel_apply(lt_context *ctx, lt_tensor *self, lt_tensor *X, i
     lt_error(ctx, "kernel: %zux%zu product is too large for BLAS", cols, k);
     return NULL;
   }
+  if (p->spec.kind == LT_KERNEL_LINEAR)
+    return lt_kdot_linear_apply(ctx, self, &p->spec, X, transposed);
   if (ensure_prepared(ctx, self) != LT_OK) return NULL;
   if (p->products < KEEP_AFTER) p->products++;
   const double *K = stored_matrix(ctx, self, p->products >= KEEP_AFTER);
@@ -874,6 +878,7 @@ static int add_scalars(lt_context *ctx, lt_paramset *out, lt_tensor *self, doubl
 static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   const kernel_payload *p = self->payload;
   const lt_kernel_spec *s = &p->spec;
+  if (lt_kernel_is_dot(s)) return lt_kdot_params(ctx, self, s, out);
   if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE)
     return lt_ksm_params(ctx, self, p->sm, points1(self), p->same ? NULL : points2(self), out);
   if (add_scalars(ctx, out, self, s->lengthscale, s->variance, s->period, s->alpha) != LT_OK ||
@@ -886,6 +891,7 @@ static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
 static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
                              lt_paramset *grads) {
   kernel_payload *p = self->payload;
+  if (lt_kernel_is_dot(&p->spec)) return lt_kdot_derivative(ctx, self, &p->spec, w, grads);
   if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE) {
     if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
     lt_keval e = evaluator(p, 0);
@@ -959,7 +965,8 @@ static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *co
   lt_tensor *a = NULL, *b = NULL, *out = NULL;
   if (ltg_value(ctx, values, self, "variance", &spec.variance, NULL) == LT_ERR ||
       ltg_value(ctx, values, self, "period", &spec.period, NULL) == LT_ERR ||
-      ltg_value(ctx, values, self, "alpha", &spec.alpha, NULL) == LT_ERR)
+      ltg_value(ctx, values, self, "alpha", &spec.alpha, NULL) == LT_ERR ||
+      ltg_value(ctx, values, self, "offset", &spec.offset, NULL) == LT_ERR)
     goto done;
   a = ltg_tensor_value(ctx, values, self, "x1", children[0]);
   b = a && !p->same ? ltg_tensor_value(ctx, values, self, "x2", children[1]) : NULL;
@@ -990,6 +997,7 @@ static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
   if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
   if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_SPECTRAL_MIXTURE)
     return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
+  if (lt_kernel_is_dot(s)) return lt_kdot_check(ctx, s);
   if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE) return lt_ksm_check_spec(ctx, s);
   int cosine = s->kind == LT_KERNEL_COSINE;
   if (cosine && s->lengthscales)
@@ -1140,7 +1148,8 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
   lt_tensor *a = args->a;
   const kernel_payload *p = a->payload;
   size_t n = a->shape[0] < a->shape[1] ? a->shape[0] : a->shape[1];
-  if (p->same) return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
+  if (p->same && !lt_kernel_is_dot(&p->spec)) /* else k(x_i, x_i) depends on x_i */
+    return lt_result_tensor(res, lt_dense_full(ctx, 1, &n, self_value(&p->spec)));
   lt_tensor *d = lt_dense_vector(ctx, n);
   if (d == NULL) return LT_ERR;
   for (size_t i = 0; i < n; i++)
@@ -1153,7 +1162,7 @@ static int rule_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, v
 
 static int rule_trace(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   const kernel_payload *p = args->a->payload;
-  if (!p->same) return LT_NOT_IMPLEMENTED;
+  if (!p->same || lt_kernel_is_dot(&p->spec)) return LT_NOT_IMPLEMENTED; /* diagonal's sum */
   (void)ctx, (void)ud;
   res->x[0] = (double)args->a->shape[0] * self_value(&p->spec);
   return LT_OK;

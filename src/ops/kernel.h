@@ -8,19 +8,24 @@
  *                     derivatives in loops the compiler vectorises
  *   kernel_product.c  K·X without storing K (row blocks on several
  *                     threads), and the stored K (the cache) when it fits
- *
- * kernel.c's gradient pass (bilinear_derivative) reads the same prepared
- * points and distances (lt_kernel_distances), then its own maps.
+ *   kernel_dot.c      the inner-product kinds (linear, polynomial): their
+ *                     tiles, the linear kind's low-rank product, their
+ *                     parameters and gradient pass
  *   kernel_sm.c       the cosine and spectral mixture kinds: cosine is
  *                     radial with lengthscale p/π (its map and its
  *                     derivatives in q), the spectral mixture has its own
  *                     tiles, trig tables and gradient pass
  *
+ * kernel.c's gradient pass (bilinear_derivative) reads the same prepared
+ * points and distances (lt_kernel_distances), then its own maps.
  * Adding a kind: its scaling of the points in lt_kpoints_prepare, its map
  * in kernel_eval.c's map_row, its derivatives in kernel.c's gradient pass.
  * ARD lengthscales only change the scaling (z = (x − c) / l_q per
  * dimension q), except for periodic, whose S = Σ sin² u_q / l_q² weights
- * each dimension (the lengthscale in the map is then 1).
+ * each dimension (the lengthscale in the map is then 1). The inner-product
+ * kinds (linear, polynomial) are outside this scheme: each shared function
+ * has one line handing them to kernel_dot.c; the spectral mixture likewise
+ * to kernel_sm.c.
  */
 #ifndef LT_OPS_KERNEL_H
 #define LT_OPS_KERNEL_H
@@ -153,5 +158,34 @@ void lt_tile_dots(size_t r, size_t w, size_t k, const double *T, size_t ldt, con
 /* Yt[c·ldy + j] += Σ_i T[i·ldt + j]·X[i·ldx + c] (i < r, j < w, c < k). */
 void lt_tile_axpys(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *X,
                    size_t ldx, double *Yt, size_t ldy);
+
+/* --------------------------------------------------------- kernel_dot.c */
+
+/* The inner-product kinds: points prepared as they are (not centred, not
+ * scaled), entries from inner products instead of distances. */
+static inline int lt_kernel_is_dot(const lt_kernel_spec *s) {
+  return s->kind == LT_KERNEL_LINEAR || s->kind == LT_KERNEL_POLYNOMIAL;
+}
+
+/* The whole spec check of an inner-product kind. The degree is bounded:
+ * an entry costs p multiplications, and t^p overflows long before. */
+#define LT_KDOT_MAX_DEGREE 64
+/* The whole spec check of an inner-product kind. */
+int lt_kdot_check(lt_context *ctx, const lt_kernel_spec *s);
+
+/* lt_kernel_tile for the inner-product kinds (no scratch). */
+void lt_kdot_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
+                  size_t ld);
+
+/* K·X (transposed: Kᵀ·X) for a linear kernel operator self with spec s
+ * and a contiguous X, by K's low rank: a new dense matrix. */
+lt_tensor *lt_kdot_linear_apply(lt_context *ctx, lt_tensor *self, const lt_kernel_spec *s,
+                                const lt_tensor *X, int transposed);
+
+/* The kernel type's params and bilinear_derivative for these kinds:
+ * {variance, offset, x1, x2 (when given)}. */
+int lt_kdot_params(lt_context *ctx, lt_tensor *self, const lt_kernel_spec *s, lt_paramset *out);
+int lt_kdot_derivative(lt_context *ctx, lt_tensor *self, const lt_kernel_spec *s,
+                       const lt_cotangent *w, lt_paramset *grads);
 
 #endif

@@ -25,7 +25,8 @@
  *   cosine    v cos √q (l = p/π);    ∂/∂log p: v √q sin √q   (kernel_sm.c)
  * and ∂/∂log v = k for every kind. Periodic with ARD lengthscales sums
  * S = Σ sin² u_d / l_d² and D = Σ sin(2u_d)·u_d / l_d² and maps with l = 1.
- * The spectral mixture has its own tiles (kernel_sm.c).
+ * linear and polynomial: kernel_dot.c; the spectral mixture has its own
+ * tiles (kernel_sm.c).
  */
 #include <cblas.h>
 #include <math.h>
@@ -64,7 +65,8 @@ int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor
                        const double *c, int with_gemm, lt_kpoints *out) {
   memset(out, 0, sizeof *out);
   size_t n = x->shape[0], d = x->shape[1], nd, count;
-  int periodic = s->kind == LT_KERNEL_PERIODIC, sm = s->kind == LT_KERNEL_SPECTRAL_MIXTURE;
+  int periodic = s->kind == LT_KERNEL_PERIODIC, plain = lt_kernel_is_dot(s); /* x as it is */
+  int sm = s->kind == LT_KERNEL_SPECTRAL_MIXTURE;
   /* zt, then z and norm2 (gemm) or the trig table (periodic, sm) */
   if (!lt_mul_size(ctx, "kernel", n, d, &nd)) return LT_ERR;
   size_t extra = with_gemm ? nd + n : periodic ? 2 * nd : 0;
@@ -80,9 +82,9 @@ int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor
   out->zt = m;
   const double *xp = lt_dense_data(x);
   for (size_t q = 0; q < d; q++) {
-    double scale = periodic ? PI / s->period : 1.0 / lt_kernel_lengthscale(s, q);
-    for (size_t i = 0; i < n; i++)
-      out->zt[q * n + i] = periodic ? xp[i * d + q] * scale : (xp[i * d + q] - c[q]) * scale;
+    double scale = periodic ? PI / s->period : plain ? 1.0 : 1.0 / lt_kernel_lengthscale(s, q);
+    double centre = periodic || plain ? 0.0 : c[q];
+    for (size_t i = 0; i < n; i++) out->zt[q * n + i] = (xp[i * d + q] - centre) * scale;
   }
   if (with_gemm) {
     out->z = m + nd;
@@ -286,6 +288,8 @@ static inline void map_row(const lt_kernel_spec *s, double *t, const double *D, 
       for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-al * log1p(h * t[j]));
       return;
     }
+    case LT_KERNEL_LINEAR:
+    case LT_KERNEL_POLYNOMIAL: return; /* kernel_dot.c maps its own tiles */
     case LT_KERNEL_PERIODIC: {
       double c = 2.0 / (s->lengthscale * s->lengthscale);
       if (s->derivative == LT_KERNEL_D_PERIOD)
@@ -313,6 +317,10 @@ static void tile_compute(const lt_keval *e, size_t i0, size_t rows, size_t j0, s
                          double *out, size_t ld, double *work) {
   const lt_kernel_spec *s = &e->spec;
   int dper = s->derivative == LT_KERNEL_D_PERIOD && s->kind == LT_KERNEL_PERIODIC;
+  if (lt_kernel_is_dot(s)) {
+    lt_kdot_tile(e, i0, rows, j0, cols, out, ld);
+    return;
+  }
   if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE) {
     lt_ksm_tile(e, i0, rows, j0, cols, out, ld);
     return;

@@ -229,6 +229,36 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return realloc(ptr, nsize);
 }
 
+/* A large block freed is kept for the next request of its size (no
+ * allocator call, no fresh pages), outside lt_memory, up to 64 MB in all,
+ * and given back by lt_release_spare and lt_context_free. */
+static void test_spare_blocks(void) {
+  long allocs = 0;
+  lt_context *ctx = lt_context_new(counting_alloc, &allocs);
+  size_t shape[2] = {300, 300}; /* 720 kB of numbers */
+  size_t base = lt_memory(ctx);
+  lt_tensor *a = lt_dense_zeros(ctx, 2, shape);
+  size_t held = lt_memory(ctx) - base;
+  lt_release(ctx, a);
+  CHECK(lt_memory(ctx) == base, "a kept block is not part of lt_memory");
+  CHECK(lt_spare_bytes(ctx) >= 300 * 300 * sizeof(double) && lt_spare_bytes(ctx) <= held,
+        "the matrix's block is kept (%zu bytes kept, %zu held)", lt_spare_bytes(ctx), held);
+  long before = allocs;
+  a = lt_dense_zeros(ctx, 2, shape);
+  CHECK(a != NULL && lt_dense_data(a)[300 * 300 - 1] == 0, "the reused block is zeroed");
+  CHECK(allocs - before < 2, "the same size again reuses the block (%ld new)", allocs - before);
+  lt_release(ctx, a);
+  /* ten 16 MB blocks freed: at most 64 MB kept */
+  lt_tensor *big[10];
+  for (int i = 0; i < 10; i++) big[i] = lt_dense_zeros(ctx, 2, (size_t[]){1024 + (size_t)i, 2048});
+  for (int i = 0; i < 10; i++) lt_release(ctx, big[i]);
+  CHECK(lt_spare_bytes(ctx) <= ((size_t)64 << 20), "at most 64 MB kept (%zu)", lt_spare_bytes(ctx));
+  CHECK(lt_memory(ctx) == base, "memory back to baseline (%zu vs %zu)", lt_memory(ctx), base);
+  lt_release_spare(ctx);
+  CHECK(lt_spare_bytes(ctx) == 0, "lt_release_spare gives every kept block back");
+  lt_context_free(ctx);
+}
+
 /* A diag and its diagonal (child 0) are one allocation; the diagonal is an
  * ordinary dense tensor that may outlive the diag, as may views of it. */
 static void test_diag_block(void) {
@@ -526,6 +556,7 @@ int main(void) {
   test_operation_table();
   test_result_kinds();
   test_diag_block();
+  test_spare_blocks();
   test_error_paths();
   test_allocation_failures();
   return check_summary();

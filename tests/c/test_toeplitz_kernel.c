@@ -87,9 +87,9 @@ static void test_kernel_peak(void) {
   lt_release(ctx, K);
   lt_release(ctx, x);
   lt_release(ctx, v);
-  /* Only the plan cache stays (Toeplitz's state in the context, freed with
-   * it). */
-  CHECK(cnt.current - start == lt_type_state_bytes(ctx),
+  /* Only the plan cache (Toeplitz's state in the context, freed with it)
+   * and the blocks kept for reuse stay. */
+  CHECK(cnt.current - start == lt_type_state_bytes(ctx) + lt_spare_bytes(ctx),
         "%zu bytes held after releasing everything", cnt.current - start);
   lt_context_free(ctx);
   CHECK(cnt.current == 0, "%zu bytes left after lt_context_free", cnt.current);
@@ -189,6 +189,7 @@ static void test_toeplitz_peak(void) {
   lt_release(ctx, x);
   /* Only the plan cache stays (Toeplitz's state in the context, a few
    * hundred bytes, freed with it). */
+  lt_release_spare(ctx);
   CHECK(cnt.current - start <= 1024, "%zu bytes held after releasing everything",
         cnt.current - start);
   lt_context_free(ctx);
@@ -259,6 +260,44 @@ static lt_tensor *kernel_scenario(lt_context *ctx) {
   lt_release(ctx, Y);
   lt_release(ctx, Kt);
   lt_release(ctx, D);
+  return Z;
+}
+
+/* The inner-product kinds: a linear kernel's low-rank product and its
+ * gradient passes (low-rank and diagonal weights), a polynomial kernel's
+ * tiles, dense form and gradient pass (dense weights). */
+static int dot_gradients(lt_context *ctx, lt_tensor *K, const lt_cotangent *w) {
+  lt_paramset *g = lt_paramset_new(ctx);
+  int rc = g ? lt_bilinear_derivative(ctx, K, w, g) : LT_ERR;
+  lt_paramset_free(ctx, g);
+  return rc;
+}
+
+static lt_tensor *kernel_dot_scenario(lt_context *ctx) {
+  double xv[] = {0, 1, 2, 0.5, -1, 3}, yv[] = {1, 1, 0, 2};
+  lt_kernel_spec lin = {.kind = LT_KERNEL_LINEAR, .variance = 1.2, .offset = 0.5};
+  lt_kernel_spec poly = {.kind = LT_KERNEL_POLYNOMIAL, .variance = 0.8, .offset = 1, .degree = 3};
+  lt_tensor *x1 = lt_dense_from(ctx, 2, (size_t[]){3, 2}, xv);
+  lt_tensor *x2 = x1 ? lt_dense_from(ctx, 2, (size_t[]){2, 2}, yv) : NULL;
+  lt_tensor *K = x2 ? lt_kernel_new(ctx, x1, x2, &lin) : NULL;
+  lt_tensor *P = K ? lt_kernel_new(ctx, x1, NULL, &poly) : NULL;
+  lt_tensor *X = P ? lt_dense_full(ctx, 2, (size_t[]){2, 3}, 1.0) : NULL;
+  lt_tensor *Y = X ? lt_matmul(ctx, K, X) : NULL; /* 3×3 */
+  lt_tensor *Kt = Y ? lt_transpose(ctx, K) : NULL;
+  lt_tensor *D = Kt ? lt_to_dense(ctx, P) : NULL;
+  lt_tensor *L = D ? lt_dense_full(ctx, 2, (size_t[]){3, 2}, 0.5) : NULL;
+  lt_tensor *R = L ? lt_dense_full(ctx, 2, (size_t[]){2, 2}, -0.25) : NULL;
+  lt_tensor *dw = R ? lt_dense_full(ctx, 1, (size_t[]){2}, 2.0) : NULL;
+  lt_tensor *Z = NULL;
+  if (dw && dot_gradients(ctx, K, &(lt_cotangent){.L = L, .R = R}) == LT_OK &&
+      dot_gradients(ctx, K, &(lt_cotangent){.d = dw}) == LT_OK &&
+      dot_gradients(ctx, P, &(lt_cotangent){.W = D}) == LT_OK) {
+    lt_tensor *PY = lt_matmul(ctx, P, Y);
+    Z = PY ? lt_matmul(ctx, Kt, PY) : NULL;
+    lt_release(ctx, PY);
+  }
+  lt_tensor *all[] = {x1, x2, K, P, X, Y, Kt, D, L, R, dw};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) lt_release(ctx, all[i]);
   return Z;
 }
 
@@ -379,6 +418,7 @@ int main(void) {
   test_failures("toeplitz solve", toeplitz_solve_scenario);
   test_failures("kernel", kernel_scenario);
   test_failures("kernel stored", kernel_stored_scenario);
+  test_failures("kernel linear and polynomial", kernel_dot_scenario);
   test_threads();
   return check_summary();
 }

@@ -592,13 +592,14 @@ static void push_mixture_fields(lua_State *L) {
 
 /* A kernel spec: each field present or not, valid or not. */
 static void push_spec(lua_State *L) {
-  static const char *const kinds[] = {"rbf",      "matern12", "matern32",        "matern52",
-                                      "periodic", "cosine",   "spectral_mixture"};
+  static const char *const kinds[] = {"rbf",        "matern12", "matern32",
+                                      "matern52",   "periodic", "linear",
+                                      "polynomial", "cosine",   "spectral_mixture"};
   static const char *const fields[] = {"lengthscale", "variance", "period", "nu", "outputscale"};
   static const char *const derivs[] = {"lengthscale", "variance", "period", "nu"};
   lua_createtable(L, 0, 6);
   unsigned k = u8();
-  if (k < 200) lua_pushstring(L, kinds[k % 7]);
+  if (k < 200) lua_pushstring(L, kinds[k % 9]);
   else if (k < 232) push_string(L);
   else push_field_value(L);
   lua_setfield(L, -2, "kind");

@@ -3,13 +3,16 @@
 -- A kernel holds named positive hyperparameters, optimised in log space, and
 -- evaluates k(x, y) together with ∂k/∂log θ for each free hyperparameter.
 -- Base kernels: rbf, matern12, matern32, matern52, periodic, rq (rational
--- quadratic), cosine, spectral_mixture; combinators: sum (k1 + k2), product
--- (k1 * k2), scale (s · k). Inputs are arrays of coordinates; `dims` (a list
--- of 1-based dimensions) selects the active ones and defaults to all of
--- them, as in GPyTorch and scikit-learn. ARD: `lengthscale` a list (or 1-d
--- tensor) with one lengthscale per active dimension, each its own
--- hyperparameter. The spectral mixture's means and scales are Q×d matrices
--- (lists of Q rows): each entry is a hyperparameter too.
+-- quadratic), cosine, spectral_mixture, and the inner-product kinds linear
+-- v·(xᵀy + c) and polynomial v·(xᵀy + c)^p (not stationary; offset c ≥ 0,
+-- fixed when 0: log c has no value there; the degree p a setting, not a
+-- hyperparameter); combinators: sum (k1 + k2), product (k1 * k2), scale
+-- (s · k). Inputs are arrays of coordinates; `dims` (a list of 1-based
+-- dimensions) selects the active ones and defaults to all of them, as in
+-- GPyTorch and scikit-learn. ARD: `lengthscale` a list (or 1-d tensor) with
+-- one lengthscale per active dimension, each its own hyperparameter. The
+-- spectral mixture's means and scales are Q×d matrices (lists of Q rows):
+-- each entry is a hyperparameter too.
 local lt = require "lazytensor"
 
 local kernels = {}
@@ -354,7 +357,59 @@ base.rq = {
   end,
 }
 
+-- xᵀy over the active dims (every coordinate when dims is nil).
+local function inner(dims, x, y)
+  local s = 0
+  if dims then
+    for _, d in ipairs(dims) do s = s + x[d] * y[d] end
+  else
+    for d = 1, #x do s = s + x[d] * y[d] end
+  end
+  return s
+end
+
+-- v·(xᵀy + c)^p (p = 1: linear): ∂/∂log v = k, ∂/∂log c = c·v·p·t^(p−1).
+local function inner_product_value(self, x, y, grad, offset)
+  local v, c, p = self.values.variance, self.values.offset, self.degree or 1
+  local t = inner(self.dims, x, y) + c
+  local tp = t ^ (p - 1)
+  local k = v * tp * t
+  if grad then write_grads(self, grad, offset, {variance = k, offset = c * v * p * tp}) end
+  return k
+end
+
+base.linear = {
+  names = {"variance", "offset"},
+  defaults = {offset = 0},
+  stationary = false,
+  value = inner_product_value,
+}
+
+base.polynomial = {
+  names = {"variance", "offset"},
+  settings = {"degree"}, -- fixed, not hyperparameters
+  defaults = {offset = 1, degree = 2},
+  stationary = false,
+  value = inner_product_value,
+}
+
 local DEFAULTS = {lengthscale = 1, variance = 1, period = 1, alpha = 1}
+
+-- A non-negative number (the inner-product kinds' offset).
+local function check_non_negative(name, v)
+  if type(v) ~= "number" or not (v >= 0) or v == math.huge then -- luacheck: ignore 581 (NaN)
+    fail("%s must be a non-negative number, got %s", name, tostring(v))
+  end
+  return v
+end
+
+-- polynomial's degree: an integer from 1 to 64 (lt.kernel's bound).
+local function check_degree(kind, p)
+  if type(p) ~= "number" or p % 1 ~= 0 or p < 1 or p > 64 then
+    fail("%s degree must be an integer from 1 to 64, got %s", kind, tostring(p))
+  end
+  return math.tointeger and math.tointeger(p) or p
+end
 
 -- ARD lengthscales: a list or 1-d tensor of positive numbers, copied.
 local function ard_lengthscales(kind, v)
@@ -432,6 +487,7 @@ local function make_base(kind, spec)
   local def = base[kind]
   if not def.keys then
     local extra = {"dims", "fixed"}
+    for _, k in ipairs(def.settings or {}) do extra[#extra + 1] = k end
     for _, k in ipairs(def.extra_keys or {}) do extra[#extra + 1] = k end
     def.keys, def.key_list = key_set(def.names, extra)
   end
@@ -439,14 +495,19 @@ local function make_base(kind, spec)
   local self = setmetatable({kind = kind, names = def.names, values = {}, fixed = {},
                              dims = check_dims(kind, spec.dims), def = def}, Kernel)
   if kind == "spectral_mixture" then mixture_values(self, spec) end
+  local defaults = def.defaults or {}
   for _, name in ipairs(kind == "spectral_mixture" and {} or def.names) do
-    local v = spec[name] or DEFAULTS[name]
+    local v = spec[name] or defaults[name] or DEFAULTS[name]
     if name == "lengthscale" and (type(v) == "table" or lt.is_tensor(v)) then
       self.values[name] = ard_lengthscales(kind, v)
+    elseif name == "offset" then
+      self.values[name] = check_non_negative(kind .. " offset", v)
+      if v == 0 then self.fixed.offset = true end -- no log-space value to move
     else
       self.values[name] = check_positive(kind .. " " .. name, v)
     end
   end
+  if def.settings then self.degree = check_degree(kind, spec.degree or defaults.degree) end
   local ls = self.values.lengthscale
   if type(ls) == "table" and self.dims and #self.dims ~= #ls then
     fail("%s has %d lengthscales for %d dims (ARD: one per active dimension)", kind, #ls,
@@ -656,6 +717,7 @@ function Kernel:fingerprint()
   end
   local parts = {}
   for i, name in ipairs(self.names) do parts[i] = number_list(self.values[name], "%.17g") end
+  if self.degree then parts[#parts + 1] = "degree=" .. self.degree end
   return self.kind .. "(" .. table.concat(parts, ",") .. ")"
 end
 
@@ -702,6 +764,7 @@ function Kernel:describe(prefix)
     parts[#parts + 1] = string.format("%s = %s%s", name, number_list(self.values[name], "%.6g"),
                                       self.fixed[name] and " (fixed)" or "")
   end
+  if self.degree then parts[#parts + 1] = "degree = " .. self.degree end
   if self.dims then parts[#parts + 1] = "dims = {" .. table.concat(self.dims, ", ") .. "}" end
   return prefix .. self.kind .. "(" .. table.concat(parts, ", ") .. ")"
 end

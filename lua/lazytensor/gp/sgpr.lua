@@ -72,6 +72,24 @@ local function inducing_points(h, inducing, X)
   return Z
 end
 
+-- tr Kxx = Σ_i k(x_i, x_i) and its ∂/∂log θ: n·k(x₁, x₁) for a stationary
+-- kernel; point by point for the others (linear, polynomial).
+local function trace_of_kernel(kernel, points)
+  local n, g = #points, {}
+  if kernel:is_stationary() then
+    local v = kernel:value(points[1], points[1], g, 0)
+    for p = 1, #g do g[p] = n * g[p] end
+    return n * v, g
+  end
+  local total, gi = 0, {}
+  for p = 1, kernel:count() do g[p] = 0 end
+  for _, x in ipairs(points) do
+    total = total + kernel:value(x, x, gi, 0)
+    for p = 1, #g do g[p] = g[p] + gi[p] end
+  end
+  return total, g
+end
+
 --- The model's constructor, given init.lua's shared helpers (h.fail,
 -- h.to_points, h.to_vector, h.options, h.check_noise, h.fit).
 function sgpr.constructor(h)
@@ -89,8 +107,8 @@ function sgpr.constructor(h)
     kernel:check_inputs(d)
     local comps, why = structure.c_components(kernel)
     if not comps then
-      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, or a "
-             .. "sum of them), got %s", why)
+      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, linear, "
+             .. "polynomial, or a sum of them), got %s", why)
     end
     local y = h.to_vector(spec.y, n, "y")
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
@@ -114,8 +132,8 @@ function sgpr.constructor(h)
     self.mean_value = self.mean_kind == "zero" and 0 or (spec.mean_value or ymean)
     if type(self.mean_value) ~= "number" then h.fail("mean_value must be a number") end
     -- A fixed jitter on Kzz's diagonal (part of the model: the bound and its
-    -- gradient are those of Kzz + jitter·I), relative to the prior variance.
-    self.jitter = spec.jitter or 1e-6 * kernel:value(points[1], points[1])
+    -- gradient are those of Kzz + jitter·I), relative to the mean prior variance.
+    self.jitter = spec.jitter or 1e-6 * trace_of_kernel(kernel, points) / #points
     if type(self.jitter) ~= "number" or not (self.jitter >= 0) then -- luacheck: ignore 581
       h.fail("sgpr: jitter must be a non-negative number")
     end
@@ -244,12 +262,9 @@ local function factor(self)
   return {comps = comps, Lz = Lz, c = c, M = M, LB = LB, r = r}
 end
 
--- tr Kxx = n·k(x, x) (every C kernel is stationary) and ∂/∂log θ of it.
+-- tr Kxx and ∂/∂log θ of it.
 local function trace_Kxx(self)
-  local g = {}
-  local v = self.kernel:value(self.points[1], self.points[1], g, 0)
-  for p = 1, #g do g[p] = self.n * g[p] end
-  return self.n * v, g
+  return trace_of_kernel(self.kernel, self.points)
 end
 
 -- The bound from the factors (and its parts, for the gradient).

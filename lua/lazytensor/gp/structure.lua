@@ -12,9 +12,9 @@
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic, rq, cosine,
---         spectral_mixture; ARD lengthscales too), each over its active
---         dimensions, or a sum of
+--         computes in C (rbf, matern12/32/52, periodic, rq, linear, polynomial,
+--         cosine, spectral_mixture; ARD lengthscales too), each over its
+--         active dimensions, or a sum of
 --         such kernels, K is lt.kernel (a lt.add of them for a sum):
 --         entries on demand, products a row block at a time, O(n) memory
 --         beyond the n×d inputs, so the iterative path scales to n in the
@@ -422,7 +422,8 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true, cosine = true, spectral_mixture = true}
+                 rq = true, linear = true, polynomial = true, cosine = true,
+                 spectral_mixture = true}
 
 --- The base kernels of `kernel` when it is one C-supported base kernel or a
 -- (nested) sum of them, each over its active dimensions; nil and the reason
@@ -447,8 +448,9 @@ end
 local function c_spec(k)
   local w = k.values.weights -- the spectral mixture's
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
-          period = k.values.period, alpha = k.values.alpha, num_mixtures = w and #w, weights = w,
-          means = k.values.means, scales = k.values.scales}
+          period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
+          degree = k.degree, num_mixtures = w and #w, weights = w, means = k.values.means,
+          scales = k.values.scales}
 end
 
 -- The points as an n×d tensor of the active dimensions `dims` (in that
@@ -599,7 +601,7 @@ function structure.build(kernel, points, opts)
     if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
       error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic, "
-            .. "rq, cosine or spectral_mixture kernels, got " .. why, 0)
+            .. "rq, linear, polynomial, cosine or spectral_mixture kernels, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
