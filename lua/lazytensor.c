@@ -394,7 +394,7 @@ void ltb_set_functions(lua_State *L, int table, const luaL_Reg *funcs) {
 }
 
 void ltb_push_info(lua_State *L, const lt_info *info) {
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
   lua_pushstring(L, info->method ? info->method : "exact");
   lua_setfield(L, -2, "method");
   lua_pushinteger(L, info->iterations);
@@ -412,6 +412,10 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
   if (info->method && info->std_error > 0) {
     lua_pushnumber(L, info->std_error);
     lua_setfield(L, -2, "stderr");
+  }
+  if (info->method && info->preconditioner_rank > 0) {
+    lua_pushinteger(L, info->preconditioner_rank);
+    lua_setfield(L, -2, "preconditioner_rank");
   }
   ltb_check_pending(L);
 }

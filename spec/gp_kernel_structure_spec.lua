@@ -1,6 +1,7 @@
 -- lazytensor.gp's "kernel" structure: scattered inputs with a kernel that
 -- lt.kernel computes in C (one of rbf, matern12/32/52, periodic, rq, ARD
--- lengthscales and subsets of the dimensions too, or a sum of them). K, the cross-covariance and
+-- lengthscales and subsets of the dimensions too, sums, products and scales of them: products
+-- in spec/gp_kernel_compose_spec.lua). K, the cross-covariance and
 -- ∂K/∂log θ are lazy lt.kernel operators. Checked against the dense path
 -- (Lua formulas in gp/kernels.lua, Lua loops) and a plain-Lua Cholesky; the
 -- iterative path at n = 3000 against the exact one; memory at n = 20000.
@@ -85,15 +86,20 @@ describe("gp kernel structure: choice", function()
                    explain(K.rbf{lengthscale = {1, 2}} + K.matern32{dims = {2}}))
   end)
 
-  it("keeps the dense matrices for products", function()
-    assert.matches("^dense:.*a product of kernels has no lt.kernel operator",
-                   explain(K.rbf{dims = {1, 2}} * K.periodic{dims = {1, 2}}))
-    assert.matches("^dense:.*a product of kernels",
+  it("uses lt.kernel for products and scales too; dense when asked, or for a constant kernel",
+     function()
+    assert.matches("^kernel:.*rbf %* periodic is computed by lt.kernel in C %(products of kernels "
+                   .. "as lazy Hadamard products", explain(K.rbf{dims = {1, 2}}
+                                                           * K.periodic{dims = {1, 2}}))
+    assert.matches("^kernel:.*s·rbf is computed by lt.kernel in C:",
                    explain(K.scale(K.rbf{dims = {1, 2}}, 2)))
     assert.matches("^dense:.*dense structure requested", explain(K.rbf{dims = {1, 2}}, "dense"))
-    local ok, err = pcall(explain, K.rbf{} * K.rq{}, "kernel")
+    local constant = K.rbf{} + K.scale(K.rbf{}, 2).children[1] -- a scale factor on its own
+    assert.matches("^dense:.*a constant kernel %(a scale factor alone%) has no lt.kernel operator",
+                   explain(constant))
+    local ok, err = pcall(explain, constant, "kernel")
     assert.is_false(ok)
-    assert.matches("lazytensor: gp: kernel structure needs .* got a product of kernels", err)
+    assert.matches("lazytensor: gp: kernel structure needs .* got a constant kernel", err)
     ok, err = pcall(explain, K.rbf{dims = {1, 2}}, "banded")
     assert.is_false(ok)
     assert.matches("lazytensor: gp: unknown structure 'banded'", err)

@@ -271,10 +271,14 @@ local function noise_cases()
                                                                          variance = 0.5},
                        {{{"matern52", {lengthscale = 0.9}}},
                         {{"rbf", {lengthscale = 2, variance = 0.5}}}}}
-  cases[#cases + 1] = {"dense", P, K.rbf{lengthscale = 1.1} * K.periodic{lengthscale = 1,
+  -- a product: lt.kernel operators under a lazy Hadamard product, and (forced)
+  -- the dense matrices
+  for _, name in ipairs{"kernel", "dense"} do
+    cases[#cases + 1] = {name, P, K.rbf{lengthscale = 1.1} * K.periodic{lengthscale = 1,
                                                                         period = 2.5},
-                       {{{"rbf", {lengthscale = 1.1}}, {"periodic", {lengthscale = 1,
-                                                                    period = 2.5}}}}}
+                         {{{"rbf", {lengthscale = 1.1}}, {"periodic", {lengthscale = 1,
+                                                                      period = 2.5}}}}}
+  end
   return cases
 end
 
@@ -285,7 +289,7 @@ describe("gp per-point noise", function()
       local y = targets(P)
       local noise = noise_levels(#P, 0.01, 0.2)
       local model = gp.exact{x = P, y = y, kernel = kernel, noise = lt.tensor(noise),
-                             mean_value = 0.3}
+                             mean_value = 0.3, structure = name == "dense" and "dense" or nil}
       assert.is_true(model:per_point_noise())
       local e = model:explain()
       assert.equal(1, e:find(name, 1, true), e)

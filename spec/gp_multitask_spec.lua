@@ -18,6 +18,9 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143 (Lua 5.1's global)
 local function ref_k(kind, p, x, y)
   local r2 = (x - y) ^ 2
   if kind == "rq" then return p.v / (1 + r2 / (2 * p.l ^ 2)) end
+  if kind == "product" then -- rbf(l, v) · rq(l = 2, α = 1, v = 1), the rq fixed
+    return p.v * math.exp(-r2 / (2 * p.l ^ 2)) / (1 + r2 / 8)
+  end
   return p.v * math.exp(-r2 / (2 * p.l ^ 2))
 end
 
@@ -109,10 +112,16 @@ end
 
 -- rq with α = 1 fixed: its free parameters are lengthscale and variance,
 -- as rbf's (both lt.kernel operators); "scaled" is kernels.scale of an rbf
--- with its variance fixed — a product, so a dense K with derivative matrices.
+-- with its variance fixed — the scale folded into the lt.kernel's variance;
+-- "product" an rbf times a fixed rq (a lazy Hadamard product of the two).
 local function kernel_of(kind)
   if kind == "rq" then
     return gp.kernels.rq{lengthscale = 0.9, variance = 1.2, alpha = 1, fixed = {alpha = true}}
+  end
+  if kind == "product" then
+    return gp.kernels.rbf{lengthscale = 0.9, variance = 1.2}
+           * gp.kernels.rq{lengthscale = 2, alpha = 1,
+                           fixed = {lengthscale = true, alpha = true, variance = true}}
   end
   if kind == "scaled" then
     return gp.kernels.scale(gp.kernels.rbf{lengthscale = 0.9, fixed = {variance = true}}, 1.2)
@@ -169,7 +178,7 @@ describe("gp.multitask", function()
   for i, row in ipairs(Y) do Ymiss[i] = {unpack(row)} end
   Ymiss[2][1], Ymiss[7][3], Ymiss[8][3], Ymiss[11][2] = 0 / 0, 0 / 0, 0 / 0, 0 / 0
 
-  for _, kind in ipairs{"rbf", "rq", "scaled"} do
+  for _, kind in ipairs{"rbf", "rq", "scaled", "product"} do
     for _, rank in ipairs{1, 2} do
       it(string.format("all tasks observed (%s, rank %d): the eigen rule's MLL and gradient are "
                        .. "the full Kronecker matrix's", kind, rank), function()

@@ -13,8 +13,9 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143 (Lua 5.1's global)
 
 ---------------------------------------------------- plain-Lua reference --
 
--- rbf(l1, v1) + matern52(l2, v2), by API.md's formulas.
+-- rbf(l1, v1) + matern52(l2, v2), by API.md's formulas (or p.k's kernel).
 local function ref_k(p, x, y)
+  if p.k then return p.k(x, y) end
   local r2 = 0
   for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
   local a = math.sqrt(5 * r2) / p.l2
@@ -205,6 +206,35 @@ describe("gp.sgpr", function()
     end
   end)
 
+  it("a scaled product of kernels on single dimensions: the bound is the closed form, the "
+     .. "gradient matches central differences", function()
+    local mdl = gp.sgpr{x = lt.tensor(X), y = lt.tensor(y), inducing = 5, noise = 0.3,
+                        mean_value = 0.25, jitter = JITTER,
+                        kernel = K.scale(K.rbf{lengthscale = 0.8, dims = {1}}
+                                         * K.matern52{lengthscale = 1.3, dims = {2}}, 1.5)}
+    local function k(a, b)
+      local r1, r2 = math.abs(a[1] - b[1]), math.abs(a[2] - b[2])
+      local s = math.sqrt(5) * r2 / 1.3
+      return 1.5 * math.exp(-r1 ^ 2 / (2 * 0.8 ^ 2)) * (1 + s + s * s / 3) * math.exp(-s)
+    end
+    close(mdl:mll(), ref_bound({k = k, s2 = 0.3, mean = 0.25}, X, y, mdl:inducing():totable(),
+                               JITTER), 1e-10, "bound")
+    local v0 = mdl:get_vector()
+    local _, grad = mdl:mll_and_grad()
+    assert.are.equal(#v0, #grad)
+    local h = 1e-5
+    for i = 1, #v0 do
+      local vp, vm = {unpack(v0)}, {unpack(v0)}
+      vp[i], vm[i] = v0[i] + h, v0[i] - h
+      mdl:set_vector(vp)
+      local fp = mdl:mll()
+      mdl:set_vector(vm)
+      local fd = (fp - mdl:mll()) / (2 * h)
+      assert(math.abs(grad[i] - fd) <= 1e-6 * math.max(1, math.abs(fd)),
+             string.format("parameter %d: %.10g vs %.10g", i, grad[i], fd))
+    end
+  end)
+
   it("sums Kxz's blocks of rows: the same bound and gradient with 3-row blocks", function()
     local mdl = model(X, y, 6)
     local v1, g1 = mdl:mll_and_grad()
@@ -293,7 +323,9 @@ describe("gp.sgpr", function()
     err({x = x, y = yy, kernel = kernel(), inducing = 31}, "from 1 to n = 30")
     err({x = x, y = yy, kernel = kernel(), inducing = 2.5}, "whole number")
     err({x = x, y = yy, kernel = kernel(), inducing = {{1, 2, 3}}}, "3 coordinates")
-    err({x = x, y = yy, kernel = K.rbf{} * K.matern52{}, inducing = 3}, "a product of kernels")
+    -- a scale factor on its own (a constant kernel) has no lt.kernel operator
+    err({x = x, y = yy, kernel = K.rbf{} + K.scale(K.rbf{}, 3).children[1], inducing = 3},
+        "a constant kernel")
     err({x = x, y = yy, kernel = kernel(), inducing = 3, noise = lt.ones(30)}, "one variance")
     err({x = x, y = yy, kernel = kernel(), inducing = 3, inducng = 2}, "inducng")
     err({x = x, y = yy, kernel = kernel(), inducing = 3, jitter = -1}, "jitter")

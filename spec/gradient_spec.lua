@@ -149,6 +149,38 @@ conformance.check("gradients: 0.5·(Lua operator + u·uᵀ)", function() return 
   return scale(add(M, rows(LR3)), 0.5)
 end, {leaves = {Op, LR3}})
 
+-- 5. kernels under Hadamard products (a GP's product kernel): low-rank
+-- weights reach each kernel masked by its partner ((L·Rᵀ) ∘ B, the
+-- partner's rows on demand), nested — ((A∘B) + P)∘M — and rectangular
+-- (cross-covariances)
+local x6 = lt.tensor{{0.1}, {0.7}, {1.3}, {2.2}, {2.9}, {3.4}}
+local z6 = lt.tensor{{0.5, 1}, {1.5, 0.2}, {0.3, 0.9}, {2.5, 2}, {1, 1.7}, {0.2, 0.4}}
+local Ak = lt.kernel(x6, {kind = "rbf", lengthscale = 0.8, variance = 1.2})
+local Bk = lt.kernel(z6, {kind = "matern52", lengthscale = {1.1, 0.7}})
+local Pk = lt.kernel(x6, {kind = "periodic", lengthscale = 0.9, period = 1.6, variance = 0.5})
+local Mk = lt.kernel(z6, {kind = "rq", lengthscale = 1.3, alpha = 0.8})
+local A5 = lt.mul(lt.mul(Ak, Bk) + Pk, Mk)
+conformance.check("gradients: ((rbf ∘ matern52) + periodic) ∘ rq, lt.kernel leaves",
+  function() return A5 end, function()
+    return hadamard(add(hadamard(rows(Ak), rows(Bk)), rows(Pk)), rows(Mk))
+  end, {leaves = {Ak, Bk, Pk, Mk}})
+
+local x4, z4 = lt.tensor{{0.4}, {1.9}, {2.6}, {3.1}}, lt.tensor{{1, 0.3}, {0.1, 2}, {2.2, 1.4}, {0.6, 0.6}}
+local Ar = lt.kernel(x6, x4, {kind = "matern32", lengthscale = 1.4})
+local Br = lt.kernel(z6, z4, {kind = "rbf", lengthscale = {0.9, 1.6}, variance = 0.7})
+local A6 = lt.mul(Ar, Br)
+conformance.check("gradients: matern32(x, x') ∘ rbf(z, z'), 6×4 cross kernels",
+  function() return A6 end, function() return hadamard(rows(Ar), rows(Br)) end,
+  {leaves = {Ar, Br}})
+
+-- 6. an inner-product kernel under a Hadamard product: kernel_dot.c's
+-- gradient takes unmasked weights, so the core gives it the masked
+-- low-rank part dense
+local Lk = lt.kernel(z6, {kind = "linear", variance = 0.8, offset = 0.3})
+local A7 = lt.mul(Lk, Ak)
+conformance.check("gradients: linear ∘ rbf, lt.kernel leaves", function() return A7 end,
+  function() return hadamard(rows(Lk), rows(Ak)) end, {leaves = {Lk, Ak}})
+
 -- ------------------------------------------------------------------ specs
 
 describe("gradients", function()

@@ -4,6 +4,7 @@
 -- and gradients through lt.grad, each against plain-Lua loops over the
 -- formulas.
 local lt = require "lazytensor"
+local conformance = require "support.conformance"
 
 local pi = math.pi
 local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
@@ -62,6 +63,27 @@ local function close(a, b, rel, what)
   assert(math.abs(a - b) <= rel * math.max(1, math.abs(b)),
          string.format("%s: %.17g vs %.17g", what, a, b))
 end
+
+-- Factors of Hadamard products (gp's kernel products): their gradients with
+-- masked weights (the spectral mixture's pass takes them dense) and every
+-- operation against the plain-Lua products of the formulas.
+local HX = {{0, 0}, {1.1, 0.3}, {-0.4, 1.2}, {2.0, -1.0}, {0.7, 2.1}}
+local function product_case(s1, s2)
+  return function()
+    return lt.mul(lt.kernel(lt.tensor(HX), s1), lt.kernel(lt.tensor(HX), s2))
+  end, function()
+    local R = {}
+    for i = 1, #HX do
+      R[i] = {}
+      for j = 1, #HX do R[i][j] = k(s1, HX[i], HX[j]) * k(s2, HX[i], HX[j]) end
+    end
+    return R
+  end
+end
+local make_p, ref_p = product_case(SPECS[3], SPECS[2])
+conformance.check("hadamard spectral_mixture .* periodic ARD", make_p, ref_p, {psd = true})
+local make_c, ref_c = product_case(SPECS[1], SPECS[3])
+conformance.check("hadamard cosine .* spectral_mixture", make_c, ref_c, {symmetric = true})
 
 describe("kernel kinds cosine, spectral_mixture, periodic ARD", function()
   it("give hand-checked values", function()

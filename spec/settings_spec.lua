@@ -5,7 +5,7 @@ local lt = require "lazytensor"
 local defaults = {
   max_cholesky_size = 800, cg_tolerance = 1e-6, max_cg_iterations = 1000,
   num_trace_samples = 10, max_lanczos_iterations = 100, cholesky_jitter = 1e-8,
-  cholesky_max_tries = 3, preconditioner_size = 15, num_threads = 0,
+  cholesky_max_tries = 3, preconditioner_size = -1, num_threads = 0, -- -1: adaptive
 }
 
 describe("settings", function()

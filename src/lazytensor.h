@@ -104,6 +104,10 @@ char *lt_strdup(lt_context *ctx, const char *s);
 int lt_mul_size(lt_context *ctx, const char *op, size_t a, size_t b, size_t *out);
 
 /* Settings ---------------------------------------------------------- */
+/* preconditioner_size's default: the rank adapts to the kernel's spectrum
+ * (doc/iterative.md, "The preconditioner's rank"). */
+#define LT_PRECOND_AUTO (-1)
+
 typedef struct lt_settings {
   size_t max_cholesky_size;        /* exact methods up to this size (800) */
   double cg_tolerance;             /* relative residual for CG (1e-6) */
@@ -113,7 +117,8 @@ typedef struct lt_settings {
   double cholesky_jitter;          /* first jitter tried, relative (1e-8); at most
                                       LT_CHOLESKY_MAX_JITTER */
   int cholesky_max_tries;          /* jitter retries after the first attempt (3) */
-  int preconditioner_size;         /* pivoted Cholesky rank (15) */
+  int preconditioner_size;         /* pivoted Cholesky rank; LT_PRECOND_AUTO
+                                      (the default): adapted to the spectrum */
   int num_threads;                 /* BLAS threads, 0 = leave as is (0) */
   int max_root_decomposition_size; /* Lanczos root rank (100) */
   /* Called by iterative methods with their progress; NULL for none. */
@@ -286,6 +291,10 @@ typedef struct lt_type {
   /* How bindings make one (lt.<name>(...) in Lua): its arguments. Optional:
    * types made only by rules, or with a hand-written binding, have none. */
   const lt_constructor *constructor;
+  /* Nonzero when bilinear_derivative takes a low-rank part with a mask M
+   * ((L·Rᵀ) ∘ M, see lt_cotangent) as it comes, reading M's rows on
+   * demand; otherwise the core gives the type that part as a dense W. */
+  int masked_weights;
 } lt_type;
 
 /* Registers a type with this context and returns its id (>= 0), or LT_ERR.
@@ -515,10 +524,12 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged;    /* 1 or 0 */
-  double jitter;    /* cholesky: what was added to the diagonal (0 when none) */
-  double std_error; /* stochastic estimates (SLQ logdet): standard error of
-                       the mean over probes; 0 for deterministic results */
+  int converged;           /* 1 or 0 */
+  double jitter;           /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error;        /* stochastic estimates (SLQ logdet): standard error of
+                              the mean over probes; 0 for deterministic results */
+  int preconditioner_rank; /* CG / SLQ with a pivoted-Cholesky preconditioner:
+                              its rank (0: none) */
 } lt_info;
 
 typedef struct lt_args {
@@ -880,11 +891,18 @@ int lt_paramset_add_owned(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, cons
  * of whichever parts are set, W + L·Rᵀ + diag(d):
  *   W  dense m×n;
  *   L, R  dense m×k and n×k (1-d: k = 1), both or neither;
- *   d  dense 1-d of min(m, n) entries. */
+ *   d  dense 1-d of min(m, n) entries;
+ *   M  with L and R only: an operator of the weights' shape masking the
+ *      low-rank part, which is then (L·Rᵀ) ∘ M (element-wise) — what a
+ *      Hadamard product A∘B passes to A (M = B) without forming m×n. Only
+ *      types with masked_weights set receive it; the core hands the others
+ *      the part as a dense W. NULL: no mask (initialise a cotangent with
+ *      {0} or designated initialisers, so that fields added later are NULL). */
 struct lt_cotangent {
   lt_tensor *W;
   lt_tensor *L, *R;
   lt_tensor *d;
+  lt_tensor *M;
 };
 
 /* a's own parameters into out (keyed by a): dense {values}, diag {diag},

@@ -145,14 +145,14 @@ local function w8(n, d, kind, path)
   for _, variant in ipairs(variants) do
     local settings = {max_cholesky_size = path == "exact" and math.huge or 0}
     for k, v in pairs(variant.settings) do settings[k] = v end
-    local v, g, rec
+    local v, g, rec, info
     local mll_errs, grad_errs = {}, {}
     lt.with_settings(settings, function()
       lt.manual_seed(1)
       rec = B.measure(function()
         -- a new covariance every call, as an optimiser's step makes it
         model:set_vector(model:get_vector())
-        v, g = model:mll_and_grad()
+        v, g, info = model:mll_and_grad()
         mll_errs[#mll_errs + 1] = math.abs(v - mref) / math.abs(mref)
         if gref[1] == gref[1] then grad_errs[#grad_errs + 1] = grad_relerr(g, gref) end
       end, {budget = 20, max = 5, min = 1, warmup = n <= 4000})
@@ -162,6 +162,8 @@ local function w8(n, d, kind, path)
     rec.workload, rec.op, rec.n, rec.d, rec.kind, rec.path = "W8", "mll_grad", n, d, kind, path
     rec.variant = variant.name
     rec.preconditioner_size = settings.preconditioner_size or lt.settings.preconditioner_size
+    rec.preconditioner_rank = info and info.preconditioner_rank -- the rank that ran
+    rec.cg_iterations = info and info.iterations
     rec.structure = model:explain():match("^(%S+):")
     rec.mll, rec.g1, rec.g2, rec.g3 = v, g[1], g[2], g[3]
     rec.exact_mll = mref

@@ -150,6 +150,7 @@ void ltg_release(lt_context *ctx, lt_cotangent *w) {
   lt_release(ctx, w->L);
   lt_release(ctx, w->R);
   lt_release(ctx, w->d);
+  lt_release(ctx, w->M);
   memset(w, 0, sizeof *w);
 }
 
@@ -231,11 +232,28 @@ double ltg_sum(const lt_cotangent *w) {
   return s;
 }
 
+/* (L·Rᵀ) ∘ M in place of the m×n L·Rᵀ in W, M's rows one at a time. */
+static int apply_mask(lt_context *ctx, lt_tensor *W, lt_tensor *M, size_t m, size_t n) {
+  double *o = lt_dense_data(W);
+  for (size_t i = 0; i < m; i++) {
+    lt_tensor *r = lt_row(ctx, M, i);
+    if (r == NULL) return LT_ERR;
+    const double *x = lt_dense_data(r);
+    for (size_t j = 0; j < n; j++) o[i * n + j] *= x[(ptrdiff_t)j * r->strides[0]];
+    lt_release(ctx, r);
+  }
+  return LT_OK;
+}
+
 lt_tensor *ltg_dense_of(lt_context *ctx, const lt_cotangent *w, size_t m, size_t n) {
   lt_tensor *W;
   if (w->L) {
     W = ltg_matmul(ctx, w->L, 0, w->R, 1);
     if (W != NULL && w->L->shape[1] == 0) lt_dense_fill(ctx, W, 0.0);
+    if (W != NULL && w->M != NULL && apply_mask(ctx, W, w->M, m, n) != LT_OK) {
+      lt_release(ctx, W);
+      return NULL;
+    }
   } else {
     W = lt_dense_zeros(ctx, 2, (size_t[]){m, n});
   }
@@ -375,6 +393,16 @@ static int normalise(lt_context *ctx, lt_tensor *a, const lt_cotangent *w, lt_co
       shape_error(ctx, "R", a, w->R, "of as many columns as L");
       goto fail;
     }
+    if (w->M) {
+      if (w->M->ndim != 2 || w->M->shape[0] != m || w->M->shape[1] != n) {
+        shape_error(ctx, "M", a, w->M, "an operator of the operator's shape");
+        goto fail;
+      }
+      out->M = lt_retain(w->M);
+    }
+  } else if (w->M) {
+    lt_error(ctx, "%s: a mask M goes with L and R", OP);
+    goto fail;
   }
   if (w->W) {
     if (w->W->type_id != LT_TYPE_DENSE || w->W->ndim != 2 || w->W->shape[0] != m ||
@@ -403,7 +431,7 @@ static int derive_part(lt_context *ctx, lt_tensor *a, const lt_cotangent *part,
   int (*f)(lt_context *, lt_tensor *, const lt_cotangent *, lt_paramset *) =
       a->type->bilinear_derivative;
   if (f == NULL) return lt_error(ctx, "%s: the %s operator has no derivative", OP, a->type->name);
-  int rc = f(ctx, a, part, grads);
+  int rc = part->M && !a->type->masked_weights ? LT_NOT_IMPLEMENTED : f(ctx, a, part, grads);
   if (rc != LT_NOT_IMPLEMENTED) return rc;
   if (part->W)
     return lt_error(ctx, "%s: the %s operator has no derivative for dense weights", OP,
@@ -427,6 +455,7 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
   int rc = LT_OK;
   if (c.L) {
     lt_cotangent part = ltg_lowrank(c.L, c.R);
+    part.M = c.M;
     rc = derive_part(ctx, a, &part, grads);
   }
   if (rc == LT_OK && c.W) {

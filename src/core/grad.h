@@ -5,7 +5,10 @@
  *
  * A type's bilinear_derivative receives a cotangent with exactly one part:
  * the low-rank L·Rᵀ (contiguous m×k and n×k), a dense W (contiguous m×n) or
- * a diagonal d (contiguous, min(m, n)). ltg_kind says which.
+ * a diagonal d (contiguous, min(m, n)). ltg_kind says which. A type with
+ * masked_weights may get the low-rank part with a mask M ((L·Rᵀ) ∘ M); the
+ * helpers below other than ltg_dense_of and ltg_release ignore M, so such
+ * a type reads it itself.
  */
 #ifndef LT_GRAD_H
 #define LT_GRAD_H

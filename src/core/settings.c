@@ -26,7 +26,7 @@ void lt_settings_default(lt_settings *s) {
   s->max_lanczos_iterations = 100;
   s->cholesky_jitter = 1e-8;
   s->cholesky_max_tries = 3;
-  s->preconditioner_size = 15;
+  s->preconditioner_size = LT_PRECOND_AUTO;
   s->num_threads = 0;
   s->max_root_decomposition_size = 100;
   s->kernel_cache_bytes = default_kernel_cache_bytes();
@@ -53,7 +53,7 @@ static const setting_desc SETTINGS[] = {
     SETTING(max_lanczos_iterations, KIND_INT, 1),
     SETTING(cholesky_jitter, KIND_DOUBLE, 0),
     SETTING(cholesky_max_tries, KIND_INT, 0),
-    SETTING(preconditioner_size, KIND_INT, 0),
+    SETTING(preconditioner_size, KIND_INT, LT_PRECOND_AUTO),
     SETTING(num_threads, KIND_INT, 0),
     SETTING(max_root_decomposition_size, KIND_INT, 1),
     SETTING(kernel_cache_bytes, KIND_SIZE, 0),

@@ -172,12 +172,19 @@ typedef int (*lt_row_fn)(lt_context *ctx, void *ud, size_t i, double *row);
 
 /* Pivoted Cholesky of K to rank at most max_rank: L (n×max_rank row-major,
  * only the first *rank columns meaningful) with K ≈ L·Lᵀ. diag is K's
- * diagonal (n, not modified). Stops early when the residual trace falls to
- * tol·trace(K) (tol may be 0). err_out (may be NULL) gets the residual
- * trace tr(K − LLᵀ). */
+ * diagonal (n, not modified). Stops early once the residual trace
+ * tr(K − LLᵀ) is at most trace_tol (0: run to max_rank or to K's rank).
+ * err_out (may be NULL) gets that residual trace. */
 int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
-                        int max_rank, double tol, double *L, int *rank, double *err_out);
-/* The same to rank max_rank (tol 0), with the diagonal of K − L·Lᵀ left
+                        int max_rank, double trace_tol, double *L, int *rank, double *err_out);
+/* Asked after each pivot with the rank so far and the residual trace
+ * tr(K − LLᵀ); nonzero ends the factorisation there. */
+typedef int (*lt_pivchol_stop_fn)(void *ud, int rank, double residual_trace);
+/* The same with trace_tol 0, ended early by stop (adaptive ranks). */
+int lt_pivoted_cholesky_until(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
+                              void *row_ud, int max_rank, lt_pivchol_stop_fn stop, void *stop_ud,
+                              double *L, int *rank, double *err_out);
+/* The same to rank max_rank (trace_tol 0), with the diagonal of K − L·Lᵀ left
  * over in tail (n numbers; 0 at the pivots). */
 int lt_pivoted_cholesky_tail(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
                              void *row_ud, int max_rank, double *L, int *rank, double *tail);

@@ -30,9 +30,11 @@ static double residual_trace(size_t n, const double *d, const unsigned char *cho
   return s;
 }
 
-/* The factorisation; tail (may be NULL) receives the residual diagonal. */
+/* The factorisation; tail (may be NULL) receives the residual diagonal.
+ * stop (may be NULL) is asked after every pivot whether to end there. */
 static int factor(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
-                  int max_rank, double tol, double *L, int *rank, double *err_out, double *tail) {
+                  int max_rank, double trace_tol, lt_pivchol_stop_fn stop, void *stop_ud, double *L,
+                  int *rank, double *err_out, double *tail) {
   *rank = 0;
   if (max_rank < 0) return lt_error(ctx, "pivoted_cholesky: negative rank");
   size_t ld = max_rank > 0 ? (size_t)max_rank : 1;
@@ -46,10 +48,10 @@ static int factor(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, 
   }
   memcpy(d, diag, n * sizeof(double));
   if (max_rank > 0) memset(L, 0, n * ld * sizeof(double));
-  double total = residual_trace(n, d, chosen), err = total;
+  double err = residual_trace(n, d, chosen);
   for (int m = 0; m < max_rank && m < (int)n; m++) {
     size_t i = next_pivot(n, d, chosen);
-    if (i == n || !(d[i] > 0.0) || err <= tol * total) break;
+    if (i == n || !(d[i] > 0.0) || err <= trace_tol) break;
     if ((rc = row(ctx, row_ud, i, r)) != LT_OK) goto done;
     /* r ← K[i,:] − L[:, :m]·L[i, :m]: the Schur complement's row i. */
     if (m > 0)
@@ -66,6 +68,7 @@ static int factor(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, 
     d[i] = 0.0;
     *rank = m + 1;
     err = residual_trace(n, d, chosen);
+    if (stop && stop(stop_ud, *rank, err)) break;
   }
   if (err_out) *err_out = err;
   if (tail) memcpy(tail, d, n * sizeof(double));
@@ -77,13 +80,19 @@ done:
 }
 
 int lt_pivoted_cholesky(lt_context *ctx, size_t n, const double *diag, lt_row_fn row, void *row_ud,
-                        int max_rank, double tol, double *L, int *rank, double *err_out) {
-  return factor(ctx, n, diag, row, row_ud, max_rank, tol, L, rank, err_out, NULL);
+                        int max_rank, double trace_tol, double *L, int *rank, double *err_out) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, trace_tol, NULL, NULL, L, rank, err_out, NULL);
+}
+
+int lt_pivoted_cholesky_until(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
+                              void *row_ud, int max_rank, lt_pivchol_stop_fn stop, void *stop_ud,
+                              double *L, int *rank, double *err_out) {
+  return factor(ctx, n, diag, row, row_ud, max_rank, 0.0, stop, stop_ud, L, rank, err_out, NULL);
 }
 
 int lt_pivoted_cholesky_tail(lt_context *ctx, size_t n, const double *diag, lt_row_fn row,
                              void *row_ud, int max_rank, double *L, int *rank, double *tail) {
-  return factor(ctx, n, diag, row, row_ud, max_rank, 0.0, L, rank, NULL, tail);
+  return factor(ctx, n, diag, row, row_ud, max_rank, 0.0, NULL, NULL, L, rank, NULL, tail);
 }
 
 void lt_precond_free(lt_context *ctx, lt_precond *P) {

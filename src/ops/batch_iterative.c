@@ -156,7 +156,7 @@ static int prepare_members(lt_context *ctx, lt_tensor *a, int nba, const lt_batc
     if ((m[i].a = lt_batch_member_at(ctx, a, nba, plan, idx)) == NULL) return LT_ERR;
     if (lt_is_psd(ctx, m[i].a) != LT_YES) return LT_NOT_IMPLEMENTED;
     if (lt_linop_of_tensor(ctx, m[i].a, &m[i].A) != LT_OK) return LT_ERR;
-    if (lt_iterative_preconditioner(ctx, m[i].a, ctx->settings.preconditioner_size, &m[i].P,
+    if (lt_iterative_preconditioner(ctx, m[i].a, ctx->settings.preconditioner_size, 0, &m[i].P,
                                     &m[i].have) != LT_OK)
       return LT_ERR;
   }
@@ -246,6 +246,8 @@ static int block_solve(lt_context *ctx, const lt_args *args, lt_result *res, voi
   if (rc == LT_OK) rc = run(ctx, &s, &info);
   if (rc == LT_INDEFINITE) rc = LT_NOT_IMPLEMENTED; /* the members alone say which one */
   lt_tensor *x = rc == LT_OK ? solution(ctx, &s, &plan, member_dims) : NULL;
+  for (size_t i = 0; rc == LT_OK && i < plan.count; i++) /* the largest member's */
+    if (s.m[i].have && s.m[i].P.k > info.preconditioner_rank) info.preconditioner_rank = s.m[i].P.k;
   double worst = 0.0;
   if (x != NULL) rc = true_residual(ctx, &s, &worst);
   else if (rc == LT_OK) rc = LT_ERR;

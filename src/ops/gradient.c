@@ -15,11 +15,10 @@
  * has one, as the value path samples them; Rademacher, Σ = I, otherwise),
  * tr(A⁻¹ dA) = E[(Σ⁻¹z)ᵀ dA (A⁻¹z)], so the log determinant's weights are
  * the low-rank (Σ⁻¹Z)(A⁻¹Z)ᵀ/t. With the control variate Q = L·Lᵀ + D + τI
- * (L the preconditioner's rank r pivoted Cholesky of K in A = K + D, τ the
- * mean diagonal L leaves out), the exact tr(Q⁻¹ dA) is taken out: weights
- * Q⁻¹ = diag − N·Nᵀ (Woodbury, a diagonal and a rank-r part) plus
- * (Σ⁻¹Z)((A⁻¹ − Q⁻¹)Z)ᵀ/t, whose variance is that of the remainder
- * A⁻¹ − Q⁻¹ only.
+ * (L the preconditioner's rank r pivoted Cholesky of K in A = K + D, r at
+ * least the caller's control-variate rank; τ the mean diagonal L leaves out), the exact tr(Q⁻¹ dA)
+ * is taken out: weights Q⁻¹ = diag − N·Nᵀ (Woodbury, a diagonal and a rank-r part) plus (Σ⁻¹Z)((A⁻¹
+ * − Q⁻¹)Z)ᵀ/t, whose variance is that of the remainder A⁻¹ − Q⁻¹ only.
  */
 #include <cblas.h>
 #include <math.h>
@@ -158,6 +157,7 @@ static int solve_all(lt_context *ctx, lt_tensor *a, estimate *e, const lt_tensor
     return LT_ERR;
   }
   if (e->have_p) *logdet += e->P.logdet;
+  info->preconditioner_rank = e->have_p ? e->P.k : 0;
   double q = 0.0;
   for (size_t i = 0; i < e->n; i++)
     for (size_t j = 0; j < e->kb; j++) q += e->R[i * e->k + j] * e->X[i * e->k + j];
@@ -273,12 +273,15 @@ static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B,
   e.t = (size_t)ctx->settings.num_trace_samples;
   e.k = e.kb + e.t;
   e.max_iter = ctx->settings.max_cg_iterations;
-  int rank =
-      ctx->settings.preconditioner_size > cv_rank ? ctx->settings.preconditioner_size : cv_rank;
-  if (rank > 0 && (size_t)rank > e.n) rank = (int)e.n;
+  /* The control variate is the preconditioner's factor, all P.k columns of
+   * it (a Q of fewer columns than the probes' covariance P leaves more
+   * variance): a fixed rank is raised to cv_rank, an adaptive one takes at
+   * least cv_rank pivots unless K is captured to below the noise before. */
+  int request = ctx->settings.preconditioner_size;
+  if (request != LT_PRECOND_AUTO && request < cv_rank) request = cv_rank;
   int rc = LT_ERR;
   lt_cotangent w = {0};
-  if (lt_iterative_preconditioner(ctx, a, rank, &e.P, &e.have_p) != LT_OK) goto done;
+  if (lt_iterative_preconditioner(ctx, a, request, cv_rank, &e.P, &e.have_p) != LT_OK) goto done;
   e.R = lt_linalg_alloc(ctx, OP, e.n * e.k);
   e.X = lt_linalg_alloc(ctx, OP, e.n * e.k);
   e.T = lt_calloc(ctx, e.t ? e.t : 1, sizeof *e.T);

@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cblas.h>
+#include <lapacke.h>
+
 #include "../core/internal.h"
 #include "../linalg/linalg.h"
 #include "ops.h"
@@ -201,25 +204,171 @@ static int shifted_row(lt_context *ctx, void *ud, size_t i, double *row) {
 
 /* Rank of the first pivoted Cholesky of a dense A, which only estimates the
  * diagonal part (the more rows, the closer; rows of a dense matrix are
- * free), as a multiple of the preconditioner's rank. */
+ * free), as a multiple of the preconditioner's rank (of the fixed default
+ * rank when the rank adapts). */
 #define SHIFT_RANK_FACTOR 8
+#define SHIFT_BASE_RANK 15
+
+/* How far the pivoted Cholesky goes: to exactly max pivots (fixed), or
+ * adaptively (preconditioner_size = LT_PRECOND_AUTO) as far as the pivots
+ * help CG, at most to the cap (auto_rank_cap). */
+typedef struct rank_plan {
+  int max;
+  int adaptive;
+  int min; /* adaptive: pivots before the drop rules may stop it */
+} rank_plan;
+
+/* The adaptive rule, decided from bench/precond_rank.lua's measurements
+ * (doc/iterative.md, "The preconditioner's rank"). A pivot takes out of
+ * E = K − LLᵀ a rank-one part whose size, the drop of tr(E), estimates an
+ * eigenvalue λ of K; left in, that direction gives M⁻¹A an eigenvalue of
+ * about 1 + λ/σ² (σ² the smallest entry of D). The factorisation stops
+ *   - when tr(E) ≤ AUTO_NOISE_RATIO·σ²: M⁻¹A is then within that of I;
+ *   - after AUTO_MIN_RANK pivots (or a caller's larger minimum), when λ,
+ *     the mean drop over the last AUTO_WINDOW pivots, is at most
+ *     AUTO_NOISE_RATIO·σ² (what is left is small against the noise), or
+ *     at most AUTO_FLAT_RATIO times the mean of what is left, tr(E)/(n −
+ *     rank): the pivots no longer separate large eigenvalues from the
+ *     bulk. That is K near a multiple of I (short lengthscales), and RBF
+ *     or Matérn kernels in 5 dimensions at moderate lengthscales, whose
+ *     eigenvalues fall so slowly (λ ≈ 3·mean from rank 20 to 250 at
+ *     n = 1000) that rank 200 saves a third of CG's steps but costs as
+ *     much as it saves (and a GP gradient's control variate, made of the
+ *     whole factor, more); smooth kernels in 1 or 2 dimensions keep λ far
+ *     above the mean (10 to 1000 times) and go on to the cap. */
+#define AUTO_MIN_RANK 15
+#define AUTO_WINDOW 8
+#define AUTO_NOISE_RATIO 0.1
+#define AUTO_FLAT_RATIO 4.0
+
+typedef struct auto_stop {
+  size_t n;
+  int min_rank;    /* AUTO_MIN_RANK, or a caller's larger need */
+  double noise;    /* the smallest entry of D */
+  double *history; /* tr(E) at ranks 0...max */
+} auto_stop;
+
+static int auto_stop_now(void *ud, int rank, double trace) {
+  auto_stop *st = ud;
+  st->history[rank] = trace;
+  double small = AUTO_NOISE_RATIO * st->noise;
+  if (trace <= small) return 1;
+  if (rank < st->min_rank || (size_t)rank >= st->n) return 0;
+  int w = rank < AUTO_WINDOW ? rank : AUTO_WINDOW;
+  double drop = (st->history[rank - w] - trace) / w;
+  return drop <= small || drop <= AUTO_FLAT_RATIO * trace / (double)(st->n - (size_t)rank);
+}
+
+/* The adaptive rank's cap: the factor costs about n·k² flops and k rows of
+ * K, and each CG step 4·n·k flops a column for M⁻¹ against the n² of a
+ * product with A, so k up to AUTO_CAP_SQRT·√n keeps the set-up within a
+ * few products and M⁻¹ a small part of each step; the n·k factor stays
+ * within AUTO_CAP_DOUBLES (128 MiB), whatever n. */
+#define AUTO_CAP_SQRT 6.0
+#define AUTO_CAP_DOUBLES ((size_t)1 << 24)
+
+static int auto_rank_cap(size_t n) {
+  double k = ceil(AUTO_CAP_SQRT * sqrt((double)n));
+  double by_memory = floor((double)AUTO_CAP_DOUBLES / (double)(n ? n : 1));
+  if (k > by_memory) k = by_memory;
+  if (k < AUTO_MIN_RANK) k = AUTO_MIN_RANK;
+  return (int)k;
+}
+
+/* request ≥ 0: that rank; LT_PRECOND_AUTO: adaptive up to the cap, with
+ * at least min_rank pivots (a caller's own need, e.g. a control variate's)
+ * unless the trace rule ends it first. Never more than n. */
+static rank_plan plan_rank(size_t n, int request, int min_rank) {
+  rank_plan p = {request, 0, 0};
+  if (request == LT_PRECOND_AUTO) {
+    p.adaptive = 1;
+    p.min = min_rank > AUTO_MIN_RANK ? min_rank : AUTO_MIN_RANK;
+    p.max = auto_rank_cap(n);
+    if (p.max < p.min) p.max = p.min;
+  }
+  if ((size_t)p.max > n) p.max = (int)n;
+  return p;
+}
+
+/* The pivoted Cholesky of K (diagonal kdiag, rows by row) as the plan
+ * says, for A = K + D. */
+static int planned_factor(lt_context *ctx, const rank_plan *plan, size_t n, const double *d,
+                          const double *kdiag, lt_row_fn row, void *row_ud, double *L, int *rank) {
+  if (!plan->adaptive)
+    return lt_pivoted_cholesky(ctx, n, kdiag, row, row_ud, plan->max, 0.0, L, rank, NULL);
+  size_t len = (size_t)plan->max + 1;
+  auto_stop st = {n, plan->min, INFINITY, lt_linalg_alloc(ctx, "preconditioner", len)};
+  if (st.history == NULL) return LT_ERR;
+  double total = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (d[i] < st.noise) st.noise = d[i];
+    if (kdiag[i] > 0.0) total += kdiag[i];
+  }
+  st.history[0] = total;
+  int rc = lt_pivoted_cholesky_until(ctx, n, kdiag, row, row_ud, plan->max, auto_stop_now, &st, L,
+                                     rank, NULL);
+  lt_linalg_free(ctx, st.history, len);
+  return rc;
+}
+
+/* The largest pivot block whose eigenvalue pivot_block_min_eig computes
+ * (an O(p³) eigenvalue problem against the factor's O(n·p²)). */
+#define PIVOT_BLOCK_MAX 512
+
+/* The smallest eigenvalue of A_PP, A on the pivots of its pivoted Cholesky
+ * L1 (n×r; a pivot's residual, tail, is exactly 0): A_PP = L1_P·L1_Pᵀ
+ * exactly. For A = K + σ²I it is σ² + λmin(K_PP) ≥ σ², and close to σ² as
+ * soon as the pivots outnumber K's numerical rank on them — closer than
+ * the smallest residual off the pivots, σ² + a posterior variance that
+ * shrinks only like σ²/(pivots nearby). NaN when not available. */
+static double pivot_block_min_eig(lt_context *ctx, size_t n, size_t r, int rank, const double *L1,
+                                  const double *tail) {
+  size_t p = (size_t)rank;
+  if (p == 0 || p > PIVOT_BLOCK_MAX) return NAN;
+  double *Lp = lt_linalg_alloc(ctx, "preconditioner", p * p);
+  double *G = lt_linalg_alloc(ctx, "preconditioner", p * p);
+  double *w = lt_linalg_alloc(ctx, "preconditioner", p); /* dsyevr's W has p entries */
+  double lo = NAN;
+  if (Lp != NULL && G != NULL && w != NULL) {
+    size_t rows = 0;
+    for (size_t i = 0; i < n && rows < p; i++)
+      if (tail[i] == 0.0) memcpy(Lp + rows++ * p, L1 + i * r, p * sizeof(double));
+    if (rows == p) {
+      cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, (int)p, (int)p, 1.0, Lp, (int)p, 0.0, G,
+                  (int)p);
+      lapack_int found = 0, isuppz[2];
+      double z[1];
+      if (LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'N', 'I', 'L', (lapack_int)p, G, (lapack_int)p, 0.0, 0.0,
+                         1, 1, 0.0, &found, w, z, 1, isuppz) == 0 &&
+          found == 1)
+        lo = w[0];
+    }
+  }
+  lt_linalg_free(ctx, Lp, p * p);
+  lt_linalg_free(ctx, G, p * p);
+  lt_linalg_free(ctx, w, p);
+  return lo;
+}
 
 /* A dense symmetric A shows no K + D, but a matrix K + σ²I (a kernel and
- * its noise, made dense) is still one: the pivoted Cholesky of A leaves a
- * residual diagonal σ² + (what the factor misses of K), so its smallest
- * entry off the pivots estimates σ² from above, s. The preconditioner is
+ * its noise, made dense) is still one: a pivoted Cholesky of A estimates
+ * σ² from above, s — by the smallest eigenvalue of A on its pivots
+ * (pivot_block_min_eig), or else by its smallest residual diagonal entry
+ * off the pivots (σ² + what the factor misses of K). The preconditioner is
  * then the one K + σ²I gets, M = L·Lᵀ + s·I with L the pivoted Cholesky of
- * A − s·I to rank_max (stopping where that runs out of positive pivots).
- * Any s > 0 gives a valid (SPD) M; a close one gives CG about the
- * iterations of the kernel form. Fills d and L (rank_max columns). */
-static int dense_precond_parts(lt_context *ctx, lt_tensor *a, int rank_max, double *d, double *L,
-                               int *rank, double *tail) {
+ * A − s·I as the plan says (stopping where that runs out of positive
+ * pivots). Any s > 0 gives a valid (SPD) M; a close one gives CG about the
+ * iterations of the kernel form. Fills d and L (plan->max columns). */
+static int dense_precond_parts(lt_context *ctx, lt_tensor *a, const rank_plan *plan, double *d,
+                               double *L, int *rank, double *tail) {
   size_t n = a->shape[0];
   *rank = 0;
   if (diag_of(ctx, a, d) != LT_OK) return LT_ERR;
   for (size_t i = 0; i < n; i++)
     if (!(d[i] > 0.0) || !isfinite(d[i])) return LT_NOT_IMPLEMENTED;
-  size_t r1 = (size_t)rank_max * SHIFT_RANK_FACTOR;
+  size_t base = plan->adaptive && plan->max > SHIFT_BASE_RANK ? SHIFT_BASE_RANK : (size_t)plan->max;
+  size_t r1 = base * SHIFT_RANK_FACTOR;
+  if (r1 > PIVOT_BLOCK_MAX) r1 = PIVOT_BLOCK_MAX;
   if (r1 > n - 1) r1 = n - 1;
   if (r1 == 0) return LT_NOT_IMPLEMENTED;
   double *L1 = lt_linalg_alloc(ctx, "preconditioner", n * r1);
@@ -227,60 +376,61 @@ static int dense_precond_parts(lt_context *ctx, lt_tensor *a, int rank_max, doub
   shifted_rows rows = {a, 0.0};
   int r;
   int rc = lt_pivoted_cholesky_tail(ctx, n, d, shifted_row, &rows, (int)r1, L1, &r, tail);
+  double s = INFINITY;
+  if (rc == LT_OK) {
+    for (size_t i = 0; i < n; i++)
+      if (tail[i] > 0.0 && tail[i] < s) s = tail[i];
+    /* no positive residual: not K + σ²I (indefinite, or all pivots) */
+    double block = s < INFINITY ? pivot_block_min_eig(ctx, n, r1, r, L1, tail) : NAN;
+    if (block > 0.0 && block < s) s = block;
+  }
   lt_linalg_free(ctx, L1, n * r1);
   if (rc != LT_OK) return LT_ERR;
-  double s = INFINITY;
-  for (size_t i = 0; i < n; i++)
-    if (tail[i] > 0.0 && tail[i] < s) s = tail[i];
   if (!(s < INFINITY)) return LT_NOT_IMPLEMENTED;
   rows.shift = s;
   for (size_t i = 0; i < n; i++) tail[i] = d[i] - s; /* A − sI's diagonal */
-  if (lt_pivoted_cholesky(ctx, n, tail, shifted_row, &rows, rank_max, 0.0, L, rank, NULL) != LT_OK)
-    return LT_ERR;
   for (size_t i = 0; i < n; i++) d[i] = s;
-  return LT_OK;
+  return planned_factor(ctx, plan, n, d, tail, shifted_row, &rows, L, rank);
 }
 
-/* Builds the pivoted-Cholesky preconditioner for A when it is K + D, or a
- * dense matrix (see dense_precond_parts). *have = 0 (and LT_OK) when A has
- * no such structure or the rank is 0. */
-static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
-  return lt_iterative_preconditioner(ctx, a, ctx->settings.preconditioner_size, P, have);
-}
-
-int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, lt_precond *P,
-                                int *have) {
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int min_rank,
+                                lt_precond *P, int *have) {
   size_t n = a->shape[0];
   *have = 0;
-  if (rank_max <= 0) return LT_OK;
-  if ((size_t)rank_max > n) rank_max = (int)n;
+  rank_plan plan = plan_rank(n, request, min_rank);
+  if (plan.max <= 0) return LT_OK;
+  size_t kmax = (size_t)plan.max;
   split_sum s;
   memset(&s, 0, sizeof s);
   double *d = lt_linalg_alloc(ctx, "preconditioner", n);
   double *kdiag = lt_linalg_alloc(ctx, "preconditioner", n);
-  double *L = lt_linalg_alloc(ctx, "preconditioner", n * (size_t)rank_max);
+  double *L = lt_linalg_alloc(ctx, "preconditioner", n * kmax);
   s.row_tmp = lt_linalg_alloc(ctx, "preconditioner", n);
   int rc = LT_ERR, rank = 0;
   if (d && kdiag && L && s.row_tmp) {
     if (a->type_id == LT_TYPE_DENSE) {
-      rc = dense_precond_parts(ctx, a, rank_max, d, L, &rank, kdiag);
+      rc = dense_precond_parts(ctx, a, &plan, d, L, &rank, kdiag);
     } else {
       rc = split_added_diag(ctx, a, &s, d, kdiag);
-      if (rc == LT_OK)
-        rc = lt_pivoted_cholesky(ctx, n, kdiag, sum_row, &s, rank_max, 0.0, L, &rank, NULL);
+      if (rc == LT_OK) rc = planned_factor(ctx, &plan, n, d, kdiag, sum_row, &s, L, &rank);
     }
   }
   if (rc == LT_OK) {
-    rc = lt_precond_init(ctx, P, n, rank, L, (size_t)rank_max, d);
+    rc = lt_precond_init(ctx, P, n, rank, L, kmax, d);
     if (rc == LT_OK) *have = 1;
   } else if (rc == LT_NOT_IMPLEMENTED) {
     rc = LT_OK;
   }
   lt_linalg_free(ctx, d, n);
   lt_linalg_free(ctx, kdiag, n);
-  lt_linalg_free(ctx, L, n * (size_t)rank_max);
+  lt_linalg_free(ctx, L, n * kmax);
   lt_linalg_free(ctx, s.row_tmp, n);
   return rc;
+}
+
+/* The preconditioner the settings ask for (see lt_iterative_preconditioner). */
+static int build_precond(lt_context *ctx, lt_tensor *a, lt_precond *P, int *have) {
+  return lt_iterative_preconditioner(ctx, a, ctx->settings.preconditioner_size, 0, P, have);
 }
 
 /* ------------------------------------------------------------- solving */
@@ -333,10 +483,12 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
     if (have) Minv = lt_precond_linop(&P);
     lt_cg_opts o = lt_cg_options(ctx);
     rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
+    info->preconditioner_rank = have ? P.k : 0;
     if (have) lt_precond_free(ctx, &P);
     if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC && !need_pd) {
       lt_clear_error(ctx);
       rc = run_gmres(ctx, &A, k, B, X, info);
+      info->preconditioner_rank = 0; /* GMRES runs without it */
     } else if (rc == LT_INDEFINITE && need_pd) {
       return lt_error(ctx,
                       "%s: the operator is not positive definite (CG found a direction of "
@@ -453,6 +605,7 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
     goto done;
   }
   if (have) *logdet += P.logdet;
+  info->preconditioner_rank = have ? P.k : 0;
   double q = 0.0;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < kb; j++) q += R[i * k + j] * X[i * k + j];

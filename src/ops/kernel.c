@@ -365,6 +365,19 @@ static int kernel_row(lt_context *ctx, lt_tensor *self, size_t i, double *out) {
   return LT_OK;
 }
 
+int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t rows, size_t j0,
+                            size_t cols, double *out, size_t ld) {
+  kernel_payload *p = K->payload;
+  if (ensure_prepared(ctx, K) != LT_OK) return LT_ERR;
+  lt_keval e = evaluator(p, 0);
+  size_t work_count = lt_kernel_tile_work(&e, rows, cols);
+  double *work = NULL;
+  if (work_count && (work = lt_linalg_alloc(ctx, "kernel", work_count)) == NULL) return LT_ERR;
+  lt_kernel_tile(&e, i0, rows, j0, cols, out, ld, work);
+  lt_linalg_free(ctx, work, work_count);
+  return LT_OK;
+}
+
 static int kernel_entry(lt_context *ctx, lt_tensor *self, size_t i, size_t j, double *out) {
   kernel_payload *p = self->payload;
   if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
@@ -559,8 +572,57 @@ static void add_pair(const lt_kernel_spec *s, const double *xi, const double *yj
   }
 }
 
+/* The mask rows a pass reads when the weights have a mask M ((L·Rᵀ) ∘ M,
+ * from a Hadamard product): M itself, and for the transposed rows of a
+ * symmetric kernel's pass Mᵀ (M again when symmetric). Both NULL without
+ * a mask; release with masks_release. */
+typedef struct weight_masks {
+  lt_tensor *rows, *t_rows;
+} weight_masks;
+
+static int masks_init(lt_context *ctx, const lt_cotangent *w, int same, weight_masks *m) {
+  m->rows = w->M ? lt_retain(w->M) : NULL;
+  m->t_rows = NULL;
+  if (w->M == NULL || !same) return LT_OK;
+  m->t_rows =
+      lt_prop_get(w->M, LT_PROP_SYMMETRIC) == LT_YES ? lt_retain(w->M) : lt_transpose(ctx, w->M);
+  return m->t_rows ? LT_OK : LT_ERR;
+}
+
+static void masks_release(lt_context *ctx, weight_masks *m) {
+  lt_release(ctx, m->rows);
+  lt_release(ctx, m->t_rows);
+}
+
+/* blk (b×n2) ∘= the mask's rows [i0, i0 + b), and blt (when given) ∘= Mᵀ's
+ * — the same rows when M is symmetric, computed once. */
+static int apply_masks(lt_context *ctx, const weight_masks *m, size_t i0, size_t b, size_t n2,
+                       double *blk, double *blt) {
+  for (size_t i = 0; i < b; i++) {
+    lt_tensor *r = lt_row(ctx, m->rows, i0 + i), *rt = NULL;
+    if (r != NULL && blt != NULL)
+      rt = m->t_rows == m->rows ? lt_retain(r) : lt_row(ctx, m->t_rows, i0 + i);
+    if (r == NULL || (blt != NULL && rt == NULL)) {
+      lt_release(ctx, r);
+      return LT_ERR;
+    }
+    const double *x = lt_dense_data(r);
+    double *o = blk + i * n2;
+    for (size_t j = 0; j < n2; j++) o[j] *= x[(ptrdiff_t)j * r->strides[0]];
+    if (blt != NULL) {
+      const double *xt = lt_dense_data(rt);
+      double *ot = blt + i * n2;
+      for (size_t j = 0; j < n2; j++) ot[j] *= xt[(ptrdiff_t)j * rt->strides[0]];
+    }
+    lt_release(ctx, r);
+    lt_release(ctx, rt);
+  }
+  return LT_OK;
+}
+
 /* The rows [i0, i0 + b) of the weights into block (b×n2): W's rows, or
- * L's rows times Rᵀ; with transposed, the rows of Wᵀ (R's rows times Lᵀ). */
+ * L's rows times Rᵀ; with transposed, the rows of Wᵀ (R's rows times Lᵀ).
+ * A mask is applied after (apply_masks). */
 void lt_kernel_weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
                            double *block) {
   if (w->W) {
@@ -580,6 +642,15 @@ void lt_kernel_weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2
   size_t k = a->shape[1];
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)n2, (int)k, 1.0,
               lt_dense_data(a) + i0 * k, (int)k, lt_dense_data(c), (int)k, 0.0, block, (int)n2);
+}
+
+/* A block's weights: W's rows [i0, i0 + b) into blk, and Wᵀ's into blt for
+ * a symmetric kernel's pass (blt NULL otherwise), masked when W has a mask. */
+static int block_weights(lt_context *ctx, const lt_cotangent *w, const weight_masks *m, size_t i0,
+                         size_t b, size_t n2, double *blk, double *blt) {
+  lt_kernel_weight_rows(w, i0, b, n2, 0, blk);
+  if (blt != NULL) lt_kernel_weight_rows(w, i0, b, n2, 1, blt);
+  return m->rows ? apply_masks(ctx, m, i0, b, n2, blk, blt) : LT_OK;
 }
 
 /* One pass over the pairs, entry by entry (the period derivative's
@@ -602,10 +673,11 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
   }
   const double *x = lt_dense_data(A), *y = lt_dense_data(B);
   double *gy = p->same ? g->x1 : g->x2;
-  for (size_t i0 = 0; i0 < n1; i0 += rows) {
+  weight_masks masks;
+  int rc = masks_init(ctx, w, p->same, &masks);
+  for (size_t i0 = 0; rc == LT_OK && i0 < n1; i0 += rows) {
     size_t b = n1 - i0 < rows ? n1 - i0 : rows;
-    lt_kernel_weight_rows(w, i0, b, n2, 0, blk);
-    if (p->same) lt_kernel_weight_rows(w, i0, b, n2, 1, blt);
+    if ((rc = block_weights(ctx, w, &masks, i0, b, n2, blk, blt)) != LT_OK) break;
     for (size_t i = 0; i < b; i++) {
       size_t gi = i0 + i;
       for (size_t j = p->same ? gi : 0; j < n2; j++) {
@@ -615,9 +687,10 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
       }
     }
   }
+  masks_release(ctx, &masks);
   lt_free(ctx, blk, bytes);
   lt_free(ctx, blt, p->same ? bytes : 0);
-  return LT_OK;
+  return rc;
 }
 
 /* The pass by blocks of rows, for every operator but the period
@@ -818,11 +891,13 @@ static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, k
   size_t bytes, rbytes = (2 * n2 + d) * sizeof(double);
   if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
   side_rows ta = {0}, tb = {0};
+  weight_masks masks = {0};
   double *blk = lt_malloc(ctx, bytes), *blt = blk && p->same ? lt_malloc(ctx, bytes) : NULL;
   double *r = blk && (!p->same || blt) ? lt_malloc(ctx, rbytes) : NULL;
   int rc = LT_ERR;
   if (r == NULL || side_rows_init(ctx, &p->a, periodic, &ta) != LT_OK ||
-      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK))
+      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK) ||
+      masks_init(ctx, w, p->same, &masks) != LT_OK)
     goto done;
   double *linv = r + 2 * n2;
   for (size_t q = 0; q < d; q++) {
@@ -834,8 +909,7 @@ static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, k
   double *gy = p->same ? g->x1 : g->x2;
   for (size_t i0 = 0; i0 < n1; i0 += rows) {
     size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
-    lt_kernel_weight_rows(w, i0, b, n2, 0, blk);
-    if (p->same) lt_kernel_weight_rows(w, i0, b, n2, 1, blt);
+    if (block_weights(ctx, w, &masks, i0, b, n2, blk, blt) != LT_OK) goto done;
     pack_weights(blk, blt, b, n2, i0, j0, p->same);
     for (size_t i = 0; i < b; i++) {
       double *m = blk + i * width;
@@ -851,6 +925,7 @@ static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, k
   }
   rc = LT_OK;
 done:
+  masks_release(ctx, &masks);
   side_rows_free(ctx, &ta);
   side_rows_free(ctx, &tb);
   lt_free(ctx, r, r ? rbytes : 0);
@@ -891,8 +966,14 @@ static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
 static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
                              lt_paramset *grads) {
   kernel_payload *p = self->payload;
-  if (lt_kernel_is_dot(&p->spec)) return lt_kdot_derivative(ctx, self, &p->spec, w, grads);
-  if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE) {
+  if (lt_kernel_is_dot(&p->spec)) {
+    /* kernel_dot.c's passes read unmasked weights: a masked part (from a
+     * Hadamard product) comes back from the core as a dense W */
+    if (w->M) return LT_NOT_IMPLEMENTED;
+    return lt_kdot_derivative(ctx, self, &p->spec, w, grads);
+  }
+  if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE) { /* kernel_sm.c's pass: unmasked weights too */
+    if (w->M) return LT_NOT_IMPLEMENTED;
     if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
     lt_keval e = evaluator(p, 0);
     return lt_ksm_derivative(ctx, self, &e, points1(self), p->same ? NULL : points2(self), w,
@@ -989,6 +1070,7 @@ const lt_type lt_kernel_type = {
     .params = kernel_params,
     .bilinear_derivative = kernel_derivative,
     .rebuild = kernel_rebuild,
+    .masked_weights = 1, /* weights' rows masked a block at a time (apply_masks) */
 };
 
 /* -------------------------------------------------------- constructor */

@@ -77,6 +77,11 @@ size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols);
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work);
 
+/* Entries [i0, i0 + rows) × [j0, j0 + cols) of the kernel operator K into
+ * out (row stride ld), evaluated: what hadamard.c's tiled products read. */
+int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t rows, size_t j0,
+                            size_t cols, double *out, size_t ld);
+
 /* The first pass of lt_kernel_tile alone: q = ‖z_i − z_j‖² (radial), or
  * S = Σ sin² u (periodic) and, when dsum is given, D = Σ sin(2u)·u into
  * dsum (rows×cols) — what the gradient pass maps to derivatives. */

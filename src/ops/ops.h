@@ -17,12 +17,15 @@
 #undef TYPE
 #undef RULES
 
-/* The pivoted-Cholesky preconditioner M = L·Lᵀ + D (rank at most rank_max)
- * of an A = K + D (a sum with diagonal terms), as the iterative rules build
- * it; *have = 0 when A has no such structure (ops/iterative.c). */
+/* The pivoted-Cholesky preconditioner M = L·Lᵀ + D of an A = K + D (a sum
+ * with diagonal terms, or a dense matrix), as the iterative rules build it:
+ * of rank `request` (≥ 0), or with request = LT_PRECOND_AUTO of the rank
+ * the spectrum asks for, at least min_rank unless K is captured to below
+ * the noise first. P->k is the rank used; *have = 0 when A has no such structure or the rank is 0
+ * (ops/iterative.c). */
 struct lt_precond;
-int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int rank_max, struct lt_precond *P,
-                                int *have);
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int min_rank,
+                                struct lt_precond *P, int *have);
 
 /* The signed log-determinant (ops/slogdet.c): the generic and dense rules
  * of LT_OP_SLOGDET. A slogdet rule sets res->x[0] = sign (-1, 0, 1; NaN

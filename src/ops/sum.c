@@ -96,6 +96,7 @@ const lt_type lt_sum_type = {
     .derive_props = sum_props,
     .bilinear_derivative = sum_derivative,
     .rebuild = sum_rebuild,
+    .masked_weights = 1, /* every term gets the weights as they come */
 };
 
 /* Nested sums are spliced into one node while it stays at most this many

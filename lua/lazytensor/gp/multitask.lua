@@ -210,36 +210,20 @@ end
 
 ------------------------------------------------------- kernel over x --
 
--- <g, d> for a parameter's gradient g and ∂θ/∂log θ d (numbers, or
--- tensors for ARD lengthscales).
-local function contract(g, d)
-  if type(g) == "number" and type(d) == "number" then return g * d end
-  if type(d) == "number" then return g:sum() * d end
-  return g:cmul(d):sum()
-end
-
 -- K between the point arrays P1 and P2 (P2 nil: P1 with itself, PSD), and
 -- to_params(grads): the kernel's free parameters' gradients (∂/∂log θ) from
 -- a gradient table keyed by K's leaves — lt.kernel operators when the
--- kernel is one lt.kernel computes (or a sum of them), else the dense K
--- itself, linked by its derivative matrices.
+-- kernel is a tree lt.kernel computes (sums, products, scales of its
+-- kinds: gp/structure.lua's plan), else the dense K itself, linked by its
+-- derivative matrices.
 local function kernel_matrix(self, P1, P2)
-  local comps = structure.c_components(self.kernel)
+  local plan = structure.c_plan(self.kernel)
   local params = self.kernel:parameters()
-  if comps then
-    local K, parts = structure.kernel_sum(structure.component_points(P1, comps),
-                                          P2 and structure.component_points(P2, comps), comps)
-    return K, function(grads)
-      local g = {}
-      for p, par in ipairs(params) do
-        g[p] = 0
-        for i, c in ipairs(comps) do
-          local gi = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
-          if gi then g[p] = g[p] + contract(gi, structure.log_derivative(par)) end
-        end
-      end
-      return g
-    end
+  if plan then
+    local K, parts = structure.plan_operator(plan, structure.plan_points(P1, plan),
+                                             P2 and structure.plan_points(P2, plan))
+    local links = structure.plan_links(self.kernel, plan, parts)
+    return K, function(grads) return structure.link_grads(links, grads, #params) end
   end
   local K, dK = structure.kernel_dense(self.kernel, P1, P2 or P1, P2 == nil)
   if P2 == nil then K = lt.psd(K) end

@@ -105,10 +105,10 @@ function sgpr.constructor(h)
     local X = lt.tensor(points)
     local n, d = X:size(1), X:size(2)
     kernel:check_inputs(d)
-    local comps, why = structure.c_components(kernel)
-    if not comps then
-      h.fail("sgpr needs a kernel lt.kernel computes (rbf, matern12/32/52, periodic, rq, linear, "
-             .. "polynomial, or a sum of them), got %s", why)
+    local plan, why = structure.c_plan(kernel)
+    if not plan then
+      h.fail("sgpr needs a kernel lt.kernel computes (its kinds, and sums, products and scales "
+             .. "of them), got %s", why)
     end
     local y = h.to_vector(spec.y, n, "y")
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
@@ -188,15 +188,16 @@ end
 
 ------------------------------------------------------------ the bound --
 
+-- The kernel's tree of C operators (gp/structure.lua's plan).
 local function components(self)
-  return (structure.c_components(self.kernel))
+  return (structure.c_plan(self.kernel))
 end
 
--- Each component's view of the points A (n×d): A itself, or the columns of
--- its active dimensions (ARD's order).
-local function project(comps, A)
+-- Each leaf's view of the points A (n×d): A itself, or the columns of its
+-- active dimensions (ARD's order).
+local function project(plan, A)
   local out, by_dims = {}, {}
-  for i, c in ipairs(comps) do
+  for i, c in ipairs(plan.leaves) do
     if not c.dims then
       out[i] = A
     else
@@ -212,10 +213,10 @@ local function project(comps, A)
   return out
 end
 
--- The sum of lt.kernel operators between A and B (n×d tensors; B nil: A
--- with itself), and the list of them.
-local function kernel_op(comps, A, B)
-  return structure.kernel_sum(project(comps, A), B and project(comps, B), comps)
+-- The kernel's operator between A and B (n×d tensors; B nil: A with
+-- itself), and the list of its lt.kernel leaves.
+local function kernel_op(plan, A, B)
+  return structure.plan_operator(plan, project(plan, A), B and project(plan, B))
 end
 
 -- Calls f(Xb, rb, first) for blocks of rows of X and of the residual r.
@@ -285,27 +286,14 @@ function SGPR:mll()
   return (bound(self, factor(self)))
 end
 
--- <g, d> for a parameter's gradient g and ∂θ/∂log θ d (numbers, or
--- tensors for ARD lengthscales).
-local function contract(g, d)
-  if type(g) == "number" and type(d) == "number" then return g * d end
-  if type(d) == "number" then return g:sum() * d end
-  return g:cmul(d):sum()
-end
-
 -- Adds the kernel parameters' gradients of one bilinear_derivative result
--- (keyed by the lt.kernel parts of one operator) into grad, as ∂/∂log θ;
--- the points' gradient `zname` (in each component's dimensions) into the
--- m×d zgrad[1].
-local function add_kernel_grads(self, grads, parts, grad, zname, zgrad)
-  local comps = components(self)
-  for p, par in ipairs(self.kernel:parameters()) do
-    for i, c in ipairs(comps) do
-      local g = c == par.kernel and grads[parts[i]] and grads[parts[i]][par.name]
-      if g then grad[p] = grad[p] + contract(g, structure.log_derivative(par)) end
-    end
-  end
-  for i, c in ipairs(comps) do
+-- (keyed by the lt.kernel leaves `parts` of one operator of the plan) into
+-- grad, as ∂/∂log θ; the points' gradient `zname` (in each leaf's
+-- dimensions) into the m×d zgrad[1].
+local function add_kernel_grads(self, plan, grads, parts, grad, zname, zgrad)
+  local links = structure.plan_links(self.kernel, plan, parts)
+  for p, g in ipairs(structure.link_grads(links, grads, #grad)) do grad[p] = grad[p] + g end
+  for i, c in ipairs(plan.leaves) do
     local g = grads[parts[i]] and grads[parts[i]][zname]
     if g and not c.dims then
       zgrad[1] = zgrad[1] + g
@@ -360,12 +348,13 @@ function SGPR:mll_and_grad()
     local alpha_b = (rb - L:narrow(2, 1, m) * a) * (1 / s2)
     alpha_sq, alpha_sum = alpha_sq + alpha_b:dot(alpha_b), alpha_sum + alpha_b:sum()
     L:narrow(2, m + 1, 1):copy(alpha_b:reshape(len, 1))
-    add_kernel_grads(self, K:bilinear_derivative(L, R), kparts, grad, "x2", zgrad)
+    add_kernel_grads(self, f.comps, K:bilinear_derivative(L, R), kparts, grad, "x2", zgrad)
     L:free()
   end)
   -- Kzz (jitter is a constant): <Wzz, ∂Kzz>.
   local Kz, zparts = kernel_op(f.comps, self.Z)
-  add_kernel_grads(self, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, grad, "x1", zgrad)
+  add_kernel_grads(self, f.comps, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, grad, "x1",
+                   zgrad)
   -- The trace term's −tr Kxx / (2σ²).
   local _, dtrK = trace_Kxx(self)
   for p = 1, kcount do grad[p] = grad[p] - dtrK[p] / (2 * s2) end

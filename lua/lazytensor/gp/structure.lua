@@ -11,16 +11,20 @@
 --   * inputs on a subset of such a grid (or permuted)   → Kronecker product
 --                                    seen through a row selection (an operator);
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
---       - "kernel": when the kernel is one base kernel of a kind lt.kernel
---         computes in C (rbf, matern12/32/52, periodic, rq, linear, polynomial,
---         cosine, spectral_mixture; ARD lengthscales too), each over its
---         active dimensions, or a sum of
---         such kernels, K is lt.kernel (a lt.add of them for a sum):
---         entries on demand, products a row block at a time, O(n) memory
---         beyond the n×d inputs, so the iterative path scales to n in the
---         tens of thousands;
---       - "dense": anything else — products of kernels (kernels.scale is
---         one) — builds the n×n kernel matrix by Lua loops (n² memory).
+--       - "kernel": when every base kernel in the tree is of a kind
+--         lt.kernel computes in C (rbf, matern12/32/52, periodic, rq,
+--         linear, polynomial, cosine, spectral_mixture; ARD lengthscales
+--         too; each over its active dimensions), K is the
+--         tree as C operators: lt.kernel for a base kernel, lt.add for a
+--         sum, lt.mul (the lazy Hadamard product) for a product, and
+--         kernels.scale's factor folded into the base kernels' variances
+--         (see "kernel (C, lazy)" below). Entries on demand, products a row
+--         block (a Hadamard product: a tile) at a time, O(n) memory beyond
+--         the n×d inputs, so the iterative path scales to n in the tens of
+--         thousands;
+--       - "dense": anything else (a scale factor on its own: a constant
+--         kernel) builds the n×n kernel matrix and its derivatives by Lua
+--         loops (n² memory).
 -- opts.structure = "dense" forces the dense matrices, "kernel" insists on
 -- the C operators (an error when the kernel has none).
 --
@@ -425,32 +429,118 @@ local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, 
                  rq = true, linear = true, polynomial = true, cosine = true,
                  spectral_mixture = true}
 
---- The base kernels of `kernel` when it is one C-supported base kernel or a
--- (nested) sum of them, each over its active dimensions; nil and the reason
--- otherwise.
-local function c_components(kernel, out)
-  out = out or {}
-  if kernel.kind == "sum" then
-    for _, c in ipairs(kernel.children) do
-      local _, why = c_components(c, out)
-      if why then return nil, why end
-    end
-    return out
-  end
-  if kernel.children or kernel.kind == "scale" then
-    return nil, "a product of kernels"
-  end
-  if not C_KINDS[kernel.kind] then return nil, "a " .. kernel.kind .. " kernel" end
-  out[#out + 1] = kernel
-  return out
-end
-
 local function c_spec(k)
   local w = k.values.weights -- the spectral mixture's
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
           period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
           degree = k.degree, num_mixtures = w and #w, weights = w, means = k.values.means,
           scales = k.values.scales}
+end
+
+-- A kernel tree as C operators: a plan {root = node, leaves = {...}} with
+-- nodes {leaf = i} | {op = "sum" | "product", children = {...}} and one
+-- leaf per occurrence of a base kernel in the tree, {kernel = k, kind =
+-- k.kind, dims = k.dims, scales = {scale kernels folded into it}}. A sum
+-- becomes lt.add, a product lt.mul (two lazy operators: the lazy
+-- "hadamard", whose rows are its children's rows multiplied and whose
+-- gradients flow to the children), a base kernel lt.kernel. kernels.scale's
+-- factor s (a product's "scale" child) is folded into the variance of base
+-- kernels: into one factor of a product, into every term of a sum —
+-- s·(k1·k2) = (s·k1)·k2, s·(k1 + k2) = s·k1 + s·k2 — so that no operator
+-- node is added and its gradient is the variance's own: V = v·Πs gives
+-- ∂V/∂log v = ∂V/∂log s = V. A new base kind needs only its C_KINDS and
+-- c_spec entries (and a variance, to take a scale).
+
+-- Whether scales can be folded into the compiled node (a leaf whose spec
+-- has a variance; a sum: every term; a product: one factor).
+local function can_scale(plan, node)
+  if node.leaf then return type(plan.leaves[node.leaf].variance) == "number" end
+  for _, c in ipairs(node.children) do
+    local ok = can_scale(plan, c)
+    if node.op == "sum" and not ok then return false end
+    if node.op == "product" and ok then return true end
+  end
+  return node.op == "sum"
+end
+
+-- Appends `scales` to the leaves under node (see can_scale for where).
+local function fold_scales(plan, node, scales)
+  if #scales == 0 then return end
+  if node.leaf then
+    local into = plan.leaves[node.leaf].scales
+    for _, s in ipairs(scales) do into[#into + 1] = s end
+    return
+  end
+  for _, c in ipairs(node.children) do
+    if node.op == "sum" then
+      fold_scales(plan, c, scales)
+    elseif can_scale(plan, c) then
+      return fold_scales(plan, c, scales)
+    end
+  end
+end
+
+-- Compiles kernel into a node of plan; nil and the reason when some part
+-- has no C operator.
+local function compile(plan, kernel)
+  if kernel.kind == "sum" or kernel.kind == "product" then
+    local node, scales = {op = kernel.kind, children = {}}, {}
+    for _, c in ipairs(kernel.children) do
+      if kernel.kind == "product" and c.kind == "scale" then
+        scales[#scales + 1] = c
+      else
+        local child, why = compile(plan, c)
+        if not child then return nil, why end
+        node.children[#node.children + 1] = child
+      end
+    end
+    if #node.children == 0 then return nil, "a constant kernel (scale factors alone)" end
+    if #node.children == 1 then node = node.children[1] end
+    if #scales > 0 and not can_scale(plan, node) then
+      return nil, "a scale of kernels without a variance to fold it into"
+    end
+    fold_scales(plan, node, scales)
+    return node
+  end
+  if kernel.kind == "scale" then return nil, "a constant kernel (a scale factor alone)" end
+  if kernel.children or not C_KINDS[kernel.kind] then
+    return nil, "a " .. kernel.kind .. " kernel"
+  end
+  local leaf = {kernel = kernel, kind = kernel.kind, dims = kernel.dims, scales = {},
+                variance = c_spec(kernel).variance}
+  plan.leaves[#plan.leaves + 1] = leaf
+  return {leaf = #plan.leaves}
+end
+
+--- The plan of `kernel` (see above) when every part of it has a C
+-- operator; nil and the reason otherwise.
+local function c_plan(kernel)
+  local plan = {leaves = {}}
+  local root, why = compile(plan, kernel)
+  if not root then return nil, why end
+  plan.root = root
+  return plan
+end
+
+-- lt.kernel's spec for a leaf: its kernel's, with the scales in the variance.
+local function leaf_spec(leaf)
+  local spec = c_spec(leaf.kernel)
+  for _, s in ipairs(leaf.scales) do spec.variance = spec.variance * s.values.variance end
+  return spec
+end
+
+--- The tree as text: "rbf * periodic + s·matern52".
+local function plan_text(plan, node, inside)
+  node = node or plan.root
+  if node.leaf then
+    local leaf = plan.leaves[node.leaf]
+    return (#leaf.scales > 0 and "s·" or "") .. leaf.kind
+  end
+  local parts = {}
+  for i, c in ipairs(node.children) do parts[i] = plan_text(plan, c, node.op) end
+  local text = table.concat(parts, node.op == "sum" and " + " or " * ")
+  if inside == "product" and node.op == "sum" then return "(" .. text .. ")" end
+  return text
 end
 
 -- The points as an n×d tensor of the active dimensions `dims` (in that
@@ -466,11 +556,11 @@ local function points_tensor(points, dims)
   return lt.tensor(rows)
 end
 
--- The points of each component's active dimensions, shared between the
--- components with the same dims.
-local function component_points(points, comps)
+-- The points of each leaf's active dimensions, shared between the leaves
+-- with the same dims.
+local function plan_points(points, plan)
   local by_dims, out = {}, {}
-  for i, c in ipairs(comps) do
+  for i, c in ipairs(plan.leaves) do
     local key = c.dims and table.concat(c.dims, ",") or "all"
     by_dims[key] = by_dims[key] or points_tensor(points, c.dims)
     out[i] = by_dims[key]
@@ -478,17 +568,26 @@ local function component_points(points, comps)
   return out
 end
 
--- Σ of lt.kernel operators (or of make's: mpi.kernel), one per component;
--- also the list of them.
-local function kernel_sum(x1, x2, comps, make)
+--- The plan's operator between x1 and x2 (per-leaf point tensors; x2 nil:
+-- x1 with itself), its leaves lt.kernel (or make's: mpi.kernel); also the
+-- list of the leaf operators, in plan.leaves' order.
+local function plan_operator(plan, x1, x2, make)
   make = make or lt.kernel
-  local K, parts = nil, {}
-  for i, c in ipairs(comps) do
-    local spec = c_spec(c)
-    parts[i] = x2 and make(x1[i], x2[i], spec) or make(x1[i], spec)
-    K = K and K + parts[i] or parts[i]
+  local parts = {}
+  local function build(node)
+    if node.leaf then
+      local i, spec = node.leaf, leaf_spec(plan.leaves[node.leaf])
+      parts[i] = x2 and make(x1[i], x2[i], spec) or make(x1[i], spec)
+      return parts[i]
+    end
+    local K
+    for _, c in ipairs(node.children) do
+      local op = build(c)
+      K = not K and op or node.op == "sum" and K + op or lt.mul(K, op)
+    end
+    return K
   end
-  return K, parts
+  return build(plan.root), parts
 end
 
 -- ∂θ/∂log θ for a parameter of lt.kernel: θ, or with ARD a d-vector with
@@ -510,32 +609,90 @@ local function log_derivative(par)
   return e
 end
 
+--- The links (see "Gradients" above) from the leaf operators `parts` to
+-- kernel:parameters(): each leaf's own hyperparameters, and its variance
+-- V = v·Πs to v and to each folded scale s (∂V/∂log v = ∂V/∂log s = V).
+-- A kernel object that appears more than once in the tree has a parameter
+-- per appearance (kernel:parameters()); each of them is linked to every
+-- appearance, so its gradient is the sum over them — the derivative with
+-- respect to the one shared value.
+local function plan_links(kernel, plan, parts)
+  local of = {} -- kernel object → its {p, par}
+  for p, par in ipairs(kernel:parameters()) do
+    of[par.kernel] = of[par.kernel] or {}
+    table.insert(of[par.kernel], {p = p, par = par})
+  end
+  local links = {}
+  for i, leaf in ipairs(plan.leaves) do
+    local V, dV = leaf_spec(leaf).variance, {}
+    for _, e in ipairs(of[leaf.kernel] or {}) do
+      if e.par.name == "variance" then
+        dV[e.p] = (dV[e.p] or 0) + V
+      else
+        links[#links + 1] = {leaf = parts[i], name = e.par.name,
+                             d = {[e.p] = log_derivative(e.par)}}
+      end
+    end
+    for _, s in ipairs(leaf.scales) do
+      for _, e in ipairs(of[s] or {}) do dV[e.p] = (dV[e.p] or 0) + V end
+    end
+    if next(dV) then links[#links + 1] = {leaf = parts[i], name = "variance", d = dV} end
+  end
+  return links
+end
+
+-- <g, d> for a parameter's gradient g and a derivative d of the parameter:
+-- numbers, tensors of the parameter's shape, or d a function of g.
+local function contract(g, d)
+  if type(d) == "function" then return d(g) end
+  if type(d) == "number" then return type(g) == "number" and g * d or g:sum() * d end
+  return g:cmul(d):sum()
+end
+
+--- The m kernel parameters' gradients (∂/∂log θ) from a gradient table
+-- keyed by operators (bilinear_derivative's, inv_quad_logdet's), through
+-- the links.
+local function link_grads(links, grads, m)
+  local g = {}
+  for p = 1, m do g[p] = 0 end
+  for _, link in ipairs(links) do
+    local gl = grads[link.leaf] and grads[link.leaf][link.name]
+    if gl ~= nil then
+      for p, d in pairs(link.d) do g[p] = g[p] + contract(gl, d) end
+    end
+  end
+  return g
+end
+
+-- Whether a plan multiplies kernels (a hadamard somewhere).
+local function has_product(node)
+  if node.leaf then return false end
+  if node.op == "product" then return true end
+  for _, c in ipairs(node.children) do
+    if has_product(c) then return true end
+  end
+  return false
+end
+
 -- make: lt.kernel, or mpi.kernel (gp.exact's distributed = true) for K,
 -- whose products and gradients are the n×n work; cross- and test
 -- covariances stay lt.kernel.
-local function build_kernel(kernel, points, comps, make)
-  local X = component_points(points, comps)
-  local kinds = {}
-  for i, c in ipairs(comps) do kinds[i] = c.kind end
-  local K, parts = kernel_sum(X, nil, comps, make)
+local function build_kernel(kernel, points, plan, make)
+  local X = plan_points(points, plan)
+  local K, parts = plan_operator(plan, X, nil, make)
+  local products = has_product(plan.root)
   local cov = {
     kind = "kernel",
     explain = string.format("kernel: %d inputs (d = %d), neither regularly spaced nor a grid "
                             .. "with a separable kernel; %s is computed by "
-                            .. "lt.kernel in C: K lazy (entries on demand, row-block products, "
+                            .. "lt.kernel in C%s: K lazy (entries on demand, row-block products, "
                             .. "O(n) memory), its gradients by one pass over the entries",
-                            #points, #points[1], table.concat(kinds, " + ")),
-    K = K, -- PSD: a sum of PSD kernel operators
+                            #points, #points[1], plan_text(plan),
+                            products and " (products of kernels as lazy Hadamard products, "
+                                         .. "lt.mul, a tile at a time)" or ""),
+    K = K, -- PSD: sums and Hadamard products (Schur) of PSD kernel operators
   }
-  -- lt.kernel's hyperparameters are its own parameters: ∂θ/∂log θ = θ.
-  local links = {}
-  for p, par in ipairs(kernel:parameters()) do
-    for i, c in ipairs(comps) do
-      if c == par.kernel then
-        links[#links + 1] = {leaf = parts[i], name = par.name, d = {[p] = log_derivative(par)}}
-      end
-    end
-  end
+  local links = plan_links(kernel, plan, parts)
   function cov.noisy(noise)
     if lt.is_tensor(noise) then return K_plus_diag(cov.K, noise), links end
     local Ky, N = noisy_sum(cov.K, noise)
@@ -544,14 +701,15 @@ local function build_kernel(kernel, points, comps, make)
     return Ky, all
   end
   function cov.cross(star)
-    return (kernel_sum(component_points(star, comps), X, comps))
+    return (plan_operator(plan, plan_points(star, plan), X))
   end
   function cov.test_covariance(star)
-    return (kernel_sum(component_points(star, comps), nil, comps)) -- PSD, O(n*) memory
+    return (plan_operator(plan, plan_points(star, plan))) -- PSD, O(n*) memory
   end
   function cov.noise_explain(per_point)
     return (per_point and "per-point noise: Ky = K + diag(σ²ᵢ)" or "noise σ²: Ky = K + σ²I")
-           .. ", a lazy sum: " .. lazy_sum_paths("lt.kernel's row-block products")
+           .. ", a lazy sum: " .. lazy_sum_paths(products and "K's tiled products"
+                                                 or "lt.kernel's row-block products")
   end
   return cov
 end
@@ -596,12 +754,19 @@ function structure.build(kernel, points, opts)
   end
   local why
   if want == "auto" or want == "kernel" then
-    local comps
-    comps, why = c_components(kernel)
-    if comps then return build_kernel(kernel, points, comps, opts.make_kernel) end
+    local plan
+    plan, why = c_plan(kernel)
+    if plan and opts.make_kernel and has_product(plan.root) then
+      -- mpi.kernel distributes its own products; a Hadamard product takes
+      -- its children's rows, which every rank would compute in full.
+      error("lazytensor: gp: distributed = true needs a sum of base kernels (scale allowed): "
+            .. "a product of kernels (" .. plan_text(plan) .. ") would be a Hadamard product "
+            .. "computed in full on every rank, not distributed", 0)
+    end
+    if plan then return build_kernel(kernel, points, plan, opts.make_kernel) end
     if want == "kernel" or opts.make_kernel then
-      error("lazytensor: gp: kernel structure needs a sum of rbf, matern12/32/52, periodic, "
-            .. "rq, linear, polynomial, cosine or spectral_mixture kernels, got " .. why, 0)
+      error("lazytensor: gp: kernel structure needs sums, products and scales of "
+            .. "lt.kernel's kinds, got " .. why, 0)
     end
   elseif want ~= "dense" then
     error("lazytensor: gp: unknown structure '" .. tostring(want) .. "' (expected auto, "
@@ -626,8 +791,12 @@ end
 
 structure.regular_spacing = regular_spacing
 structure.kernel_dense = kernel_dense
-structure.c_components = c_components -- shared with gp/sgpr.lua and gp/multitask.lua
-structure.kernel_sum = kernel_sum
-structure.log_derivative = log_derivative
-structure.component_points = component_points
+-- The kernel structure's tree of C operators, shared with gp/sgpr.lua and
+-- gp/multitask.lua.
+structure.c_plan = c_plan
+structure.plan_text = plan_text
+structure.plan_points = plan_points
+structure.plan_operator = plan_operator
+structure.plan_links = plan_links
+structure.link_grads = link_grads
 return structure
