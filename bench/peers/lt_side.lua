@@ -136,8 +136,9 @@ local function w8(n, d, kind, path)
     x = lt.tensor(D.X), y = lt.tensor(D.y), mean = "zero", noise = W.noise,
     kernel = gp.kernels[kind]{lengthscale = W.lengthscale, variance = W.variance, dims = dims},
   }
-  -- the iterative path with the library's defaults, and with a preconditioner
-  -- of rank 100 (a setting: smooth kernels need the rank, see doc/iterative.md)
+  -- the iterative path with the library's defaults (the preconditioner's rank
+  -- adapts), and with a fixed rank 100 beside it (doc/iterative.md, "The
+  -- preconditioner's rank")
   local variants = {{name = "defaults", settings = {}}}
   if path == "iterative" then
     variants[2] = {name = "precond100", settings = {preconditioner_size = 100}}

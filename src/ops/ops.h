@@ -20,11 +20,12 @@
 /* The pivoted-Cholesky preconditioner M = L·Lᵀ + D of an A = K + D (a sum
  * with diagonal terms, or a dense matrix), as the iterative rules build it:
  * of rank `request` (≥ 0), or with request = LT_PRECOND_AUTO of the rank
- * the spectrum asks for, at least min_rank unless K is captured to below
- * the noise first. P->k is the rank used; *have = 0 when A has no such structure or the rank is 0
- * (ops/iterative.c). */
+ * the spectrum asks for. cv_rank > 0: P is a stochastic gradient's control
+ * variate too, of at least that rank unless K is captured to below the
+ * noise first, and the adaptive cap is lower. P->k is the rank used; *have = 0 when A has no such
+ * structure or the rank is 0 (ops/iterative.c). */
 struct lt_precond;
-int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int min_rank,
+int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int cv_rank,
                                 struct lt_precond *P, int *have);
 
 /* The signed log-determinant (ops/slogdet.c): the generic and dense rules

@@ -223,6 +223,51 @@ static void test_pivchol(lt_context *ctx) {
   free(x), free(K), free(diag), free(L);
 }
 
+/* Records the residual traces the factorisation reports; stops at a rank. */
+typedef struct stop_log {
+  int stop_at, calls;
+  double trace[64];
+} stop_log;
+
+static int stop_at_rank(void *ud, int rank, double residual_trace) {
+  stop_log *s = ud;
+  if (rank == s->calls + 1 && rank < 64) s->trace[rank] = residual_trace;
+  s->calls++;
+  return rank >= s->stop_at;
+}
+
+/* The stop callback sees every rank in order with tr(K − LLᵀ) and ends the
+ * factorisation where it says; trace_tol ends it at an absolute residual
+ * trace; both leave the same factor as a run to that rank. */
+static void test_pivchol_stops(lt_context *ctx) {
+  size_t n = 200;
+  double *x = uniform_points(ctx, n), *K = rbf(x, n, 0.1, 0.0), *diag = alloc_d(n);
+  for (size_t i = 0; i < n; i++) diag[i] = K[i * n + i];
+  dense_rows dr = {K, n};
+  double *L = alloc_d(n * 30), *L17 = alloc_d(n * 30);
+  stop_log log = {17, 0, {0}};
+  int rank, rank17;
+  double err, err17;
+  int rc = lt_pivoted_cholesky_until(ctx, n, diag, dense_row, &dr, 30, stop_at_rank, &log, L, &rank,
+                                     &err);
+  CHECK(rc == LT_OK && rank == 17 && log.calls == 17, "pivchol stop: rc %d rank %d after %d calls",
+        rc, rank, log.calls);
+  lt_pivoted_cholesky(ctx, n, diag, dense_row, &dr, 17, 0.0, L17, &rank17, &err17);
+  CHECK(fabs(err - err17) <= 1e-12 * (double)n && fabs(log.trace[17] - err17) <= 1e-12 * (double)n,
+        "pivchol stop: trace %g / %g against %g", err, log.trace[17], err17);
+  int same = 1, falling = 1;
+  for (size_t i = 0; i < n; i++)
+    for (size_t a = 0; a < 17; a++) same &= L[i * 30 + a] == L17[i * 17 + a];
+  for (int r = 2; r <= 17; r++) falling &= log.trace[r] < log.trace[r - 1];
+  CHECK(same && falling, "pivchol stop: same factor %d, traces falling %d", same, falling);
+  /* an absolute trace_tol: the first rank whose residual trace is below it */
+  double tol = 0.5 * (log.trace[9] + log.trace[10]);
+  rc = lt_pivoted_cholesky(ctx, n, diag, dense_row, &dr, 30, tol, L, &rank, &err);
+  CHECK(rc == LT_OK && rank == 10 && err <= tol, "pivchol trace_tol: rank %d, trace %g > %g", rank,
+        err, tol);
+  free(x), free(K), free(diag), free(L), free(L17);
+}
+
 static void test_precond(lt_context *ctx) {
   size_t n = 150, k = 10;
   double *x = uniform_points(ctx, n), *K = rbf(x, n, 0.2, 0.0), *diag = alloc_d(n);
@@ -994,6 +1039,7 @@ int main(void) {
   test_cg(ctx);
   test_cg_indefinite(ctx);
   test_pivchol(ctx);
+  test_pivchol_stops(ctx);
   test_precond(ctx);
   test_slq(ctx);
   test_lanczos(ctx);
