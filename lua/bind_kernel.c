@@ -2,8 +2,10 @@
  * bind_kernel.c — lt.kernel(x1 [, x2], spec) (spec.derivative =
  * "lengthscale" | "variance" | "period" gives ∂K/∂log θ; spec.lengthscale
  * a list or 1-d tensor: ARD, one per dimension; linear and polynomial take
- * offset and degree instead of a lengthscale): the spec table is more
- * than a constructor's parameters (bind_types.c) can say.
+ * offset and degree instead of a lengthscale; cosine takes a period and no
+ * lengthscale; spectral_mixture takes num_mixtures, weights, means and
+ * scales instead): the spec table is more than a constructor's parameters
+ * (bind_types.c) can say.
  */
 #include <string.h>
 
@@ -15,7 +17,11 @@ static const struct {
 } kinds[] = {{"rbf", LT_KERNEL_RBF},           {"matern12", LT_KERNEL_MATERN12},
              {"matern32", LT_KERNEL_MATERN32}, {"matern52", LT_KERNEL_MATERN52},
              {"periodic", LT_KERNEL_PERIODIC}, {"rq", LT_KERNEL_RQ},
-             {"linear", LT_KERNEL_LINEAR},     {"polynomial", LT_KERNEL_POLYNOMIAL}};
+             {"linear", LT_KERNEL_LINEAR},     {"polynomial", LT_KERNEL_POLYNOMIAL},
+             {"cosine", LT_KERNEL_COSINE},     {"spectral_mixture", LT_KERNEL_SPECTRAL_MIXTURE}};
+#define KIND_LIST                                                                   \
+  "rbf, matern12, matern32, matern52, periodic, rq, linear, polynomial, cosine or " \
+  "spectral_mixture"
 
 /* spec.derivative: ∂K/∂log θ instead of K. */
 static const struct {
@@ -66,6 +72,58 @@ static void spec_lengthscale(lua_State *L, int idx, lt_kernel_spec *spec) {
   spec->lengthscale = 1.0;
 }
 
+/* spec.name (spectral_mixture) as a contiguous dense tensor of Q numbers
+ * (weights) or Q×d (means, scales; a list of Q numbers is Q×1), kept on
+ * the stack until the operator is made; returns its data and sets *cols. */
+static const double *spec_mixture_array(lua_State *L, int idx, const char *name, size_t Q,
+                                        int matrix, size_t *cols) {
+  lua_getfield(L, idx, name);
+  int t = lua_type(L, -1);
+  if (t != LUA_TTABLE && t != LUA_TUSERDATA)
+    ltb_error(L, "kernel", "spec.%s must be a %s, got %s", name,
+              matrix ? "Q×d matrix (a list of lists)" : "list of numbers", luaL_typename(L, -1));
+  lt_tensor *a = ltb_operand(L, lua_gettop(L), "kernel");
+  int nd = lt_ndim(a);
+  if (nd < 1 || nd > (matrix ? 2 : 1) || lt_size(a, 0) != Q)
+    ltb_error(L, "kernel", "spec.%s must have %zu rows (num_mixtures)%s", name, Q,
+              matrix ? ", one per mixture, each of d numbers" : "");
+  *cols = nd == 2 ? lt_size(a, 1) : 1;
+  ltb_box *box = ltb_new_box(L);
+  box->t = lt_dense_contiguous(ltb_ctx(L), a);
+  if (box->t == NULL) ltb_raise(L);
+  return lt_dense_data(box->t);
+}
+
+/* The spectral mixture's keys (no lengthscale, variance, period or alpha);
+ * returns d, the columns of means and scales. */
+static size_t spec_mixture(lua_State *L, int idx, lt_kernel_spec *spec) {
+  static const char *const others[] = {"lengthscale", "variance", "period", "alpha", NULL};
+  for (int i = 0; others[i]; i++) {
+    lua_getfield(L, idx, others[i]);
+    if (!lua_isnil(L, -1))
+      ltb_error(L, "kernel",
+                "spec.%s: spectral_mixture takes num_mixtures, weights, means and scales",
+                others[i]);
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, idx, "num_mixtures");
+  lua_Number q = lua_tonumber(L, -1);
+  /* below 2^31 before the cast (a larger double has no size_t to become) */
+  if (lua_type(L, -1) != LUA_TNUMBER || !(q >= 1) || q > 2147483647.0 || q != (lua_Number)(size_t)q)
+    ltb_error(L, "kernel", "spec.num_mixtures must be a positive integer, got %s",
+              lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+  lua_pop(L, 1);
+  spec->num_mixtures = (size_t)q;
+  size_t cw, cm, cs;
+  spec->weights = spec_mixture_array(L, idx, "weights", spec->num_mixtures, 0, &cw);
+  spec->means = spec_mixture_array(L, idx, "means", spec->num_mixtures, 1, &cm);
+  spec->scales = spec_mixture_array(L, idx, "scales", spec->num_mixtures, 1, &cs);
+  if (cm != cs)
+    ltb_error(L, "kernel", "spec.means has %zu columns but spec.scales has %zu", cm, cs);
+  spec->variance = 1.0;
+  return cm;
+}
+
 /* An error when spec.key is given: a `kind` kernel does not take it. */
 static void refuse_key(lua_State *L, int idx, const char *key, const char *kind, const char *why) {
   lua_getfield(L, idx, key);
@@ -93,35 +151,49 @@ static void spec_dot(lua_State *L, int idx, lt_kernel_spec *spec, const char *ki
   spec->degree = (int)p;
 }
 
-static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
+static size_t check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
   if (lua_type(L, idx) != LUA_TTABLE)
     ltb_error(L, "kernel", "expected a spec table {kind = ..., lengthscale = ...}, got %s",
               luaL_typename(L, idx));
-  static const char *const keys[] = {"kind",       "lengthscale", "variance", "period", "alpha",
-                                     "derivative", "offset",      "degree",   NULL};
+  static const char *const keys[] = {
+      "kind",   "lengthscale",  "variance", "period", "alpha",  "derivative", "offset",
+      "degree", "num_mixtures", "weights",  "means",  "scales", NULL};
   ltb_check_keys(L, idx, "kernel", "spec", keys);
   lua_getfield(L, idx, "kind");
   if (lua_type(L, -1) != LUA_TSTRING)
-    ltb_error(L, "kernel",
-              "spec.kind must be a string (rbf, matern12, matern32, matern52, "
-              "periodic, rq, linear or polynomial), got %s",
+    ltb_error(L, "kernel", "spec.kind must be a string (" KIND_LIST "), got %s",
               luaL_typename(L, -1));
   const char *kind = lua_tostring(L, -1);
   size_t i = 0, n = sizeof kinds / sizeof kinds[0];
   while (i < n && strcmp(kinds[i].name, kind) != 0) i++;
-  if (i == n)
-    ltb_error(L, "kernel",
-              "unknown kind '%s' (expected rbf, matern12, matern32, matern52, "
-              "periodic, rq, linear or polynomial)",
-              kind);
+  if (i == n) ltb_error(L, "kernel", "unknown kind '%s' (expected " KIND_LIST ")", kind);
   lua_pop(L, 1);
   memset(spec, 0, sizeof *spec);
   spec->kind = kinds[i].kind;
+  static const char *const mixture_keys[] = {"num_mixtures", "weights", "means", "scales", NULL};
+  for (int k = 0; spec->kind != LT_KERNEL_SPECTRAL_MIXTURE && mixture_keys[k]; k++) {
+    lua_getfield(L, idx, mixture_keys[k]);
+    if (!lua_isnil(L, -1))
+      ltb_error(L, "kernel", "spec.%s is for spectral_mixture kernels, got kind '%s'",
+                mixture_keys[k], kinds[i].name);
+    lua_pop(L, 1);
+  }
   spec_dot(L, idx, spec, kinds[i].name);
-  if (spec->kind != LT_KERNEL_LINEAR && spec->kind != LT_KERNEL_POLYNOMIAL)
+  size_t mixture_dims = 0;
+  if (spec->kind == LT_KERNEL_SPECTRAL_MIXTURE) {
+    mixture_dims = spec_mixture(L, idx, spec);
+  } else if (spec->kind == LT_KERNEL_COSINE) {
+    lua_getfield(L, idx, "lengthscale");
+    if (!lua_isnil(L, -1))
+      ltb_error(L, "kernel", "spec.lengthscale: a cosine kernel has a period and no lengthscale");
+    lua_pop(L, 1);
+  } else if (spec->kind != LT_KERNEL_LINEAR && spec->kind != LT_KERNEL_POLYNOMIAL) {
     spec_lengthscale(L, idx, spec);
-  spec->variance = spec_number(L, idx, "variance", 0, 1.0);
-  spec->period = spec_number(L, idx, "period", spec->kind == LT_KERNEL_PERIODIC, 0.0);
+  }
+  int periodic = spec->kind == LT_KERNEL_PERIODIC || spec->kind == LT_KERNEL_COSINE;
+  if (spec->kind != LT_KERNEL_SPECTRAL_MIXTURE)
+    spec->variance = spec_number(L, idx, "variance", 0, 1.0);
+  spec->period = spec_number(L, idx, "period", periodic, 0.0);
   spec->alpha = spec_number(L, idx, "alpha", 0, 1.0);
   if (spec->kind != LT_KERNEL_RQ) spec->alpha = 0.0;
   lua_getfield(L, idx, "derivative");
@@ -136,12 +208,20 @@ static void check_spec(lua_State *L, int idx, lt_kernel_spec *spec) {
     if (k == nd)
       ltb_error(L, "kernel", "unknown derivative '%s' (expected lengthscale, variance or period)",
                 name);
-    if (derivatives[k].derivative == LT_KERNEL_D_PERIOD && spec->kind != LT_KERNEL_PERIODIC)
-      ltb_error(L, "kernel", "derivative 'period' needs a periodic kernel, got kind '%s'",
+    if (derivatives[k].derivative == LT_KERNEL_D_PERIOD && !periodic)
+      ltb_error(L, "kernel", "derivative 'period' needs a periodic or cosine kernel, got kind '%s'",
                 kinds[i].name);
     spec->derivative = derivatives[k].derivative;
   }
   lua_pop(L, 1);
+  return mixture_dims;
+}
+
+/* The points' dimensions (the last axis of an n×d or b×n×d tensor; 1 for
+ * a list of numbers). */
+static size_t point_dims(const lt_tensor *x) {
+  int nd = lt_ndim(x);
+  return nd >= 2 ? lt_size(x, nd - 1) : 1;
 }
 
 /* lt.kernel(x1 [, x2], spec) */
@@ -151,7 +231,7 @@ static int l_kernel(lua_State *L) {
   if (top < 2 || top > 3)
     return ltb_error(L, "kernel", "expected (x1 [, x2], spec), got %d arguments", top);
   lt_kernel_spec spec;
-  check_spec(L, top, &spec);
+  size_t mixture_dims = check_spec(L, top, &spec);
   if (top == 3 && lua_type(L, 2) == LUA_TTABLE) {
     lua_getfield(L, 2, "kind");
     if (!lua_isnil(L, -1))
@@ -160,6 +240,10 @@ static int l_kernel(lua_State *L) {
   }
   lt_tensor *x1 = ltb_operand(L, 1, "kernel");
   lt_tensor *x2 = top == 3 && !lua_isnil(L, 2) ? ltb_operand(L, 2, "kernel") : NULL;
+  if (spec.kind == LT_KERNEL_SPECTRAL_MIXTURE && mixture_dims != point_dims(x1))
+    return ltb_error(L, "kernel",
+                     "spec.means and spec.scales have %zu columns for points of %zu dimensions",
+                     mixture_dims, point_dims(x1));
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_kernel_new_batched(ctx, x1, x2, &spec));
 }

@@ -280,7 +280,7 @@ describe("gp kernel structure: ARD and rq", function()
     end)
   end
 
-  it("rejects lengthscale lists that do not fit the inputs, and ARD periodic kernels", function()
+  it("rejects lengthscale lists that do not fit the inputs", function()
     local P = scattered(10, 2, 5, 1)
     local y = targets(P, function() return 0.5 end)
     local function fails(pattern, make)
@@ -294,7 +294,8 @@ describe("gp kernel structure: ARD and rq", function()
           function() return K.rbf{lengthscale = {1, 2, 3}} end)
     fails("matern32 has 2 lengthscales for 1 dims",
           function() return K.matern32{lengthscale = {1, 2}, dims = {2}} end)
-    fails("periodic takes one lengthscale", function() return K.periodic{lengthscale = {1, 2}} end)
+    fails("periodic has 3 lengthscales but the inputs have 2 dimensions",
+          function() return K.periodic{lengthscale = {1, 2, 3}} end)
     fails("rq lengthscale%[2%] must be a positive number",
           function() return K.rq{lengthscale = {1, -2}} end)
   end)

@@ -5,29 +5,36 @@
 -- not, transposed) against Lua loops over those closed forms.
 local lt = require "lazytensor"
 
-local KINDS = {"rbf", "matern12", "matern32", "matern52", "periodic"}
+-- periodic_ard: periodic with one lengthscale per dimension
+local KINDS = {"rbf", "matern12", "matern32", "matern52", "periodic", "periodic_ard", "cosine"}
 
 local function derivatives_of(kind)
   if kind == "periodic" then return {"lengthscale", "period", "variance"} end
+  if kind == "periodic_ard" or kind == "cosine" then return {"period", "variance"} end
   return {"lengthscale", "variance"}
 end
 
 -- k and ∂k/∂log θ from the formulas of the brief (r = ‖x − y‖).
 local function value(s, x, y)
   local l, v = s.lengthscale, s.variance
-  if s.kind == "periodic" then
+  if s.kind == "periodic" then -- S and D over l² (ARD: each dimension's own)
     local S, D = 0, 0
     for d = 1, #x do
+      local ld = type(l) == "table" and l[d] or l
       local u = math.pi * math.abs(x[d] - y[d]) / s.period
-      S = S + math.sin(u) ^ 2
-      D = D + math.sin(2 * u) * u
+      S = S + math.sin(u) ^ 2 / ld ^ 2
+      D = D + math.sin(2 * u) * u / ld ^ 2
     end
-    local k = v * math.exp(-2 * S / l ^ 2)
-    return k, {lengthscale = k * 4 * S / l ^ 2, period = k * 2 / l ^ 2 * D, variance = k}
+    local k = v * math.exp(-2 * S)
+    return k, {lengthscale = k * 4 * S, period = k * 2 * D, variance = k}
   end
   local r2 = 0
   for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
   local r = math.sqrt(r2)
+  if s.kind == "cosine" then -- v cos(πr/p): ∂/∂log p = v sin(πr/p)·πr/p
+    local a = math.pi * r / s.period
+    return v * math.cos(a), {period = v * math.sin(a) * a, variance = v * math.cos(a)}
+  end
   local k, dl
   if s.kind == "rbf" then
     k = v * math.exp(-r2 / (2 * l * l))
@@ -47,7 +54,17 @@ local function value(s, x, y)
   return k, {lengthscale = dl, variance = k}
 end
 
-local function spec_of(kind, derivative)
+-- d: the points' dimensions (periodic_ard's lengthscales)
+local function spec_of(kind, derivative, d)
+  if kind == "cosine" then
+    return {kind = kind, variance = 1.6, period = 1.7, derivative = derivative}
+  end
+  if kind == "periodic_ard" then
+    local ls = {}
+    for q = 1, d or 2 do ls[q] = 0.6 + 0.5 * q end
+    return {kind = "periodic", lengthscale = ls, variance = 1.6, period = 1.7,
+            derivative = derivative}
+  end
   return {kind = kind, lengthscale = 0.8, variance = 1.6,
           period = kind == "periodic" and 1.7 or nil, derivative = derivative}
 end
@@ -97,12 +114,13 @@ describe("kernel derivatives", function()
       end)
 
       it(kind .. " d/dlog " .. dname .. " entries, rows, diagonal, trace, dense", function()
-        local s = spec_of(kind, dname)
         for _, P in ipairs{X, X1} do
+          local s = spec_of(kind, dname, #P[1])
           local D = lt.kernel(lt.tensor(P), s)
           assert.equal("kernel", lt.type(D))
           assert.is_true(D:is_symmetric())
-          if dname == "variance" then
+          -- cosine: PSD on the line only
+          if dname == "variance" and (kind ~= "cosine" or #P[1] == 1) then
             assert.is_true(D:is_psd())
           else
             assert.is_not_true(D:is_psd())
@@ -125,6 +143,7 @@ describe("kernel derivatives", function()
           close(D:trace(), tr, 1e-13, 1e-15, "trace")
         end
         -- with x2: the diagonal is entry by entry, and 3·D scales the variance
+        local s = spec_of(kind, dname)
         local D = lt.kernel(lt.tensor(X), lt.tensor(Y), s)
         local S3 = 3 * D
         assert.equal("kernel", lt.type(S3))
@@ -208,7 +227,7 @@ describe("kernel derivatives", function()
     fails("unknown derivative 'scale' %(expected lengthscale, variance or period%)",
           {kind = "rbf", lengthscale = 1, derivative = "scale"})
     fails("spec.derivative must be a string", {kind = "rbf", lengthscale = 1, derivative = 1})
-    fails("derivative 'period' needs a periodic kernel, got kind 'matern32'",
+    fails("derivative 'period' needs a periodic or cosine kernel, got kind 'matern32'",
           {kind = "matern32", lengthscale = 1, derivative = "period"})
     assert.equal("kernel", lt.type(lt.kernel(x, {kind = "rbf", lengthscale = 1,
                                                  derivative = "variance"})))

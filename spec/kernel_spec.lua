@@ -28,14 +28,39 @@ local function points_of(x)
   return P
 end
 
+-- Spectral mixture (Wilson & Adams 2013): Σ_q w_q Π_d exp(−2π²τ_d²s_qd²)·
+-- cos(2πτ_d μ_qd), τ = x − y.
+local function spectral_mixture(s, x, y)
+  local total = 0
+  for q = 1, s.num_mixtures do
+    local t = s.weights[q]
+    for d = 1, #x do
+      local tau = x[d] - y[d]
+      t = t * math.exp(-2 * math.pi ^ 2 * tau ^ 2 * s.scales[q][d] ^ 2)
+        * math.cos(2 * math.pi * tau * s.means[q][d])
+    end
+    total = total + t
+  end
+  return total
+end
+
 local function k(s, x, y)
   local variance = s.variance or 1
   local spec = {lengthscale = s.lengthscale, variance = variance}
-  if s.kind == "periodic" then
+  if s.kind == "periodic" then -- ARD: each dimension's term over its l²
     local acc = 0
-    for d = 1, #x do acc = acc + math.sin(math.pi * math.abs(x[d] - y[d]) / s.period) ^ 2 end
-    return variance * math.exp(-2 * acc / s.lengthscale ^ 2)
+    for d = 1, #x do
+      local l = type(s.lengthscale) == "table" and s.lengthscale[d] or s.lengthscale
+      acc = acc + math.sin(math.pi * math.abs(x[d] - y[d]) / s.period) ^ 2 / l ^ 2
+    end
+    return variance * math.exp(-2 * acc)
   end
+  if s.kind == "cosine" then
+    local r2 = 0
+    for d = 1, #x do r2 = r2 + (x[d] - y[d]) ^ 2 end
+    return variance * math.cos(math.pi * math.sqrt(r2) / s.period)
+  end
+  if s.kind == "spectral_mixture" then return spectral_mixture(s, x, y) end
   -- ARD (a list of lengthscales): distances scaled per dimension, l = 1
   local ard = type(s.lengthscale) == "table"
   local r2 = 0
@@ -85,16 +110,46 @@ local specs = {
   {kind = "matern52", lengthscale = 1.1, variance = 1.5},
   {kind = "periodic", lengthscale = 0.9, variance = 1.2, period = 2.5},
   {kind = "rq", lengthscale = 0.9, variance = 1.4, alpha = 0.7},
+  {kind = "cosine", variance = 1.3, period = 2.5},
 }
 for _, s in ipairs(specs) do
   local name = "kernel " .. s.kind
-  conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, {psd = true}))
+  -- cosine: not PSD in two or more dimensions (the symmetric checks
+  -- only); on the line PSD of rank 2, so positive definite on 2 points
+  local own = s.kind == "cosine" and {symmetric = true} or {psd = true}
+  conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, own))
   conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
   conformance.check(name .. " K(x2, x1) 4x6, d = 2", case(X2, X1, s))
-  conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
-  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, s, {psd = true}))
+  if s.kind == "cosine" then
+    conformance.check(name .. " K(t, t) 2x2, 1-d", case({0.1, 0.9}, nil, s, {psd = true}))
+    conformance.check(name .. " K(t1, t) 5x2, 1-d", case(T1, {0.1, 0.9}, s))
+  else
+    conformance.check(name .. " K(t, t) 5x5, 1-d", case(T1, nil, s, {psd = true}))
+  end
+  conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, s, own))
   conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, s))
 end
+-- Spectral mixtures of Q = 2 (d = 1, 2) and Q = 3 (d = 12) components.
+local function mixture(d, Q)
+  local m = {kind = "spectral_mixture", num_mixtures = Q, weights = {}, means = {}, scales = {}}
+  for q = 1, Q do
+    m.weights[q] = 0.4 + 0.5 * q
+    m.means[q], m.scales[q] = {}, {}
+    for c = 1, d do
+      m.means[q][c] = 0.15 + 0.23 * q + 0.05 * c
+      m.scales[q][c] = (d > 2 and 0.1 or 0.3) + 0.07 * q + 0.02 * c
+    end
+  end
+  return m
+end
+local sm1, sm2, sm12 = mixture(1, 2), mixture(2, 2), mixture(12, 3)
+conformance.check("kernel spectral_mixture K(x1, x1) 6x6, d = 2", case(X1, nil, sm2, {psd = true}))
+conformance.check("kernel spectral_mixture K(x1, x2) 6x4, d = 2", case(X1, X2, sm2))
+conformance.check("kernel spectral_mixture K(x2, x1) 4x6, d = 2", case(X2, X1, sm2))
+conformance.check("kernel spectral_mixture K(t, t) 5x5, 1-d", case(T1, nil, sm1, {psd = true}))
+conformance.check("kernel spectral_mixture K(w1, w1) 6x6, d = 12",
+                  case(W1, nil, sm12, {psd = true}))
+conformance.check("kernel spectral_mixture K(w1, w2) 6x4, d = 12", case(W1, W2, sm12))
 -- ARD: one lengthscale per dimension (every kind but periodic)
 local ard_specs = {
   {kind = "rbf", lengthscale = {0.6, 1.7}, variance = 1.3},
@@ -102,6 +157,7 @@ local ard_specs = {
   {kind = "matern32", lengthscale = {0.7, 2.1}, variance = 0.6},
   {kind = "matern52", lengthscale = {1.2, 0.5}, variance = 1.5},
   {kind = "rq", lengthscale = {0.8, 1.9}, variance = 0.9, alpha = 2.3},
+  {kind = "periodic", lengthscale = {0.7, 1.9}, variance = 1.2, period = 2.5},
 }
 local ard12 = {}
 for q = 1, 12 do ard12[q] = 0.5 + 0.13 * q end
@@ -109,7 +165,8 @@ for _, s in ipairs(ard_specs) do
   local name = "kernel " .. s.kind .. " ARD"
   conformance.check(name .. " K(x1, x1) 6x6, d = 2", case(X1, nil, s, {psd = true}))
   conformance.check(name .. " K(x1, x2) 6x4, d = 2", case(X1, X2, s))
-  local wide_spec = {kind = s.kind, lengthscale = ard12, variance = s.variance, alpha = s.alpha}
+  local wide_spec = {kind = s.kind, lengthscale = ard12, variance = s.variance, alpha = s.alpha,
+                     period = s.period}
   conformance.check(name .. " K(w1, w1) 6x6, d = 12", case(W1, nil, wide_spec, {psd = true}))
   conformance.check(name .. " K(w1, w2) 6x4, d = 12", case(W1, W2, wide_spec))
 end
@@ -267,11 +324,12 @@ describe("kernel", function()
     local P1, P2 = lt.tensor(x1), lt.tensor(x2)
     local B1, B2 = lt.randn(300, 3), lt.randn(170, 3)
     for _, s in ipairs(specs) do
-      for _, derivative in ipairs{false, s.kind ~= "rq" and "lengthscale" or nil} do
+      local d_kind = s.kind == "cosine" and "period" or s.kind ~= "rq" and "lengthscale" or nil
+      for _, derivative in ipairs{false, d_kind} do
         local spec = {kind = s.kind, lengthscale = s.lengthscale, variance = s.variance,
                       period = s.period, alpha = s.alpha, derivative = derivative or nil}
         it(string.format("%s%s: the same products stored and evaluated (to 1e-14)", s.kind,
-                         derivative and " ∂/∂log l" or ""), function()
+                         derivative and " ∂/∂log " .. derivative or ""), function()
           for _, cross in ipairs{false, true} do
             local function make() return cross and lt.kernel(P1, P2, spec) or lt.kernel(P1, spec) end
             local B = cross and B2 or B1
@@ -404,12 +462,49 @@ describe("kernel", function()
 
     it("raises clear errors and leaves the state intact", function()
       local x = lt.tensor(X1)
-      fails("unknown kind 'cosine'", x, {kind = "cosine", lengthscale = 1})
+      fails("unknown kind 'cosin'", x, {kind = "cosin", lengthscale = 1})
+      fails("spec.lengthscale: a cosine kernel has a period and no lengthscale", x,
+            {kind = "cosine", lengthscale = 1, period = 1})
+      fails("spec.period is required", x, {kind = "cosine"})
+      fails("derivative 'lengthscale' needs one lengthscale and a kind other than rq or cosine",
+            x, {kind = "cosine", period = 1, derivative = "lengthscale"})
+      fails("derivative 'period' needs a periodic or cosine kernel", x,
+            {kind = "rbf", lengthscale = 1, derivative = "period"})
+      fails("3 lengthscales for points of 2 dimensions", x,
+            {kind = "periodic", lengthscale = {1, 2, 3}, period = 1})
+      fails("lengthscale%[2%] must be a positive number", x,
+            {kind = "periodic", lengthscale = {1, 0}, period = 1})
+      local function sm(over)
+        local m = {kind = "spectral_mixture", num_mixtures = 2, weights = {1, 2},
+                   means = {{0.1, 0.2}, {0.3, 0.4}}, scales = {{1, 2}, {3, 4}}}
+        for key, v in pairs(over) do m[key] = v end
+        return m
+      end
+      fails("spec.num_mixtures must be a positive integer, got 1.5", x, sm{num_mixtures = 1.5})
+      fails("spec.num_mixtures must be a positive integer, got 1e%+?30", x,
+            sm{num_mixtures = 1e30})
+      fails("spec.num_mixtures must be a positive integer, got boolean", x, sm{num_mixtures = false})
+      fails("spec.weights must have 2 rows", x, sm{weights = {1, 2, 3}})
+      fails("spec.weights must be a list of numbers, got string", x, sm{weights = "1"})
+      fails("spec.means must have 2 rows", x, sm{means = {{0.1, 0.2}}})
+      fails("spec.means has 2 columns but spec.scales has 1", x, sm{scales = {1, 2}})
+      fails("spec.means and spec.scales have 1 columns for points of 2 dimensions", x,
+            sm{means = {0.1, 0.2}, scales = {1, 2}})
+      fails("spectral_mixture weights%[2%] must be a positive number, got %-2", x,
+            sm{weights = {1, -2}})
+      fails("spectral_mixture means%[2%]%[1%] must be a positive number, got 0", x,
+            sm{means = {{0.1, 0.2}, {0, 0.4}}})
+      fails("spectral_mixture scales%[1%]%[2%] must be a positive number, got %-?nan", x,
+            sm{scales = {{1, 0 / 0}, {3, 4}}})
+      fails("spec.variance: spectral_mixture takes num_mixtures, weights, means and scales", x,
+            sm{variance = 2})
+      fails("spec.lengthscale: spectral_mixture takes", x, sm{lengthscale = 2})
+      fails("spectral_mixture has no derivative operators", x, sm{derivative = "variance"})
+      fails("spec.means is for spectral_mixture kernels, got kind 'rbf'", x,
+            {kind = "rbf", lengthscale = 1, means = {1}})
       fails("3 lengthscales for points of 2 dimensions", x, {kind = "rbf", lengthscale = {1, 2, 3}})
       fails("lengthscale%[2%] must be a positive number", lt.tensor{{0, 0}, {1, 1}},
             {kind = "rbf", lengthscale = {1, -2}})
-      fails("a periodic kernel takes one lengthscale", x,
-            {kind = "periodic", lengthscale = {1}, period = 1})
       fails("alpha must be a positive number", x, {kind = "rq", lengthscale = 1, alpha = 0})
       fails("derivative 'lengthscale' needs one lengthscale", x,
             {kind = "rbf", lengthscale = {1}, derivative = "lengthscale"})

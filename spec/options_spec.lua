@@ -136,7 +136,8 @@ describe("definition tables", function()
 
   it("reject unknown keys in a kernel spec", function()
     assert.matches("lazytensor: kernel: spec: unknown key 'lenghtscale' (expected kind, "
-      .. "lengthscale, variance, period, alpha, derivative, offset or degree)",
+      .. "lengthscale, variance, period, alpha, derivative, offset, degree, num_mixtures, "
+      .. "weights, means or scales)",
       message(function() return lt.kernel(x, {kind = "rbf", lengthscale = 1, lenghtscale = 2}) end),
       1, true)
     assert.matches("lazytensor: kernel: spec: a key must be a name",

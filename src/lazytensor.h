@@ -688,7 +688,9 @@ typedef enum {
   /* inner-product kinds (not stationary, no lengthscale): v·(xᵀy + c) and
    * v·(xᵀy + c)^p with c = offset ≥ 0, p = degree ≥ 1 */
   LT_KERNEL_LINEAR,
-  LT_KERNEL_POLYNOMIAL
+  LT_KERNEL_POLYNOMIAL,
+  LT_KERNEL_COSINE,          /* v·cos(π‖x − y‖/p): no lengthscale (kernel_sm.c) */
+  LT_KERNEL_SPECTRAL_MIXTURE /* Wilson & Adams (2013): weights, means, scales (kernel_sm.c) */
 } lt_kernel_kind;
 /* What the operator's entries are: the kernel itself, or its derivative with
  * respect to the log of one hyperparameter (θ·∂k/∂θ). */
@@ -705,7 +707,8 @@ typedef struct lt_kernel_spec {
   double alpha;                    /* rq only */
   /* ARD: one lengthscale per input dimension (n_lengthscales = d numbers,
    * copied at construction; lengthscale is then ignored), or NULL. Radial
-   * kinds and rq only, with derivative LT_KERNEL_VALUE or D_VARIANCE. */
+   * kinds, rq and periodic, with derivative LT_KERNEL_VALUE, D_VARIANCE or
+   * (periodic) D_PERIOD. */
   const double *lengthscales;
   size_t n_lengthscales;
   /* linear and polynomial: the offset c ≥ 0 and (polynomial) the degree
@@ -713,14 +716,24 @@ typedef struct lt_kernel_spec {
    * only derivative is LT_KERNEL_D_VARIANCE */
   double offset;
   int degree;
+  /* spectral_mixture: k(τ = x − y) = Σ_q w_q Π_d exp(−2π²τ_d²s_qd²)·
+   * cos(2πτ_d μ_qd) over num_mixtures = Q components: weights (Q), means
+   * and scales (Q×d row-major, d the points' dimensions), all > 0, copied
+   * at construction. Derivative LT_KERNEL_VALUE only; variance,
+   * lengthscale, period and alpha are ignored. */
+  size_t num_mixtures;
+  const double *weights, *means, *scales;
 } lt_kernel_spec;
 /* x1 (n1×d or 1-d), x2 likewise (NULL: x1, then symmetric PSD); lengthscale
- * (or the ARD lengthscales), variance (period for periodic, alpha for rq)
- * > 0. Entries are never stored. spec->derivative other than
+ * (or the ARD lengthscales), variance (period for periodic and cosine,
+ * alpha for rq) > 0. Entries are never stored. spec->derivative other than
  * LT_KERNEL_VALUE gives ∂K/∂log θ instead (LT_KERNEL_D_PERIOD only for
- * periodic kernels, D_LENGTHSCALE not for rq or ARD): symmetric when x2 is
- * NULL, PSD only for the variance derivative (which equals K). A linear
- * kernel's products use its low rank (O((n1 + n2)·d·k) for k columns). */
+ * periodic and cosine kernels, D_LENGTHSCALE not for rq, cosine or ARD):
+ * symmetric when x2 is NULL, PSD only for the variance derivative (which
+ * equals K). A linear kernel's products use its low rank (O((n1 + n2)·d·k)
+ * for k columns). cosine has no lengthscale (spec.lengthscale is ignored)
+ * and K(x, x) is PSD only for d = 1: cos of the Euclidean distance is not
+ * a positive definite function in two or more dimensions. */
 lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2 /* NULL: x1 */,
                          const lt_kernel_spec *spec);
 /* Rows r0 .. r1 − 1 of K·X (transposed: of Kᵀ·X, whose rows are x2's

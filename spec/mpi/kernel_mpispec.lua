@@ -231,6 +231,40 @@ describe("mpi.kernel gradients", function()
   end)
 end)
 
+describe("mpi.kernel of the cosine, spectral_mixture and periodic ARD kinds", function()
+  local SPECS = {
+    {kind = "cosine", period = 1.9, variance = 1.4},
+    {kind = "periodic", lengthscale = {0.7, 1.6}, period = 2.3, variance = 0.8},
+    {kind = "spectral_mixture", num_mixtures = 2, weights = {0.6, 1.1},
+     means = {{0.2, 0.45}, {0.7, 0.1}}, scales = {{0.35, 0.2}, {0.15, 0.4}}},
+  }
+
+  it("multiply and differentiate like lt.kernel", function()
+    local n = 200
+    local X = support.points(4, n, 2)
+    for _, s in ipairs(SPECS) do
+      local K, ref = mpi.kernel(X, s), lt.kernel(X, s)
+      local V = lt.randn(n, 3)
+      local Y = K * V
+      assert.is_true(support.relative_error(Y, ref * V) < 1e-13, s.kind .. " product")
+      support.bits(s.kind .. " product", Y)
+      local L, R = lt.randn(n, 2), lt.randn(n, 2)
+      local g = K:bilinear_derivative(L, R)[K]
+      local g0 = ref:bilinear_derivative(L, R)[ref]
+      for name, want in pairs(g0) do
+        local got = g[name]
+        assert.is_not_nil(got, s.kind .. ": no gradient of " .. name)
+        if lt.is_tensor(want) then
+          assert.is_true(support.relative_error(got, want) < 1e-12, s.kind .. " " .. name)
+        else
+          assert.is_true(math.abs(got - want) <= 1e-12 * math.max(1, math.abs(want)),
+                         s.kind .. " " .. name)
+        end
+      end
+    end
+  end)
+end)
+
 -- The inner-product kinds go through the same row blocks (tiles of inner
 -- products; lt.kernel's own linear product uses the low rank instead, so
 -- the two agree to rounding) and the same block gradients.

@@ -1,8 +1,9 @@
 /*
  * ops/kernel.c — kernel matrices K[i][j] = k(x1_i, x2_j) for the stationary
- * kernels of API.md (rbf, matern12/32/52, periodic, rq; ARD lengthscales
- * for all but periodic) and the inner-product kinds linear and polynomial
- * (their own code in kernel_dot.c): the type, its
+ * kernels of API.md (rbf, matern12/32/52, periodic, rq, with ARD
+ * lengthscales; cosine and spectral_mixture, kernel_sm.c) and the
+ * inner-product kinds linear and polynomial (their own code in
+ * kernel_dot.c): the type, its
  * constructor and its rules. The points are the children (x1, and x2 unless
  * it was omitted), copied at construction into contiguous n×d matrices so
  * later writes to the caller's tensors cannot change the operator.
@@ -45,6 +46,7 @@ typedef struct kernel_payload kernel_payload;
 struct kernel_payload {
   lt_kernel_spec spec; /* spec.lengthscales: ls's numbers (ARD) */
   lt_tensor *ls;       /* ARD: the d lengthscales (owned), or NULL */
+  lt_tensor *sm[3];    /* spectral mixture: weights, means, scales (owned) */
   int same;            /* x2 omitted: K(x1, x1), symmetric PSD */
   /* points prepared for evaluation (b unused when same), and the data
    * stamp of the points they were prepared from (lt_data_stamp) */
@@ -394,13 +396,15 @@ static void kernel_destroy(lt_context *ctx, lt_tensor *self) {
   cache_drop(ctx, p);
   drop_prepared(ctx, p);
   lt_release(ctx, p->ls);
+  for (int i = 0; i < 3; i++) lt_release(ctx, p->sm[i]);
   lt_free(ctx, p, sizeof *p);
 }
 
 static size_t kernel_payload_bytes(const lt_tensor *self) {
   const kernel_payload *p = self->payload;
   return sizeof *p + p->a.bytes + p->b.bytes + p->K_bytes +
-         (p->ls ? p->ls->shape[0] * sizeof(double) : 0);
+         (p->ls ? p->ls->shape[0] * sizeof(double) : 0) +
+         (p->sm[0] ? (lt_numel(p->sm[0]) + 2 * lt_numel(p->sm[1])) * sizeof(double) : 0);
 }
 
 /* ---------------------------------------------------------- gradients */
@@ -466,6 +470,7 @@ static radial_entry radial(const lt_kernel_spec *s, double q) {
       e.c = dl ? 5.0 * v * ex * (2.0 + 2.0 * a - a * a) / 3.0 : -5.0 * v * (1.0 + a) * ex / 3.0;
       break;
     }
+    case LT_KERNEL_COSINE: lt_kernel_cosine_radial(s, q, &e.val, &e.c); break;
     default: { /* rq: the value (or the variance derivative, k itself) */
       double al = s->alpha, u = 0.5 * q / al, k = v * exp(-al * log1p(u));
       e.val = k;
@@ -478,54 +483,64 @@ static radial_entry radial(const lt_kernel_spec *s, double q) {
 
 /* The derivatives of one entry g(x, y) with respect to l, v, p, α and to x
  * (gx[0..d)), and with ARD to each l_q (gl); ∂g/∂y = −∂g/∂x (stationary).
- * Periodic: u_q = π(x_q − y_q)/p, S = Σ sin²u_q, D = Σ sin(2u_q)·u_q,
- * ∂S/∂x_q = sin(2u_q)·π/p. */
+ * Periodic: u_q = π(x_q − y_q)/p, w_q = 1/l_q² (ARD) or 1/l²,
+ * S = Σ w_q sin²u_q, D = Σ w_q sin(2u_q)·u_q, ∂S/∂x_q = w_q sin(2u_q)·π/p,
+ * ∂S/∂l_q = −2 sin²u_q / l_q³ (ARD; one lengthscale: ∂S/∂l = −2S/l). */
 typedef struct entry_grad {
   double dl, dv, dp, da;
 } entry_grad;
 
 static entry_grad periodic_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
-                                       size_t d, double *gx) {
-  double l = s->lengthscale, v = s->variance, p = s->period, w = PI / p, l2 = l * l;
+                                       size_t d, double *gx, double *gl) {
+  double l = s->lengthscale, v = s->variance, p = s->period, w = PI / p;
   double S = 0, D = 0, E = 0;
   for (size_t q = 0; q < d; q++) {
+    double lq = lt_kernel_lengthscale(s, q), wq = 1.0 / (lq * lq);
     double u = w * (x[q] - y[q]), su = sin(u), s2 = sin(2.0 * u);
-    S += su * su;
-    D += s2 * u;
-    E += 2.0 * u * u * cos(2.0 * u) + u * s2;
+    S += wq * su * su;
+    D += wq * s2 * u;
+    E += wq * (2.0 * u * u * cos(2.0 * u) + u * s2);
   }
-  double k = v * exp(-2.0 * S / l2);
+  double k = v * exp(-2.0 * S);
   entry_grad g = {0, 0, 0, 0};
-  double c;
-  switch (s->derivative) {
-    case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS/l² */
-      g.dl = 8.0 * k * S / (l2 * l) * (2.0 * S / l2 - 1.0);
-      g.dv = 4.0 * k * S / (l2 * v);
-      g.dp = 4.0 * k * D / (l2 * p) * (2.0 * S / l2 - 1.0);
-      c = 4.0 * k / l2 * (1.0 - 2.0 * S / l2) * w;
-      break;
-    case LT_KERNEL_D_PERIOD: /* g = 2kD/l²: its x-derivative is not of the form c·sin 2u */
-      g.dl = 4.0 * k * D / (l2 * l) * (2.0 * S / l2 - 1.0);
-      g.dv = 2.0 * k * D / (l2 * v);
-      g.dp = 2.0 * k / (l2 * p) * (2.0 * D * D / l2 - E);
-      for (size_t q = 0; q < d; q++) {
-        double u = w * (x[q] - y[q]);
-        gx[q] = 2.0 * k / l2 * w * (sin(2.0 * u) * (1.0 - 2.0 * D / l2) + 2.0 * u * cos(2.0 * u));
-      }
-      return g;
-    default: /* the value, or the variance derivative (k itself) */
-      g.dl = 4.0 * k * S / (l2 * l);
-      g.dv = k / v;
-      g.dp = 2.0 * k * D / (l2 * p);
-      c = -2.0 * k / l2 * w;
+  for (size_t q = 0; q < d; q++) {
+    double lq = lt_kernel_lengthscale(s, q), wq = 1.0 / (lq * lq);
+    double u = w * (x[q] - y[q]), su = sin(u), s2 = sin(2.0 * u), dk = 4.0 * k * wq * su * su / lq;
+    switch (s->derivative) {
+      case LT_KERNEL_D_LENGTHSCALE: /* g = 4kS (one lengthscale only) */
+        gx[q] = 4.0 * k * (1.0 - 2.0 * S) * wq * w * s2;
+        break;
+      case LT_KERNEL_D_PERIOD: /* g = 2kD: its x-derivative is not of the form c·sin 2u */
+        gx[q] = 2.0 * k * wq * w * (s2 * (1.0 - 2.0 * D) + 2.0 * u * cos(2.0 * u));
+        if (gl) gl[q] = 2.0 * dk * D - 4.0 * k * wq * s2 * u / lq;
+        break;
+      default: /* the value, or the variance derivative (k itself) */
+        gx[q] = -2.0 * k * wq * w * s2;
+        if (gl) gl[q] = dk;
+    }
   }
-  for (size_t q = 0; q < d; q++) gx[q] = c * sin(2.0 * w * (x[q] - y[q]));
+  switch (s->derivative) {
+    case LT_KERNEL_D_LENGTHSCALE:
+      g.dl = 8.0 * k * S / l * (2.0 * S - 1.0);
+      g.dv = 4.0 * k * S / v;
+      g.dp = 4.0 * k * D / p * (2.0 * S - 1.0);
+      break;
+    case LT_KERNEL_D_PERIOD:
+      g.dl = 4.0 * k * D / l * (2.0 * S - 1.0);
+      g.dv = 2.0 * k * D / v;
+      g.dp = 2.0 * k / p * (2.0 * D * D - E);
+      break;
+    default:
+      g.dl = 4.0 * k * S / l;
+      g.dv = k / v;
+      g.dp = 2.0 * k * D / p;
+  }
   return g;
 }
 
 static entry_grad entry_derivatives(const lt_kernel_spec *s, const double *x, const double *y,
                                     size_t d, double *gx, double *gl) {
-  if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx);
+  if (s->kind == LT_KERNEL_PERIODIC) return periodic_derivatives(s, x, y, d, gx, gl);
   double q = 0;
   for (size_t k = 0; k < d; k++) {
     double dz = (x[k] - y[k]) / lt_kernel_lengthscale(s, k);
@@ -608,8 +623,8 @@ static int apply_masks(lt_context *ctx, const weight_masks *m, size_t i0, size_t
 /* The rows [i0, i0 + b) of the weights into block (b×n2): W's rows, or
  * L's rows times Rᵀ; with transposed, the rows of Wᵀ (R's rows times Lᵀ).
  * A mask is applied after (apply_masks). */
-static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
-                        double *block) {
+void lt_kernel_weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
+                           double *block) {
   if (w->W) {
     const double *x = lt_dense_data(w->W);
     size_t n1 = w->W->shape[0];
@@ -633,8 +648,8 @@ static void weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, i
  * a symmetric kernel's pass (blt NULL otherwise), masked when W has a mask. */
 static int block_weights(lt_context *ctx, const lt_cotangent *w, const weight_masks *m, size_t i0,
                          size_t b, size_t n2, double *blk, double *blt) {
-  weight_rows(w, i0, b, n2, 0, blk);
-  if (blt != NULL) weight_rows(w, i0, b, n2, 1, blt);
+  lt_kernel_weight_rows(w, i0, b, n2, 0, blk);
+  if (blt != NULL) lt_kernel_weight_rows(w, i0, b, n2, 1, blt);
   return m->rows ? apply_masks(ctx, m, i0, b, n2, blk, blt) : LT_OK;
 }
 
@@ -688,7 +703,9 @@ static int pair_pass(lt_context *ctx, const lt_tensor *self, const lt_cotangent 
  *   periodic: f_q = sin(2z_iq − 2z_jq) (z = πx/p) = s_iq c_jq − c_iq s_jq
  *             with s, c = sin 2z, cos 2z, so ∂/∂x_i = s_i∘(M·C)_i − c_i∘(M·S)_i
  *             and ∂/∂y_j = s_j∘(Mᵀ·C)_j − c_j∘(Mᵀ·S)_j (rows of the block).
- * ARD lengthscales take −Σ_j M_ij (z_iq − z_jq)²/l_q row by row.
+ * ARD lengthscales take −Σ_j M_ij (z_iq − z_jq)²/l_q row by row (periodic:
+ * −(2p/π)/l_q³ Σ_j M_ij sin² u_q, and each dimension's f_q weighted by
+ * 1/l_q², as S is).
  * With x2 omitted only pairs j >= i, weighted by W_ij + W_ji. */
 
 /* One side's rows (n×d row-major) for the dgemm step: the prepared z
@@ -778,14 +795,33 @@ static void row_ard(const lt_keval *e, size_t i, size_t j0, const double *m, siz
   }
 }
 
-/* gx (b × d) += (rowsum(M)∘X − M·Y)/l (radial), or S∘(M·C) − C∘(M·S)
- * (periodic); gy (w × d) += (colsum(M)∘Y − Mᵀ·X)/l, or S∘(Mᵀ·C) − C∘(Mᵀ·S).
- * X, Y: the rows' and columns' z (radial) or sin 2z (periodic); C: cos 2z;
- * linv: 1/l per dimension (radial). */
+/* Periodic ARD: ls[q] −= (2p/π)/l_q³ Σ_j m_j sin² u_q (m_j = −2π w_j k_j/p,
+ * ∂k/∂l_q = 4k sin² u_q/l_q³), sin u_q from the prepared sin z, cos z. */
+static void row_ard_periodic(const lt_keval *e, size_t i, size_t j0, const double *m, size_t w,
+                             double *ls) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  size_t d = A->d;
+  for (size_t q = 0; q < d; q++) {
+    double si = A->trig[q * A->n + i], ci = A->trig[(d + q) * A->n + i], acc = 0;
+    const double *sj = B->trig + q * B->n + j0, *cj = B->trig + (d + q) * B->n + j0;
+    for (size_t j = 0; j < w; j++) {
+      double su = si * cj[j] - ci * sj[j];
+      acc += m[j] * su * su;
+    }
+    double l = lt_kernel_lengthscale(&e->spec, q);
+    ls[q] -= 2.0 * e->spec.period / PI * acc / (l * l * l);
+  }
+}
+
+/* gx (b × d) += (rowsum(M)∘X − M·Y)/l (radial), or (S∘(M·C) − C∘(M·S))/l²
+ * (periodic, ARD; 1 otherwise); gy (w × d) += (colsum(M)∘Y − Mᵀ·X)/l, or
+ * (S∘(Mᵀ·C) − C∘(Mᵀ·S))/l². X, Y: the rows' and columns' z (radial) or
+ * sin 2z (periodic, when ca is given); C: cos 2z; linv: those factors per
+ * dimension. */
 static int block_point_gradients(lt_context *ctx, const double *M, size_t b, size_t w, size_t d,
                                  const double *xa, const double *ca, const double *yb,
                                  const double *cb, const double *linv, double *gx, double *gy) {
-  int periodic = linv == NULL;
+  int periodic = ca != NULL;
   size_t tmp_count = (b > w ? b : w) * d * 2;
   double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
   if (tmp == NULL) return LT_ERR;
@@ -801,8 +837,9 @@ static int block_point_gradients(lt_context *ctx, const double *M, size_t b, siz
     if (!periodic)
       for (size_t j = 0; j < w; j++) rs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gx[i * d + q] += periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
-                                : (rs * xa[i * d + q] - t1[i * d + q]) * linv[q];
+      gx[i * d + q] += (periodic ? xa[i * d + q] * t1[i * d + q] - ca[i * d + q] * t2[i * d + q]
+                                 : rs * xa[i * d + q] - t1[i * d + q]) *
+                       linv[q];
   }
   /* columns: t1 = Mᵀ·(X or C), t2 = Mᵀ·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w, (int)d, (int)b, 1.0, M, (int)w,
@@ -815,8 +852,9 @@ static int block_point_gradients(lt_context *ctx, const double *M, size_t b, siz
     if (!periodic)
       for (size_t i = 0; i < b; i++) cs += M[i * w + j];
     for (size_t q = 0; q < d; q++)
-      gy[j * d + q] += periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
-                                : (cs * yb[j * d + q] - t1[j * d + q]) * linv[q];
+      gy[j * d + q] += (periodic ? yb[j * d + q] * t1[j * d + q] - cb[j * d + q] * t2[j * d + q]
+                                 : cs * yb[j * d + q] - t1[j * d + q]) *
+                       linv[q];
   }
   lt_free(ctx, tmp, tmp_count * sizeof(double));
   return LT_OK;
@@ -861,8 +899,11 @@ static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, k
       (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK) ||
       masks_init(ctx, w, p->same, &masks) != LT_OK)
     goto done;
-  double *linv = periodic ? NULL : r + 2 * n2;
-  for (size_t q = 0; q < d && linv; q++) linv[q] = 1.0 / lt_kernel_lengthscale(&p->spec, q);
+  double *linv = r + 2 * n2;
+  for (size_t q = 0; q < d; q++) {
+    double l = lt_kernel_lengthscale(&p->spec, q);
+    linv[q] = !periodic ? 1.0 / l : p->ls ? 1.0 / (l * l) : 1.0;
+  }
   lt_keval e = evaluator(p, 0);
   const side_rows *tbp = p->same ? &ta : &tb;
   double *gy = p->same ? g->x1 : g->x2;
@@ -874,7 +915,8 @@ static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, k
       double *m = blk + i * width;
       lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
       row_map(&p->spec, r, r + n2, m, width, g);
-      if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
+      if (g->ls && periodic) row_ard_periodic(&e, i0 + i, j0, m, width, g->ls);
+      else if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
     }
     if (block_point_gradients(ctx, blk, b, width, d, ta.a + i0 * d, periodic ? ta.b + i0 * d : NULL,
                               tbp->a + j0 * d, periodic ? tbp->b + j0 * d : NULL, linv,
@@ -896,9 +938,11 @@ done:
 static int add_scalars(lt_context *ctx, lt_paramset *out, lt_tensor *self, double l, double v,
                        double period, double alpha) {
   const kernel_payload *p = self->payload;
-  if ((p->ls == NULL && lt_paramset_add_number(ctx, out, self, "lengthscale", l) != LT_OK) ||
+  int cosine = p->spec.kind == LT_KERNEL_COSINE; /* no lengthscale: l = p/π */
+  if ((p->ls == NULL && !cosine &&
+       lt_paramset_add_number(ctx, out, self, "lengthscale", l) != LT_OK) ||
       lt_paramset_add_number(ctx, out, self, "variance", v) != LT_OK ||
-      (p->spec.kind == LT_KERNEL_PERIODIC &&
+      ((p->spec.kind == LT_KERNEL_PERIODIC || cosine) &&
        lt_paramset_add_number(ctx, out, self, "period", period) != LT_OK) ||
       (p->spec.kind == LT_KERNEL_RQ &&
        lt_paramset_add_number(ctx, out, self, "alpha", alpha) != LT_OK))
@@ -910,6 +954,8 @@ static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   const kernel_payload *p = self->payload;
   const lt_kernel_spec *s = &p->spec;
   if (lt_kernel_is_dot(s)) return lt_kdot_params(ctx, self, s, out);
+  if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE)
+    return lt_ksm_params(ctx, self, p->sm, points1(self), p->same ? NULL : points2(self), out);
   if (add_scalars(ctx, out, self, s->lengthscale, s->variance, s->period, s->alpha) != LT_OK ||
       (p->ls && lt_paramset_add_tensor(ctx, out, self, "lengthscale", p->ls) != LT_OK) ||
       lt_paramset_add_tensor(ctx, out, self, "x1", points1(self)) != LT_OK)
@@ -919,12 +965,19 @@ static int kernel_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
 
 static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
                              lt_paramset *grads) {
-  const kernel_payload *p = self->payload;
+  kernel_payload *p = self->payload;
   if (lt_kernel_is_dot(&p->spec)) {
     /* kernel_dot.c's passes read unmasked weights: a masked part (from a
      * Hadamard product) comes back from the core as a dense W */
     if (w->M) return LT_NOT_IMPLEMENTED;
     return lt_kdot_derivative(ctx, self, &p->spec, w, grads);
+  }
+  if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE) { /* kernel_sm.c's pass: unmasked weights too */
+    if (w->M) return LT_NOT_IMPLEMENTED;
+    if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
+    lt_keval e = evaluator(p, 0);
+    return lt_ksm_derivative(ctx, self, &e, points1(self), p->same ? NULL : points2(self), w,
+                             grads);
   }
   size_t d = points1(self)->shape[1];
   lt_tensor *g1 = lt_dense_zeros(ctx, 2, points1(self)->shape);
@@ -947,11 +1000,12 @@ static int kernel_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangen
     for (size_t i = 0; i < w->d->shape[0]; i++)
       add_pair(&p->spec, lt_dense_data(A) + i * d, lt_dense_data(B) + i * d, d,
                lt_dense_data(w->d)[i], g.x1 + i * d, gy + i * d, &g);
-  } else if (p->spec.derivative == LT_KERNEL_D_PERIOD) {
+  } else if (p->spec.derivative == LT_KERNEL_D_PERIOD && p->spec.kind == LT_KERNEL_PERIODIC) {
     rc = pair_pass(ctx, self, w, &g);
   } else {
     rc = block_pass(ctx, self, w, &g);
   }
+  if (p->spec.kind == LT_KERNEL_COSINE) g.p = g.l / PI; /* ∂/∂p = ∂/∂l · dl/dp, l = p/π */
   if (rc == LT_OK) rc = add_scalars(ctx, grads, self, g.l, g.v, g.p, g.a);
   if (rc == LT_OK && gls) {
     rc = lt_paramset_add_owned(ctx, grads, self, "lengthscale", gls);
@@ -976,6 +1030,8 @@ done:
 static lt_tensor *kernel_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const *children,
                                  const lt_paramset *values) {
   const kernel_payload *p = self->payload;
+  if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE)
+    return lt_ksm_rebuild(ctx, self, p->sm, children, p->same, values);
   lt_kernel_spec spec = p->spec;
   lt_tensor *ls = NULL;
   if (p->ls) {
@@ -1021,10 +1077,14 @@ const lt_type lt_kernel_type = {
 
 static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
   if (s == NULL) return lt_error(ctx, "kernel: a spec is required");
-  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_POLYNOMIAL)
+  if ((int)s->kind < 0 || (int)s->kind > LT_KERNEL_SPECTRAL_MIXTURE)
     return lt_error(ctx, "kernel: unknown kind %d", (int)s->kind);
   if (lt_kernel_is_dot(s)) return lt_kdot_check(ctx, s);
-  if (s->lengthscales == NULL && (!(s->lengthscale > 0) || !isfinite(s->lengthscale)))
+  if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE) return lt_ksm_check_spec(ctx, s);
+  int cosine = s->kind == LT_KERNEL_COSINE;
+  if (cosine && s->lengthscales)
+    return lt_error(ctx, "kernel: a cosine kernel takes no lengthscale (its period only)");
+  if (!cosine && s->lengthscales == NULL && (!(s->lengthscale > 0) || !isfinite(s->lengthscale)))
     return lt_error(ctx, "kernel: lengthscale must be a positive number, got %g", s->lengthscale);
   for (size_t q = 0; s->lengthscales && q < s->n_lengthscales; q++)
     if (!(s->lengthscales[q] > 0) || !isfinite(s->lengthscales[q]))
@@ -1032,20 +1092,18 @@ static int check_spec(lt_context *ctx, const lt_kernel_spec *s) {
                       s->lengthscales[q]);
   if (!(s->variance > 0) || !isfinite(s->variance))
     return lt_error(ctx, "kernel: variance must be a positive number, got %g", s->variance);
-  if (s->kind == LT_KERNEL_PERIODIC && (!(s->period > 0) || !isfinite(s->period)))
+  if ((s->kind == LT_KERNEL_PERIODIC || cosine) && (!(s->period > 0) || !isfinite(s->period)))
     return lt_error(ctx, "kernel: period must be a positive number, got %g", s->period);
   if (s->kind == LT_KERNEL_RQ && (!(s->alpha > 0) || !isfinite(s->alpha)))
     return lt_error(ctx, "kernel: alpha must be a positive number, got %g", s->alpha);
   if ((int)s->derivative < 0 || (int)s->derivative > LT_KERNEL_D_PERIOD)
     return lt_error(ctx, "kernel: unknown derivative %d", (int)s->derivative);
-  if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC)
-    return lt_error(ctx, "kernel: derivative 'period' needs a periodic kernel");
-  if (s->lengthscales && s->kind == LT_KERNEL_PERIODIC)
-    return lt_error(ctx,
-                    "kernel: a periodic kernel takes one lengthscale (ARD: radial kinds and rq)");
-  if (s->derivative == LT_KERNEL_D_LENGTHSCALE && (s->lengthscales || s->kind == LT_KERNEL_RQ))
+  if (s->derivative == LT_KERNEL_D_PERIOD && s->kind != LT_KERNEL_PERIODIC && !cosine)
+    return lt_error(ctx, "kernel: derivative 'period' needs a periodic or cosine kernel");
+  if (s->derivative == LT_KERNEL_D_LENGTHSCALE &&
+      (s->lengthscales || s->kind == LT_KERNEL_RQ || cosine))
     return lt_error(ctx, "kernel: derivative 'lengthscale' needs one lengthscale and a kind other "
-                         "than rq");
+                         "than rq or cosine");
   return LT_OK;
 }
 
@@ -1085,11 +1143,20 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
     p->spec.lengthscales = lt_dense_data(p->ls);
     p->spec.lengthscale = 1.0; /* unused */
   }
+  /* cosine is radial with lengthscale p/π; the spectral mixture's points
+   * are only centred (z = x − c) */
+  if (spec->kind == LT_KERNEL_COSINE) p->spec.lengthscale = spec->period / PI;
+  if (spec->kind == LT_KERNEL_SPECTRAL_MIXTURE &&
+      lt_ksm_copy(ctx, &p->spec, a->shape[1], p->sm) != LT_OK) {
+    lt_free(ctx, p, sizeof *p);
+    return NULL;
+  }
   lt_tensor *children[2] = {a, b};
   lt_tensor *t = lt_lazy_new(ctx, LT_TYPE_KERNEL, a->shape[0], b ? b->shape[0] : a->shape[0],
                              children, b ? 2 : 1, p);
   if (t == NULL) {
     lt_release(ctx, p->ls);
+    for (int i = 0; i < 3; i++) lt_release(ctx, p->sm[i]);
     lt_free(ctx, p, sizeof *p);
     return NULL;
   }
@@ -1101,9 +1168,13 @@ static lt_tensor *kernel_from(lt_context *ctx, lt_tensor *a, lt_tensor *b,
   }
   if (p->same) {
     /* ∂K/∂log l and ∂K/∂log p are symmetric but indefinite in general
-     * (zero diagonal); ∂K/∂log v is K itself. */
+     * (zero diagonal); ∂K/∂log v is K itself. cosine is PSD on the line
+     * only: the corners of an equilateral triangle of side p give
+     * cos π = −1 off the diagonal, K = v(2I − 11ᵀ), eigenvalue −v. */
     t->props[LT_PROP_SYMMETRIC] = LT_YES;
-    if (spec->derivative == LT_KERNEL_VALUE || spec->derivative == LT_KERNEL_D_VARIANCE)
+    int psd_kind = spec->kind != LT_KERNEL_COSINE || a->shape[1] == 1;
+    if (psd_kind &&
+        (spec->derivative == LT_KERNEL_VALUE || spec->derivative == LT_KERNEL_D_VARIANCE))
       t->props[LT_PROP_PSD] = LT_YES;
   }
   return t;
@@ -1120,6 +1191,9 @@ lt_tensor *lt_kernel_new(lt_context *ctx, lt_tensor *x1, lt_tensor *x2,
     lt_error(ctx, "kernel: x1 has %zu features per point but x2 has %zu", a->shape[1], b->shape[1]);
     goto done;
   }
+  if (spec->kind == LT_KERNEL_SPECTRAL_MIXTURE &&
+      lt_ksm_check_values(ctx, spec, a->shape[1]) != LT_OK)
+    goto done;
   if (spec->lengthscales && spec->n_lengthscales != a->shape[1]) {
     lt_error(ctx, "kernel: %zu lengthscales for points of %zu dimensions (ARD: one per dimension)",
              spec->n_lengthscales, a->shape[1]);
@@ -1145,6 +1219,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
 /* k(x, x) for these stationary kernels: the variance, and 0 for the
  * lengthscale and period derivatives (r = 0, S = 0). */
 static double self_value(const lt_kernel_spec *s) {
+  if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE) return lt_ksm_self_value(s);
   return s->derivative == LT_KERNEL_VALUE || s->derivative == LT_KERNEL_D_VARIANCE ? s->variance
                                                                                    : 0.0;
 }
@@ -1196,6 +1271,7 @@ static int rule_dense(lt_context *ctx, const lt_args *args, lt_result *res, void
 static int rule_scale(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   const kernel_payload *p = args->a->payload;
+  if (p->spec.kind == LT_KERNEL_SPECTRAL_MIXTURE) return LT_NOT_IMPLEMENTED; /* no variance */
   double v = p->spec.variance * args->scalar;
   if (!(args->scalar > 0) || !isfinite(v) || !(v > 0)) return LT_NOT_IMPLEMENTED;
   lt_kernel_spec spec = p->spec;

@@ -11,16 +11,21 @@
  *   kernel_dot.c      the inner-product kinds (linear, polynomial): their
  *                     tiles, the linear kind's low-rank product, their
  *                     parameters and gradient pass
+ *   kernel_sm.c       the cosine and spectral mixture kinds: cosine is
+ *                     radial with lengthscale p/π (its map and its
+ *                     derivatives in q), the spectral mixture has its own
+ *                     tiles, trig tables and gradient pass
  *
  * kernel.c's gradient pass (bilinear_derivative) reads the same prepared
  * points and distances (lt_kernel_distances), then its own maps.
- *
  * Adding a kind: its scaling of the points in lt_kpoints_prepare, its map
  * in kernel_eval.c's map_row, its derivatives in kernel.c's gradient pass.
  * ARD lengthscales only change the scaling (z = (x − c) / l_q per
- * dimension q). The inner-product kinds (linear, polynomial) are outside
- * this scheme: each shared function has one line handing them to
- * kernel_dot.c.
+ * dimension q), except for periodic, whose S = Σ sin² u_q / l_q² weights
+ * each dimension (the lengthscale in the map is then 1). The inner-product
+ * kinds (linear, polynomial) are outside this scheme: each shared function
+ * has one line handing them to kernel_dot.c; the spectral mixture likewise
+ * to kernel_sm.c.
  */
 #ifndef LT_OPS_KERNEL_H
 #define LT_OPS_KERNEL_H
@@ -36,7 +41,8 @@ typedef struct lt_kpoints {
   double *zt;    /* d×n: coordinate q of point i at zt[q·n + i] */
   double *z;     /* n×d row-major (the dgemm path), or NULL */
   double *norm2; /* n: ‖z_i‖² (with z), or NULL */
-  double *trig;  /* periodic: 2d×n, sin z then cos z, or NULL */
+  double *trig;  /* periodic: 2d×n, sin z then cos z; spectral mixture:
+                  * 2Qd×n, sin then cos of 2π μ_qk z_k (row q·d + k); or NULL */
   size_t bytes;
   void *block;
 } lt_kpoints;
@@ -81,6 +87,45 @@ int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t row
  * dsum (rows×cols) — what the gradient pass maps to derivatives. */
 void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
                          double *out, size_t ld, double *dsum);
+
+/* The rows [i0, i0 + b) of a cotangent's dense weights (W, or L·Rᵀ) into
+ * block (b×n2); with transposed, the rows of Wᵀ (kernel.c). */
+void lt_kernel_weight_rows(const lt_cotangent *w, size_t i0, size_t b, size_t n2, int transposed,
+                           double *block);
+
+/* ----------------------------------------------------------- kernel_sm.c */
+
+/* cosine, v·cos a with a = √q, q = ‖x − y‖²/l² and l = p/π (the payload's
+ * spec.lengthscale): q into entries in place (the value, or with
+ * D_PERIOD ∂k/∂log p = v·a·sin a). */
+void lt_kernel_cosine_map(const lt_kernel_spec *s, double *t, size_t len);
+/* cosine's entry g(q) and c = 2·∂g/∂q (kernel.c's radial form). */
+void lt_kernel_cosine_radial(const lt_kernel_spec *s, double q, double *val, double *c);
+
+/* The spectral mixture's spec checks (before the points are known), and
+ * its weights, means and scales for points of d dimensions. */
+int lt_ksm_check_spec(lt_context *ctx, const lt_kernel_spec *s);
+int lt_ksm_check_values(lt_context *ctx, const lt_kernel_spec *s, size_t d);
+/* Doubles of its trig tables for n points of d dimensions (into *count;
+ * 0 with an error when too many), and their filling from p->zt. */
+int lt_ksm_trig_count(lt_context *ctx, const lt_kernel_spec *s, size_t n, size_t d, size_t *count);
+void lt_ksm_fill_trig(const lt_kernel_spec *s, lt_kpoints *p);
+/* As lt_kernel_tile (no scratch), and k(x, x) = Σ_q w_q. */
+void lt_ksm_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
+                 size_t ld);
+double lt_ksm_self_value(const lt_kernel_spec *s);
+/* Copies of the spec's weights (Q), means and scales (Q×d) into t[0..2],
+ * and the spec pointed at them. */
+int lt_ksm_copy(lt_context *ctx, lt_kernel_spec *s, size_t d, lt_tensor *t[3]);
+/* The operator's parameters {weights, means, scales, x1, x2} (x2 NULL
+ * when omitted), the gradient of <W, K> with respect to them, and the
+ * operator rebuilt from new values. */
+int lt_ksm_params(lt_context *ctx, lt_tensor *self, lt_tensor *const t[3], lt_tensor *x1,
+                  lt_tensor *x2, lt_paramset *out);
+int lt_ksm_derivative(lt_context *ctx, lt_tensor *self, const lt_keval *e, lt_tensor *x1,
+                      lt_tensor *x2, const lt_cotangent *w, lt_paramset *grads);
+lt_tensor *lt_ksm_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *const t[3],
+                          lt_tensor *const *children, int same, const lt_paramset *values);
 
 /* ------------------------------------------------------ kernel_product.c */
 

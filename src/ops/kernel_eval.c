@@ -22,7 +22,11 @@
  *   matern52  v (1 + a + a²/3) e^{−a}; ∂/∂log l: v a²(1 + a)/3 e^{−a}
  *   periodic  v e^{−2S/l²};          ∂/∂log l: k·4S/l²; ∂/∂log p: k·2D/l²
  *   rq        v (1 + q/(2α))^{−α}
- * and ∂/∂log v = k for every kind. linear and polynomial: kernel_dot.c.
+ *   cosine    v cos √q (l = p/π);    ∂/∂log p: v √q sin √q   (kernel_sm.c)
+ * and ∂/∂log v = k for every kind. Periodic with ARD lengthscales sums
+ * S = Σ sin² u_d / l_d² and D = Σ sin(2u_d)·u_d / l_d² and maps with l = 1.
+ * linear and polynomial: kernel_dot.c; the spectral mixture has its own
+ * tiles (kernel_sm.c).
  */
 #include <cblas.h>
 #include <math.h>
@@ -56,7 +60,8 @@
 #endif
 
 int lt_kernel_use_gemm(const lt_kernel_spec *s, size_t d) {
-  return s->kind != LT_KERNEL_PERIODIC && d >= GEMM_MIN_DIM;
+  return s->kind != LT_KERNEL_PERIODIC && s->kind != LT_KERNEL_SPECTRAL_MIXTURE &&
+         d >= GEMM_MIN_DIM;
 }
 
 /* ---------------------------------------------------------------- points */
@@ -71,9 +76,11 @@ int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor
   memset(out, 0, sizeof *out);
   size_t n = x->shape[0], d = x->shape[1], nd, count;
   int periodic = s->kind == LT_KERNEL_PERIODIC, plain = lt_kernel_is_dot(s); /* x as it is */
-  /* zt, then z and norm2 (gemm) or the trig table (periodic) */
+  int sm = s->kind == LT_KERNEL_SPECTRAL_MIXTURE;
+  /* zt, then z and norm2 (gemm) or the trig table (periodic, sm) */
   if (!lt_mul_size(ctx, "kernel", n, d, &nd)) return LT_ERR;
   size_t extra = with_gemm ? nd + n : periodic ? 2 * nd : 0;
+  if (sm && lt_ksm_trig_count(ctx, s, n, d, &extra) != LT_OK) return LT_ERR;
   if (nd > SIZE_MAX / 2 - extra || !lt_mul_size(ctx, "kernel", nd + extra, sizeof(double), &count))
     return lt_error(ctx, "kernel: %zu points of %zu dimensions are too many", n, d);
   double *m = lt_malloc(ctx, count);
@@ -107,6 +114,9 @@ int lt_kpoints_prepare(lt_context *ctx, const lt_kernel_spec *s, const lt_tensor
       out->trig[k] = sin(out->zt[k]);
       out->trig[nd + k] = cos(out->zt[k]);
     }
+  } else if (sm) {
+    out->trig = m + nd;
+    lt_ksm_fill_trig(s, out);
   }
   return LT_OK;
 }
@@ -196,10 +206,13 @@ static ALWAYS_INLINE void distances_gemm(const lt_keval *e, size_t i0, size_t ro
 }
 
 /* Periodic: S = Σ_d sin² u_d from sin(z_i − z_j) = s_i c_j − c_i s_j, and
- * with dper (the period derivative) D = Σ_d 2 sin u_d cos u_d · u_d. */
-static ALWAYS_INLINE void distances_periodic(const lt_kpoints *A, const lt_kpoints *B, size_t i0,
-                                             size_t rows, size_t j0, size_t cols, double *out,
-                                             size_t ld, double *dsum, int dper) {
+ * with dper (the period derivative) D = Σ_d 2 sin u_d cos u_d · u_d; with
+ * ARD lengthscales each dimension's terms divided by l_d². */
+static ALWAYS_INLINE void distances_periodic(const lt_keval *e, size_t i0, size_t rows, size_t j0,
+                                             size_t cols, double *out, size_t ld, double *dsum,
+                                             int dper) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  const double *ls = e->spec.lengthscales;
   size_t d = A->d, na = A->n, nb = B->n;
   for (size_t i = 0; i < rows; i++) {
     double *o = out + i * ld, *D = dper ? dsum + i * cols : NULL;
@@ -209,16 +222,17 @@ static ALWAYS_INLINE void distances_periodic(const lt_kpoints *A, const lt_kpoin
     for (size_t q = 0; q < d; q++) {
       double si = A->trig[q * na + i0 + i], ci = A->trig[(d + q) * na + i0 + i];
       const double *sj = B->trig + q * nb + j0, *cj = B->trig + (d + q) * nb + j0;
+      double wq = ls ? 1.0 / (ls[q] * ls[q]) : 1.0;
       for (size_t j = 0; j < cols; j++) {
         double su = si * cj[j] - ci * sj[j];
-        o[j] += su * su;
+        o[j] += wq * (su * su);
       }
       if (D) {
         double zi = A->zt[q * na + i0 + i];
         const double *zj = B->zt + q * nb + j0;
         for (size_t j = 0; j < cols; j++) {
           double su = si * cj[j] - ci * sj[j], cu = ci * cj[j] + si * sj[j];
-          D[j] += 2.0 * su * cu * (zi - zj[j]);
+          D[j] += wq * (2.0 * su * cu * (zi - zj[j]));
         }
       }
     }
@@ -229,7 +243,7 @@ void lt_kernel_distances(const lt_keval *e, size_t i0, size_t rows, size_t j0, s
                          double *out, size_t ld, double *dsum) {
   if (rows == 0 || cols == 0) return;
   if (e->spec.kind == LT_KERNEL_PERIODIC)
-    distances_periodic(e->a, e->b, i0, rows, j0, cols, out, ld, dsum, dsum != NULL);
+    distances_periodic(e, i0, rows, j0, cols, out, ld, dsum, dsum != NULL);
   else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
   else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
 }
@@ -298,26 +312,32 @@ static ALWAYS_INLINE void map_row(const lt_kernel_spec *s, double *t, const doub
         for (size_t j = 0; j < len; j++) t[j] = v * exp_vec(-c * t[j]);
       return;
     }
+    case LT_KERNEL_COSINE: lt_kernel_cosine_map(s, t, len); return;
+    case LT_KERNEL_SPECTRAL_MIXTURE: return; /* its own tiles: lt_ksm_tile */
   }
 }
 
 /* ------------------------------------------------------------------ tile */
 
 size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols) {
-  return e->spec.derivative == LT_KERNEL_D_PERIOD ? rows * cols : 0;
+  int dper = e->spec.derivative == LT_KERNEL_D_PERIOD && e->spec.kind == LT_KERNEL_PERIODIC;
+  return dper ? rows * cols : 0;
 }
 
 HOT_CLONES
 static void tile_compute(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
                          double *out, size_t ld, double *work) {
   const lt_kernel_spec *s = &e->spec;
-  int dper = s->derivative == LT_KERNEL_D_PERIOD;
+  int dper = s->derivative == LT_KERNEL_D_PERIOD && s->kind == LT_KERNEL_PERIODIC;
   if (lt_kernel_is_dot(s)) {
     lt_kdot_tile(e, i0, rows, j0, cols, out, ld);
     return;
   }
-  if (s->kind == LT_KERNEL_PERIODIC)
-    distances_periodic(e->a, e->b, i0, rows, j0, cols, out, ld, work, dper);
+  if (s->kind == LT_KERNEL_SPECTRAL_MIXTURE) {
+    lt_ksm_tile(e, i0, rows, j0, cols, out, ld);
+    return;
+  }
+  if (s->kind == LT_KERNEL_PERIODIC) distances_periodic(e, i0, rows, j0, cols, out, ld, work, dper);
   else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
   else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
   for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);

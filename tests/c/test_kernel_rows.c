@@ -139,8 +139,30 @@ static void check_scenario(const scenario *sc, size_t k, int transposed) {
   lt_context_free(ctx);
 }
 
+/* A spectral mixture of two components in two dimensions; periodic ARD. */
+static const double SM_W[2] = {0.7, 1.2}, SM_MU[4] = {0.3, 0.2, 0.8, 0.5},
+                    SM_S[4] = {0.4, 0.3, 0.2, 0.6}, ARD_L[2] = {0.8, 1.7};
+
 static void test_bits_and_values(void) {
   scenario scs[] = {
+      {"cosine d=3", {.kind = LT_KERNEL_COSINE, .variance = 1.1, .period = 2.3}, 3, 0},
+      {"spectral mixture d=2 cross",
+       {.kind = LT_KERNEL_SPECTRAL_MIXTURE,
+        .variance = 1,
+        .num_mixtures = 2,
+        .weights = SM_W,
+        .means = SM_MU,
+        .scales = SM_S},
+       2,
+       1},
+      {"periodic ARD d=2",
+       {.kind = LT_KERNEL_PERIODIC,
+        .variance = 1.3,
+        .period = 1.9,
+        .lengthscales = ARD_L,
+        .n_lengthscales = 2},
+       2,
+       0},
       {"rbf d=3", {.kind = LT_KERNEL_RBF, .lengthscale = 0.7, .variance = 1.3}, 3, 0},
       {"matern52 d=12 (dgemm distances)",
        {.kind = LT_KERNEL_MATERN52, .lengthscale = 2.5, .variance = 0.8},
@@ -238,9 +260,46 @@ static void test_allocation_failures(void) {
   CHECK(cnt.current == 0, "%zu bytes left", cnt.current);
 }
 
+/* A spectral mixture's construction and gradient pass with every
+ * allocation failing in turn: an error, and no memory left behind. */
+static void test_mixture_allocation_failures(void) {
+  counter cnt = {0, -1};
+  lt_context *ctx = lt_context_new(counting_alloc, &cnt);
+  uint64_t seed = 9;
+  lt_tensor *x = random_matrix(ctx, 70, 2, &seed), *L = random_matrix(ctx, 70, 2, &seed);
+  lt_kernel_spec spec = {.kind = LT_KERNEL_SPECTRAL_MIXTURE,
+                         .variance = 1,
+                         .num_mixtures = 2,
+                         .weights = SM_W,
+                         .means = SM_MU,
+                         .scales = SM_S};
+  int ok = 0, failures = 0, leaks = 0;
+  for (long f = 0; f < 200 && !ok; f++) {
+    size_t before = cnt.current;
+    cnt.fail_after = f;
+    lt_tensor *K = lt_kernel_new(ctx, x, NULL, &spec);
+    lt_paramset *g = K ? lt_paramset_new(ctx) : NULL;
+    lt_cotangent w = {.L = L, .R = L};
+    int rc = g ? lt_bilinear_derivative(ctx, K, &w, g) : LT_ERR;
+    cnt.fail_after = -1;
+    if (rc == LT_OK) ok = 1;
+    else if (strstr(lt_last_error(ctx), "memory")) failures++;
+    lt_paramset_free(ctx, g);
+    lt_release(ctx, K);
+    if (cnt.current != before) leaks++;
+  }
+  CHECK(ok && failures > 0 && leaks == 0,
+        "mixture allocation failures: ok %d, failures %d, leaks %d", ok, failures, leaks);
+  lt_release(ctx, x);
+  lt_release(ctx, L);
+  lt_context_free(ctx);
+  CHECK(cnt.current == 0, "%zu bytes left", cnt.current);
+}
+
 int main(void) {
   test_bits_and_values();
   test_errors();
   test_allocation_failures();
+  test_mixture_allocation_failures();
   return check_summary();
 }

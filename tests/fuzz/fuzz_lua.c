@@ -560,14 +560,46 @@ static void push_field_value(lua_State *L) {
   else get_slot(L, u8());
 }
 
+/* A spectral mixture's fields: num_mixtures, then weights, means and
+ * scales as lists of 1 or 2 rows (numbers, or rows of 1 or 2 numbers),
+ * each present or not, valid or not. */
+static void push_mixture_fields(lua_State *L) {
+  static const char *const names[] = {"weights", "means", "scales"};
+  unsigned q = u8();
+  if (q < 224) lua_pushinteger(L, 1 + q % 2);
+  else push_field_value(L);
+  lua_setfield(L, -2, "num_mixtures");
+  unsigned present = u8();
+  for (int i = 0; i < 3; i++) {
+    if (!(present & (1u << i))) continue;
+    unsigned rows = 1 + u8() % 2, cols = u8() % 3; /* cols 0: numbers */
+    lua_createtable(L, (int)rows, 0);
+    for (unsigned r = 1; r <= rows; r++) {
+      if (cols == 0) {
+        lua_pushnumber(L, (double)(u8() % 8) / 4.0);
+      } else {
+        lua_createtable(L, (int)cols, 0);
+        for (unsigned c = 1; c <= cols; c++) {
+          lua_pushnumber(L, (double)(u8() % 8) / 4.0);
+          lua_rawseti(L, -2, (lua_Integer)c);
+        }
+      }
+      lua_rawseti(L, -2, (lua_Integer)r);
+    }
+    lua_setfield(L, -2, names[i]);
+  }
+}
+
 /* A kernel spec: each field present or not, valid or not. */
 static void push_spec(lua_State *L) {
-  static const char *const kinds[] = {"rbf", "matern12", "matern32", "matern52", "periodic"};
+  static const char *const kinds[] = {"rbf",        "matern12", "matern32",
+                                      "matern52",   "periodic", "linear",
+                                      "polynomial", "cosine",   "spectral_mixture"};
   static const char *const fields[] = {"lengthscale", "variance", "period", "nu", "outputscale"};
   static const char *const derivs[] = {"lengthscale", "variance", "period", "nu"};
   lua_createtable(L, 0, 6);
   unsigned k = u8();
-  if (k < 200) lua_pushstring(L, kinds[k % 5]);
+  if (k < 200) lua_pushstring(L, kinds[k % 9]);
   else if (k < 232) push_string(L);
   else push_field_value(L);
   lua_setfield(L, -2, "kind");
@@ -585,6 +617,7 @@ static void push_spec(lua_State *L) {
     else push_field_value(L);
     lua_setfield(L, -2, "derivative");
   }
+  if (present & 0x40) push_mixture_fields(L);
 }
 
 /* An lt.operator definition {shape = {m, n}, matmul = f, ...}. */

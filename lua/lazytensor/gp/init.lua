@@ -16,7 +16,7 @@
 -- model:explain() says which and why): Toeplitz for regularly spaced 1-d
 -- inputs, Kronecker for grids with a separable kernel, "kernel" — lazy C
 -- lt.kernel operators — for other inputs when the kernel is a sum of
--- rbf/matern/periodic/rq kernels (ARD too), and dense n×n matrices
+-- rbf/matern/periodic/rq/cosine/spectral_mixture kernels (ARD too), and dense n×n matrices
 -- otherwise (products of kernels). It then only uses the function API. The marginal
 -- log-likelihood and its gradient come from one call,
 --   Ky:inv_quad_logdet(y − m, {grad = true}),

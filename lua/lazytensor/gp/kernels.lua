@@ -3,20 +3,21 @@
 -- A kernel holds named positive hyperparameters, optimised in log space, and
 -- evaluates k(x, y) together with ∂k/∂log θ for each free hyperparameter.
 -- Base kernels: rbf, matern12, matern32, matern52, periodic, rq (rational
--- quadratic), and the inner-product kinds linear v·(xᵀy + c) and
--- polynomial v·(xᵀy + c)^p (not stationary; offset c ≥ 0, fixed when 0:
--- log c has no value there; the degree p a setting, not a hyperparameter);
--- combinators: sum (k1 + k2), product (k1 * k2), scale (s · k).
--- Inputs are arrays of coordinates; `dims` (a list of 1-based dimensions)
--- selects the active ones and defaults to all of them, as in GPyTorch and
--- scikit-learn. ARD: `lengthscale` a list (or 1-d tensor) with one
--- lengthscale per active dimension (every kind but periodic), each its own
--- hyperparameter.
+-- quadratic), cosine, spectral_mixture, and the inner-product kinds linear
+-- v·(xᵀy + c) and polynomial v·(xᵀy + c)^p (not stationary; offset c ≥ 0,
+-- fixed when 0: log c has no value there; the degree p a setting, not a
+-- hyperparameter); combinators: sum (k1 + k2), product (k1 * k2), scale
+-- (s · k). Inputs are arrays of coordinates; `dims` (a list of 1-based
+-- dimensions) selects the active ones and defaults to all of them, as in
+-- GPyTorch and scikit-learn. ARD: `lengthscale` a list (or 1-d tensor) with
+-- one lengthscale per active dimension, each its own hyperparameter. The
+-- spectral mixture's means and scales are Q×d matrices (lists of Q rows):
+-- each entry is a hyperparameter too.
 local lt = require "lazytensor"
 
 local kernels = {}
 
-local exp, log, sqrt, sin, pi = math.exp, math.log, math.sqrt, math.sin, math.pi
+local exp, log, sqrt, sin, cos, pi = math.exp, math.log, math.sqrt, math.sin, math.cos, math.pi
 
 local Kernel = {}
 Kernel.__index = Kernel
@@ -32,7 +33,10 @@ local function check_positive(name, v)
   return v
 end
 
---- The free hyperparameters, flattened: a list of {kernel = k, name = n}.
+--- The free hyperparameters, flattened: a list of {kernel = k, name = n},
+-- with index = i for an entry of a list (ARD, weights) and index = i,
+-- col = j for an entry of a matrix (the spectral mixture's means, scales),
+-- row by row.
 function Kernel:parameters(out)
   out = out or {}
   if self.children then
@@ -41,6 +45,10 @@ function Kernel:parameters(out)
     for _, name in ipairs(self.names) do
       local v = self.values[name]
       if self.fixed[name] then -- luacheck: ignore 542 (nothing to add)
+      elseif type(v) == "table" and type(v[1]) == "table" then -- a matrix
+        for i, row in ipairs(v) do
+          for j = 1, #row do out[#out + 1] = {kernel = self, name = name, index = i, col = j} end
+        end
       elseif type(v) == "table" then -- ARD: one parameter per dimension
         for q = 1, #v do out[#out + 1] = {kernel = self, name = name, index = q} end
       else
@@ -127,7 +135,12 @@ local function write_grads(self, grad, offset, values)
   for _, name in ipairs(self.names) do
     if not self.fixed[name] then
       local g = values[name]
-      if type(g) == "table" then -- ARD
+      if type(g) == "table" and type(g[1]) == "table" then -- a matrix, row by row
+        for _, row in ipairs(g) do
+          for j = 1, #row do grad[i + j] = row[j] end
+          i = i + #row
+        end
+      elseif type(g) == "table" then -- ARD
         for q = 1, #g do grad[i + q] = g[q] end
         i = i + #g
       else
@@ -216,26 +229,93 @@ base.matern52 = {
   end),
 }
 
--- v · exp(−2 Σ_d sin²(π |x_d − y_d| / p) / l²), as API.md defines it.
+-- v · exp(−2 Σ_d sin²(π |x_d − y_d| / p) / l²), as API.md defines it; with
+-- ARD each dimension's term over its own l_d².
 base.periodic = {
   names = {"lengthscale", "period", "variance"},
   stationary = true,
   value = function(self, x, y, grad, offset)
     local l, p, v = self.values.lengthscale, self.values.period, self.values.variance
-    local s, dp = 0, 0
+    local ard = type(l) == "table"
+    local s, dp, terms = 0, 0, ard and {} or nil
     for q = 1, self.dims and #self.dims or #x do
       local d = self.dims and self.dims[q] or q
+      local l2 = ard and l[q] * l[q] or l * l
       local u = pi * math.abs(x[d] - y[d]) / p
       local su = sin(u)
-      s = s + su * su
-      dp = dp + sin(2 * u) * u
+      s = s + su * su / l2
+      dp = dp + sin(2 * u) * u / l2
+      if ard then terms[q] = su * su / l2 end
     end
-    local k = v * exp(-2 * s / (l * l))
+    local k = v * exp(-2 * s)
     if grad then
-      write_grads(self, grad, offset,
-                  {lengthscale = k * 4 * s / (l * l), period = k * 2 * dp / (l * l), variance = k})
+      local dl = k * 4 * s -- ∂k/∂log l_d = 4k sin²u_d / l_d² (ARD)
+      if ard then
+        dl = {}
+        for q, t in ipairs(terms) do dl[q] = k * 4 * t end
+      end
+      write_grads(self, grad, offset, {lengthscale = dl, period = k * 2 * dp, variance = k})
     end
     return k
+  end,
+}
+
+-- v · cos(π ‖x − y‖ / p) (GPyTorch's CosineKernel). PSD on the line only:
+-- in two or more dimensions cos of the Euclidean distance is not positive
+-- semi-definite, so a model on such inputs may meet an indefinite K.
+base.cosine = {
+  names = {"period", "variance"},
+  stationary = true,
+  value = function(self, x, y, grad, offset)
+    local p, v = self.values.period, self.values.variance
+    local a = pi * sqrt(differences(self.dims, x, y)) / p
+    local k = v * cos(a)
+    if grad then write_grads(self, grad, offset, {period = v * sin(a) * a, variance = k}) end
+    return k
+  end,
+}
+
+-- Spectral mixture (Wilson & Adams 2013; GPyTorch's SpectralMixtureKernel):
+-- Σ_q w_q Π_d exp(−2π² τ_d² s_qd²) cos(2π τ_d μ_qd), τ = x − y over the
+-- active dims. ∂/∂log μ_qd needs Π over the other dimensions' cosines:
+-- prefix and suffix products, never a division by a cosine (it can be 0).
+base.spectral_mixture = {
+  names = {"weights", "means", "scales"},
+  extra_keys = {"num_mixtures"},
+  stationary = true,
+  value = function(self, x, y, grad, offset)
+    local w, mu, sc = self.values.weights, self.values.means, self.values.scales
+    local D = #mu[1]
+    local tau = {}
+    for c = 1, D do
+      local d = self.dims and self.dims[c] or c
+      tau[c] = x[d] - y[d]
+    end
+    local total, gw, gm, gs = 0, {}, {}, {}
+    for q = 1, #w do
+      local ex, cs, ang, prefix = 0, {}, {}, {1}
+      for c = 1, D do
+        ex = ex + tau[c] * tau[c] * sc[q][c] * sc[q][c]
+        ang[c] = 2 * pi * tau[c] * mu[q][c]
+        cs[c] = cos(ang[c])
+        prefix[c + 1] = prefix[c] * cs[c]
+      end
+      local e = exp(-2 * pi * pi * ex)
+      local kq = w[q] * e * prefix[D + 1]
+      total = total + kq
+      if grad then
+        gw[q], gm[q], gs[q] = kq, {}, {}
+        local suffix = 1
+        for c = D, 1, -1 do
+          local others = prefix[c] * suffix
+          suffix = suffix * cs[c]
+          gs[q][c] = -4 * pi * pi * tau[c] * tau[c] * sc[q][c] * sc[q][c] * kq
+          gm[q][c] = -w[q] * e * others * sin(ang[c]) * ang[c]
+        end
+      end
+    end
+    if grad then write_grads(self, grad, offset, {weights = gw, means = gm, scales = gs}) end
+    return total
   end,
 }
 
@@ -333,12 +413,72 @@ end
 
 -- ARD lengthscales: a list or 1-d tensor of positive numbers, copied.
 local function ard_lengthscales(kind, v)
-  if kind == "periodic" then fail("periodic takes one lengthscale (ARD: the other kinds)") end
   if lt.is_tensor(v) then v = v:totable() end
   if #v == 0 then fail("%s lengthscale must be a number or a non-empty list", kind) end
   local out = {}
   for q, l in ipairs(v) do out[q] = check_positive(kind .. " lengthscale[" .. q .. "]", l) end
   return out
+end
+
+-- num_mixtures: a positive integer (NaN too is refused).
+local function check_mixtures(what, Q)
+  -- luacheck: ignore 581 (not (Q >= 1): NaN too)
+  if type(Q) ~= "number" or not (Q >= 1) or Q % 1 ~= 0 or Q == math.huge then
+    fail("%s num_mixtures must be a positive integer, got %s", what, tostring(Q))
+  end
+  return Q
+end
+
+-- The spectral mixture's matrix `name` (means, scales): Q rows of positive
+-- numbers, all of one length (a list of Q numbers: rows of one), copied.
+local function mixture_matrix(name, v, Q)
+  if v == nil then
+    fail("spectral_mixture needs %s (num_mixtures rows of one number per active dimension); "
+         .. "kernels.spectral_mixture_from_data chooses them from the data", name)
+  end
+  if lt.is_tensor(v) then v = v:totable() end
+  if type(v) ~= "table" or #v ~= Q then
+    fail("spectral_mixture %s must be a list of %d rows (num_mixtures), got %s", name, Q,
+         type(v) == "table" and #v .. " rows" or tostring(v))
+  end
+  local out, cols = {}, nil
+  for i, row in ipairs(v) do
+    if type(row) ~= "table" then row = {row} end
+    cols = cols or #row
+    if #row == 0 or #row ~= cols then
+      fail("spectral_mixture %s rows must be non-empty and of one length", name)
+    end
+    out[i] = {}
+    for j, x in ipairs(row) do
+      out[i][j] = check_positive(string.format("spectral_mixture %s[%d][%d]", name, i, j), x)
+    end
+  end
+  return out
+end
+
+-- weights (Q positive numbers; 1/Q each by default), means and scales.
+local function mixture_values(self, spec)
+  local Q = check_mixtures("spectral_mixture", spec.num_mixtures)
+  local w = spec.weights
+  if lt.is_tensor(w) then w = w:totable() end
+  if w == nil then
+    w = {}
+    for q = 1, Q do w[q] = 1 / Q end
+  elseif type(w) ~= "table" or #w ~= Q then
+    fail("spectral_mixture weights must be a list of %d numbers (num_mixtures), got %s", Q,
+         type(w) == "table" and #w .. " numbers" or tostring(w))
+  end
+  local weights = {}
+  for q = 1, Q do weights[q] = check_positive("spectral_mixture weights[" .. q .. "]", w[q]) end
+  local means = mixture_matrix("means", spec.means, Q)
+  local scales = mixture_matrix("scales", spec.scales, Q)
+  if #means[1] ~= #scales[1] then
+    fail("spectral_mixture means have %d columns but scales have %d", #means[1], #scales[1])
+  end
+  if self.dims and #self.dims ~= #means[1] then
+    fail("spectral_mixture has %d columns of means for %d dims", #means[1], #self.dims)
+  end
+  self.values.weights, self.values.means, self.values.scales = weights, means, scales
 end
 
 local function make_base(kind, spec)
@@ -348,13 +488,15 @@ local function make_base(kind, spec)
   if not def.keys then
     local extra = {"dims", "fixed"}
     for _, k in ipairs(def.settings or {}) do extra[#extra + 1] = k end
+    for _, k in ipairs(def.extra_keys or {}) do extra[#extra + 1] = k end
     def.keys, def.key_list = key_set(def.names, extra)
   end
   kernels.check_keys(kind, spec, def.keys, def.key_list)
   local self = setmetatable({kind = kind, names = def.names, values = {}, fixed = {},
                              dims = check_dims(kind, spec.dims), def = def}, Kernel)
+  if kind == "spectral_mixture" then mixture_values(self, spec) end
   local defaults = def.defaults or {}
-  for _, name in ipairs(def.names) do
+  for _, name in ipairs(kind == "spectral_mixture" and {} or def.names) do
     local v = spec[name] or defaults[name] or DEFAULTS[name]
     if name == "lengthscale" and (type(v) == "table" or lt.is_tensor(v)) then
       self.values[name] = ard_lengthscales(kind, v)
@@ -384,6 +526,59 @@ end
 
 for kind in pairs(base) do
   kernels[kind] = function(spec) return make_base(kind, spec) end
+end
+
+-- Lua arrays from a tensor or a table: points as coordinate arrays (a list
+-- of numbers is 1-d points), targets as numbers.
+local function as_points(x)
+  if lt.is_tensor(x) then x = x:totable() end
+  local P = {}
+  for i, p in ipairs(x) do P[i] = type(p) == "table" and p or {p} end
+  return P
+end
+
+--- A spectral mixture of num_mixtures components with hyperparameters
+-- chosen from the data (GPyTorch's initialize_from_data, made
+-- deterministic): per active dimension, scales 1/(range of the inputs) (an
+-- envelope as wide as the data), means spread evenly over (0, ν) with
+-- ν = (n − 1)/(2·range) the Nyquist frequency of the inputs' mean spacing
+-- (GPyTorch's smallest gap gives absurd frequencies on scattered inputs,
+-- where two points can nearly coincide), and weights var(y)/Q (so that
+-- k(x, x) is the targets' variance). opts: dims, fixed.
+function kernels.spectral_mixture_from_data(x, y, num_mixtures, opts)
+  opts = opts or {}
+  local P = as_points(x)
+  local Y = lt.is_tensor(y) and y:totable() or y
+  if #P < 2 or type(Y) ~= "table" or #Y ~= #P then
+    fail("spectral_mixture_from_data needs at least 2 points and as many targets, got %d and %s",
+         #P, type(Y) == "table" and #Y or tostring(Y))
+  end
+  local Q = check_mixtures("spectral_mixture_from_data", num_mixtures)
+  local dims = opts.dims
+  local D = dims and #dims or #P[1]
+  local mean, var = 0, 0
+  for _, v in ipairs(Y) do mean = mean + v / #Y end
+  for _, v in ipairs(Y) do var = var + (v - mean) ^ 2 / #Y end
+  local weights, means, scales = {}, {}, {}
+  for q = 1, Q do
+    weights[q] = var > 0 and var / Q or 1 / Q
+    means[q], scales[q] = {}, {}
+  end
+  for c = 1, D do
+    local d = dims and dims[c] or c
+    local v = {}
+    for i, p in ipairs(P) do v[i] = p[d] end
+    table.sort(v)
+    local range = v[#v] - v[1]
+    if not (range > 0) then range = 1 end -- luacheck: ignore 581 (NaN)
+    local gap = range / (#v - 1)
+    for q = 1, Q do
+      means[q][c] = q / (Q + 1) / (2 * gap)
+      scales[q][c] = 1 / range
+    end
+  end
+  return kernels.spectral_mixture{num_mixtures = Q, weights = weights, means = means,
+                                  scales = scales, dims = dims, fixed = opts.fixed}
 end
 
 --- k1 + k2 + ...
@@ -480,6 +675,11 @@ function Kernel:check_inputs(d)
     fail("%s has %d lengthscales but the inputs have %d dimension%s (ARD: one per active "
          .. "dimension)", self.kind, #ls, d, d == 1 and "" or "s")
   end
+  local mu = self.values and self.values.means
+  if mu and not self.dims and #mu[1] ~= d then
+    fail("spectral_mixture has %d columns of means and scales but the inputs have %d "
+         .. "dimension%s (one per active dimension)", #mu[1], d, d == 1 and "" or "s")
+  end
 end
 
 --- The largest input dimension the kernel reads (nil when it reads all).
@@ -497,11 +697,12 @@ function Kernel:max_dim()
   return top
 end
 
--- A number, or ARD's list as {a, b, ...}, formatted.
+-- A number, ARD's list as {a, b, ...}, or a matrix as {{a, b}, {c, d}},
+-- formatted.
 local function number_list(v, fmt)
   if type(v) ~= "table" then return string.format(fmt, v) end
   local parts = {}
-  for i, x in ipairs(v) do parts[i] = string.format(fmt, x) end
+  for i, x in ipairs(v) do parts[i] = number_list(x, fmt) end
   return "{" .. table.concat(parts, ", ") .. "}"
 end
 
@@ -520,13 +721,17 @@ function Kernel:fingerprint()
   return self.kind .. "(" .. table.concat(parts, ",") .. ")"
 end
 
+--- A parameter's current value (an entry of a list or matrix, or a number).
+function kernels.parameter_value(p)
+  local v = p.kernel.values[p.name]
+  if p.col then return v[p.index][p.col] end
+  return p.index and v[p.index] or v
+end
+
 --- Current log-hyperparameters as a Lua array.
 function Kernel:get_log_params()
   local out = {}
-  for i, p in ipairs(self:parameters()) do
-    local v = p.kernel.values[p.name]
-    out[i] = log(p.index and v[p.index] or v)
-  end
+  for i, p in ipairs(self:parameters()) do out[i] = log(kernels.parameter_value(p)) end
   return out
 end
 
@@ -535,7 +740,9 @@ function Kernel:set_log_params(vec, offset)
   offset = offset or 0
   for _, p in ipairs(self:parameters()) do
     offset = offset + 1
-    if p.index then
+    if p.col then
+      p.kernel.values[p.name][p.index][p.col] = exp(vec[offset])
+    elseif p.index then
       p.kernel.values[p.name][p.index] = exp(vec[offset])
     else
       p.kernel.values[p.name] = exp(vec[offset])

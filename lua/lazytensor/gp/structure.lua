@@ -13,8 +13,8 @@
 --   * otherwise (scattered inputs, or a grid with a non-separable kernel):
 --       - "kernel": when every base kernel in the tree is of a kind
 --         lt.kernel computes in C (rbf, matern12/32/52, periodic, rq,
---         linear, polynomial; ARD lengthscales too; each over its active
---         dimensions), K is the
+--         linear, polynomial, cosine, spectral_mixture; ARD lengthscales
+--         too; each over its active dimensions), K is the
 --         tree as C operators: lt.kernel for a base kernel, lt.add for a
 --         sum, lt.mul (the lazy Hadamard product) for a product, and
 --         kernels.scale's factor folded into the base kernels' variances
@@ -426,12 +426,15 @@ end
 
 -- Base kernels lt.kernel computes, and the hyperparameters it knows.
 local C_KINDS = {rbf = true, matern12 = true, matern32 = true, matern52 = true, periodic = true,
-                 rq = true, linear = true, polynomial = true}
+                 rq = true, linear = true, polynomial = true, cosine = true,
+                 spectral_mixture = true}
 
 local function c_spec(k)
+  local w = k.values.weights -- the spectral mixture's
   return {kind = k.kind, lengthscale = k.values.lengthscale, variance = k.values.variance,
           period = k.values.period, alpha = k.values.alpha, offset = k.values.offset,
-          degree = k.degree}
+          degree = k.degree, num_mixtures = w and #w, weights = w, means = k.values.means,
+          scales = k.values.scales}
 end
 
 -- A kernel tree as C operators: a plan {root = node, leaves = {...}} with
@@ -588,10 +591,19 @@ local function plan_operator(plan, x1, x2, make)
 end
 
 -- ∂θ/∂log θ for a parameter of lt.kernel: θ, or with ARD a d-vector with
--- l_q at q (the C gradient of lengthscale is then a d-vector).
+-- l_q at q (the C gradient of lengthscale is then a d-vector); an entry of
+-- a matrix (the spectral mixture's means, scales): a matrix with θ there.
 local function log_derivative(par)
   local v = par.kernel.values[par.name]
   if not par.index then return v end
+  if par.col then
+    local rows = {}
+    for i, row in ipairs(v) do
+      rows[i] = {}
+      for j = 1, #row do rows[i][j] = (i == par.index and j == par.col) and row[j] or 0 end
+    end
+    return lt.tensor(rows)
+  end
   local e = lt.zeros(#v)
   e[par.index] = v[par.index]
   return e
