@@ -104,56 +104,9 @@ end
 
 ------------------------------------------------------------------ data --
 
--- Deterministic scattered points in [0, scale]^d (an LCG, not lt's RNG).
-local function scattered(n, d, seed, scale)
-  local P = {}
-  for i = 1, n do
-    P[i] = {}
-    for q = 1, d do
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      P[i][q] = scale * seed / 2147483648
-    end
-  end
-  return P
-end
-
-local function targets(P)
-  local y = {}
-  for i, p in ipairs(P) do
-    local v = 0
-    for q = 1, #p do v = v + math.sin(2 * p[q] + q) end
-    y[i] = v + 0.1 * math.sin(37 * i)
-  end
-  return y
-end
-
--- Central differences of the model's MLL in get_vector's coordinates.
--- The central difference of the MLL in parameter p with step h.
-local function central_difference(model, v0, p, h)
-  local vp, vm = {unpack(v0)}, {unpack(v0)}
-  vp[p], vm[p] = v0[p] + h, v0[p] - h
-  model:set_vector(vp)
-  local fp = model:mll()
-  model:set_vector(vm)
-  local fm = model:mll()
-  model:set_vector(v0)
-  return (fp - fm) / (2 * h)
-end
-
--- Each gradient entry against Richardson's extrapolation of two central
--- differences, (4·D(h/2) − D(h))/3, with h = 1e-3: its h⁴ error and the
--- MLL's rounding over h (about 2e-8 here) sit well below the tolerance,
--- where D(1e-5)'s rounding over h alone reached it (2e-7 on the
--- inner-product tree once the kernel loops' rounding changed).
-local function check_gradient(model, grad, what)
-  local v0 = model:get_vector()
-  assert.equal(#v0, #grad)
-  local h = 1e-3
-  for p = 1, #v0 do
-    local d1, d2 = central_difference(model, v0, p, h), central_difference(model, v0, p, h / 2)
-    close(grad[p], (4 * d2 - d1) / 3, 1e-6, what .. ": gradient " .. p, 1e-7)
-  end
-end
+local targets = ref.sine_targets
+local function scattered(...) return (ref.scattered(...)) end -- the points alone
+local check_gradient = ref.check_model_gradient
 
 ------------------------------------------------------------------ cases --
 

@@ -9,18 +9,8 @@ local K = gp.kernels
 local ref = require "support.ref"
 local close = ref.close
 
-local function scattered(n, d, seed, scale)
-  local P = {}
-  local function rnd()
-    seed = (seed * 1103515245 + 12345) % 2147483648
-    return seed / 2147483648
-  end
-  for i = 1, n do
-    P[i] = {}
-    for q = 1, d do P[i][q] = scale * (rnd() - 0.5) end
-  end
-  return P, rnd
-end
+-- points in [−scale/2, scale/2]^d
+local function scattered(n, d, seed, scale) return ref.scattered(n, d, seed, scale, -scale / 2) end
 
 local function targets(P, rnd)
   local y = {}
@@ -102,23 +92,8 @@ describe("gp inner-product kernels: gp.exact against plain Lua", function()
       end
       close(model:mll(), ref_mll(kfuns, P, y, noise, mean), 1e-9, "mll vs plain Lua")
       local v, g = model:mll_and_grad()
-      local x0 = model:get_vector()
-      assert.equal(#x0, #g)
       assert.equal(nparams + 2, #g) -- and the noise and the mean
-      for p = 1, #x0 do
-        local h = 1e-5
-        local xp, xm = {}, {}
-        for i = 1, #x0 do xp[i], xm[i] = x0[i], x0[i] end
-        xp[p], xm[p] = x0[p] + h, x0[p] - h
-        model:set_vector(xp)
-        local fp = model:mll()
-        model:set_vector(xm)
-        local fm = model:mll()
-        model:set_vector(x0)
-        local fd = (fp - fm) / (2 * h)
-        assert(math.abs(fd - g[p]) <= 1e-6 * math.max(1, math.abs(g[p])),
-               string.format("%s: gradient %d %.12g vs central difference %.12g", name, p, g[p], fd))
-      end
+      ref.check_model_gradient(model, g, name)
       local dense = gp.exact{x = P, y = y, kernel = kernel, noise = noise, mean_value = mean,
                              structure = "dense"}
       local v2, g2 = dense:mll_and_grad()
@@ -158,21 +133,7 @@ describe("gp inner-product kernels: gp.exact against plain Lua", function()
     assert.is_true(exact - bound < 0.05, string.format("bound %.10g, exact %.10g", bound, exact))
     -- its gradient (hyperparameters, noise, mean, inducing points) to central differences
     local _, g = model:mll_and_grad()
-    local x0 = model:get_vector()
-    for p = 1, #x0 do
-      local h = 1e-5
-      local xp, xm = {}, {}
-      for i = 1, #x0 do xp[i], xm[i] = x0[i], x0[i] end
-      xp[p], xm[p] = x0[p] + h, x0[p] - h
-      model:set_vector(xp)
-      local fp = model:mll()
-      model:set_vector(xm)
-      local fm = model:mll()
-      model:set_vector(x0)
-      local fd = (fp - fm) / (2 * h)
-      assert(math.abs(fd - g[p]) <= 1e-5 * math.max(1, math.abs(g[p])),
-             string.format("sgpr gradient %d %.12g vs central difference %.12g", p, g[p], fd))
-    end
+    ref.check_model_gradient(model, g, "sgpr", 1e-5, 1e-5)
     -- a linear kernel (rank 3 < m) with a small rbf: still below the exact MLL
     local sum = K.linear{variance = 1, offset = 0.5} + K.rbf{lengthscale = 1, variance = 0.1}
     local e2 = gp.exact{x = P, y = y, kernel = sum, noise = 0.1}:mll()

@@ -105,28 +105,8 @@ local function ref_posterior(ref, P, S, fit, mean)
   return mu, C
 end
 
--- Deterministic scattered points in [0, scale]^d (an LCG, not lt's RNG).
-local function scattered(n, d, seed, scale)
-  local P = {}
-  for i = 1, n do
-    P[i] = {}
-    for q = 1, d do
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      P[i][q] = scale * seed / 2147483648
-    end
-  end
-  return P
-end
-
-local function targets(P)
-  local y = {}
-  for i, p in ipairs(P) do
-    local v = 0.1 * math.sin(37 * i)
-    for q = 1, #p do v = v + math.sin(2 * p[q] + q) end
-    y[i] = v
-  end
-  return y
-end
+local targets = lua_ref.sine_targets
+local function scattered(...) return (lua_ref.scattered(...)) end -- the points alone
 
 -- Heteroscedastic noise variances between lo and hi.
 local function noise_levels(n, lo, hi)
@@ -298,20 +278,8 @@ describe("gp per-point noise", function()
       local value, grad = model:mll_and_grad()
       close(value, ref_fit(ref, P, y, noise, 0.3).mll, 1e-9, name .. " mll_and_grad")
       -- per-point noise is fixed: the parameters are the kernel's and the mean
-      local v0 = model:get_vector()
-      assert.equal(kernel:count() + 1, #v0)
-      assert.equal(#v0, #grad)
-      for p = 1, #v0 do
-        local h = 1e-5
-        local vp, vm = {unpack(v0)}, {unpack(v0)}
-        vp[p], vm[p] = v0[p] + h, v0[p] - h
-        model:set_vector(vp)
-        local fp = model:mll()
-        model:set_vector(vm)
-        local fm = model:mll()
-        model:set_vector(v0)
-        close(grad[p], (fp - fm) / (2 * h), 1e-6, name .. " gradient " .. p, 1e-7)
-      end
+      assert.equal(kernel:count() + 1, #grad)
+      lua_ref.check_model_gradient(model, grad, name)
     end)
   end
 

@@ -64,27 +64,8 @@ local function ref_mll(kind, p, P, y, noise, mean)
   return -0.5 * (q + logdet + n * math.log(2 * pi))
 end
 
-local function scattered(n, d, seed, scale)
-  local P = {}
-  for i = 1, n do
-    P[i] = {}
-    for q = 1, d do
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      P[i][q] = scale * seed / 2147483648
-    end
-  end
-  return P
-end
-
-local function targets(P)
-  local y = {}
-  for i, p in ipairs(P) do
-    local v = 0.1 * math.sin(37 * i)
-    for q = 1, #p do v = v + math.sin(2 * p[q] + q) end
-    y[i] = v
-  end
-  return y
-end
+local targets = lua_ref.sine_targets
+local function scattered(...) return (lua_ref.scattered(...)) end -- the points alone
 
 local function regular(n, h)
   local P = {}
@@ -145,20 +126,8 @@ describe("gp kernels: periodic ARD, cosine, spectral mixture", function()
       close(model:mll(), ref_mll(kind, p, P, y, 0.05, 0.3), 1e-9, name .. " mll")
       local value, grad = model:mll_and_grad()
       close(value, ref_mll(kind, p, P, y, 0.05, 0.3), 1e-9, name .. " mll_and_grad")
-      local v0 = model:get_vector()
-      assert.equal(kernel:count() + 2, #v0) -- the kernel's, the noise, the mean
-      assert.equal(#v0, #grad)
-      for i = 1, #v0 do
-        local h = 1e-5
-        local vp, vm = {unpack(v0)}, {unpack(v0)}
-        vp[i], vm[i] = v0[i] + h, v0[i] - h
-        model:set_vector(vp)
-        local fp = model:mll()
-        model:set_vector(vm)
-        local fm = model:mll()
-        model:set_vector(v0)
-        close(grad[i], (fp - fm) / (2 * h), 1e-6, name .. " gradient " .. i, 1e-7)
-      end
+      assert.equal(kernel:count() + 2, #grad) -- the kernel's, the noise, the mean
+      lua_ref.check_model_gradient(model, grad, name)
     end)
   end
 
@@ -170,20 +139,8 @@ describe("gp kernels: periodic ARD, cosine, spectral mixture", function()
     local p = sm_p(2)
     local mdl = gp.sgpr{x = P, y = y, inducing = 5, noise = 0.2, jitter = 1e-6,
                         kernel = make("spectral_mixture", p) + make("periodic", periodic_p())}
-    local v0 = mdl:get_vector()
     local _, grad = mdl:mll_and_grad()
-    assert.equal(#v0, #grad)
-    for i = 1, #v0 do
-      local h = 1e-5
-      local vp, vm = {unpack(v0)}, {unpack(v0)}
-      vp[i], vm[i] = v0[i] + h, v0[i] - h
-      mdl:set_vector(vp)
-      local fp = mdl:mll()
-      mdl:set_vector(vm)
-      local fm = mdl:mll()
-      mdl:set_vector(v0)
-      close(grad[i], (fp - fm) / (2 * h), 1e-6, "sgpr gradient " .. i, 1e-7)
-    end
+    lua_ref.check_model_gradient(mdl, grad, "sgpr")
   end)
 
   it("counts, reads, writes and prints matrix-shaped hyperparameters", function()
