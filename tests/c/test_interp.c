@@ -12,26 +12,7 @@
 
 #include "../../src/lazytensor.h"
 #include "check.h"
-
-typedef struct counter {
-  size_t current;
-  long fail_after; /* < 0: never; else the number of allocations that succeed */
-} counter;
-
-static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  counter *c = ud;
-  if (nsize == 0) {
-    if (ptr) c->current -= osize;
-    free(ptr);
-    return NULL;
-  }
-  if (c->fail_after == 0) return NULL;
-  if (c->fail_after > 0) c->fail_after--;
-  void *p = realloc(ptr, nsize);
-  if (p == NULL) return NULL;
-  c->current += nsize - (ptr ? osize : 0);
-  return p;
-}
+#include "counting_alloc.h"
 
 /* Keys' cubic convolution kernel, a = -1/2, by its two pieces. */
 static double keys(double t) {
@@ -186,7 +167,7 @@ static void test_ski_rules_and_failures(void) {
 
   int failures = 0, ok = 0;
   for (long k = 0; k < 400 && !ok; k++) {
-    counter cnt = {0, -1};
+    counter cnt = {.fail_after = -1};
     lt_context *c = lt_context_new(counting_alloc, &cnt);
     if (c == NULL) continue;
     cnt.fail_after = k;

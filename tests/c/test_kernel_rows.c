@@ -17,26 +17,7 @@
 
 #include "../../src/lazytensor.h"
 #include "check.h"
-
-typedef struct counter {
-  size_t current;
-  long fail_after; /* < 0: never; else the number of allocations that succeed */
-} counter;
-
-static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  counter *c = ud;
-  if (nsize == 0) {
-    if (ptr) c->current -= osize;
-    free(ptr);
-    return NULL;
-  }
-  if (c->fail_after == 0) return NULL;
-  if (c->fail_after > 0) c->fail_after--;
-  void *p = realloc(ptr, nsize);
-  if (p == NULL) return NULL;
-  c->current += nsize - (ptr ? osize : 0);
-  return p;
-}
+#include "counting_alloc.h"
 
 static uint64_t lcg(uint64_t *s) {
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -228,7 +209,7 @@ static void test_errors(void) {
 /* Every allocation the product makes fails in turn: an error, and the
  * context's memory back where it was. */
 static void test_allocation_failures(void) {
-  counter cnt = {0, -1};
+  counter cnt = {.fail_after = -1};
   lt_context *ctx = lt_context_new(counting_alloc, &cnt);
   uint64_t seed = 5;
   lt_tensor *x = random_matrix(ctx, 300, 3, &seed), *X = random_matrix(ctx, 300, 4, &seed);
@@ -263,7 +244,7 @@ static void test_allocation_failures(void) {
 /* A spectral mixture's construction and gradient pass with every
  * allocation failing in turn: an error, and no memory left behind. */
 static void test_mixture_allocation_failures(void) {
-  counter cnt = {0, -1};
+  counter cnt = {.fail_after = -1};
   lt_context *ctx = lt_context_new(counting_alloc, &cnt);
   uint64_t seed = 9;
   lt_tensor *x = random_matrix(ctx, 70, 2, &seed), *L = random_matrix(ctx, 70, 2, &seed);

@@ -16,29 +16,9 @@
 #include "../../src/core/internal.h" /* a kernel operator's points: its child */
 
 #include "check.h"
+#include "counting_alloc.h"
 
 /* ------------------------------------------------- counting allocator */
-
-typedef struct counter {
-  size_t current, peak;
-  long fail_after; /* < 0: never; else the number of allocations that succeed */
-} counter;
-
-static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  counter *c = ud;
-  if (nsize == 0) {
-    if (ptr) c->current -= osize;
-    free(ptr);
-    return NULL;
-  }
-  if (c->fail_after == 0) return NULL;
-  if (c->fail_after > 0) c->fail_after--;
-  void *p = realloc(ptr, nsize);
-  if (p == NULL) return NULL;
-  c->current += nsize - (ptr ? osize : 0);
-  if (c->current > c->peak) c->peak = c->current;
-  return p;
-}
 
 static uint64_t lcg(uint64_t *s) {
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -56,7 +36,7 @@ static double matern32(const double *x, const double *y, double l, double v) {
 }
 
 static void test_kernel_peak(void) {
-  counter cnt = {0, 0, -1};
+  counter cnt = {.fail_after = -1};
   lt_context *ctx = lt_context_new(counting_alloc, &cnt);
   size_t start = cnt.current;
   const size_t n = 20000;
@@ -100,7 +80,7 @@ static void test_kernel_peak(void) {
  * a mask whose rows are evaluated a block at a time — never an n×n matrix.
  * The variances' gradients are <W, A∘B>/v = tr(Lᵀ·(A∘B)·R)/v. */
 static void test_hadamard_gradient_peak(void) {
-  counter cnt = {0, 0, -1};
+  counter cnt = {.fail_after = -1};
   lt_context *ctx = lt_context_new(counting_alloc, &cnt);
   const size_t n = 3000, k = 8;
   uint64_t s = 5;
@@ -212,7 +192,7 @@ static void test_kernel_cache_versions(void) {
 }
 
 static void test_toeplitz_peak(void) {
-  counter cnt = {0, 0, -1};
+  counter cnt = {.fail_after = -1};
   lt_context *ctx = lt_context_new(counting_alloc, &cnt);
   size_t start = cnt.current;
   const size_t n = (size_t)1 << 17;
@@ -386,7 +366,7 @@ static lt_tensor *kernel_stored_scenario(lt_context *ctx) {
 static void test_failures(const char *name, scenario f) {
   int failures_seen = 0, ok = 0;
   for (long k = 0; k < 400 && !ok; k++) {
-    counter cnt = {0, 0, -1};
+    counter cnt = {.fail_after = -1};
     lt_context *ctx = lt_context_new(counting_alloc, &cnt);
     if (ctx == NULL) continue;
     cnt.fail_after = k;

@@ -65,6 +65,16 @@ local function to_points(x, what)
   return points
 end
 
+-- Test points xstar as an n*×d tensor, checked against the d coordinates
+-- of the training inputs (gp.sgpr and gp.multitask).
+local function test_points_tensor(xstar, d)
+  local star = lt.tensor(to_points(xstar, "xstar"))
+  if star:size(2) ~= d then
+    fail("xstar has %d coordinates, the training inputs %d", star:size(2), d)
+  end
+  return star
+end
+
 local function to_vector(y, n, what)
   if not lt.is_tensor(y) then
     if type(y) ~= "table" then
@@ -532,7 +542,7 @@ end
 -- @function gp.sgpr
 gp.sgpr = require("lazytensor.gp.sgpr").constructor{
   fail = fail, to_points = to_points, to_vector = to_vector, options = options,
-  check_noise = check_noise, fit = Model.fit,
+  check_noise = check_noise, fit = Model.fit, test_points_tensor = test_points_tensor,
 }
 
 --- Multitask GP regression (intrinsic coregionalisation, B ⊗ K): see
@@ -542,7 +552,7 @@ gp.sgpr = require("lazytensor.gp.sgpr").constructor{
 -- @function gp.multitask
 gp.multitask = require("lazytensor.gp.multitask").constructor{
   fail = fail, to_points = to_points, options = options, check_noise = check_noise,
-  fit = Model.fit,
+  fit = Model.fit, test_points_tensor = test_points_tensor,
 }
 
 return gp

@@ -359,13 +359,7 @@ end
 
 ------------------------------------------------------------ prediction --
 
-local function test_tensor(self, xstar)
-  local star = lt.tensor(self.h.to_points(xstar, "xstar"))
-  if star:size(2) ~= self.d then
-    self.h.fail("xstar has %d coordinates, the training inputs %d", star:size(2), self.d)
-  end
-  return star
-end
+local function test_tensor(self, xstar) return self.h.test_points_tensor(xstar, self.d) end
 
 -- Row vector of the task means, broadcast over test points.
 local function mean_row(self)

@@ -384,14 +384,7 @@ end
 
 ------------------------------------------------------------ prediction --
 
--- Test points as an n*×d tensor.
-local function test_tensor(self, xstar)
-  local star = lt.tensor(self.h.to_points(xstar, "xstar"))
-  if star:size(2) ~= self.d then
-    self.h.fail("xstar has %d coordinates, the training inputs %d", star:size(2), self.d)
-  end
-  return star
-end
+local function test_tensor(self, xstar) return self.h.test_points_tensor(xstar, self.d) end
 
 -- V1 = Lz⁻¹Kz*, V2 = LB⁻¹V1 (m×n*), and the mean at the test points:
 -- K*z·Σ⁻¹·c/σ² + m = V2ᵀ·LB⁻¹·Lz⁻¹·c/σ² + m.
