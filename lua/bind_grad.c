@@ -266,6 +266,153 @@ static int l_inv_quad_logdet(lua_State *L) {
   return 4;
 }
 
+/* ------------------------------------------ internals of lt.grad's tape */
+
+/* lt._address(t) → a light userdata naming t's C tensor (nil for a
+ * non-tensor): the tape's key for a value, whichever userdata holds it;
+ * for a dense t also its storage's, and whether t is a view (it does not
+ * span its whole storage), which a followed write must not go through. */
+static int l_address(lua_State *L) {
+  lt_tensor *t = ltb_to_tensor(L, 1);
+  if (t == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushlightuserdata(L, t);
+  if (!lt_is_dense(t)) return 1;
+  lua_pushlightuserdata(L, (void *)lt_dense_storage_id(t));
+  lua_pushboolean(L, !lt_dense_spans_storage(t));
+  return 3;
+}
+
+#define STOPS_NAME "lazytensor.stops"
+
+typedef struct stops_box {
+  const lt_tensor **nodes;
+  size_t n;
+  ltb_state *S;
+} stops_box;
+
+static int stops_gc(lua_State *L) {
+  stops_box *b = lua_touserdata(L, 1);
+  if (b->nodes && b->S->ctx) {
+    for (size_t i = 0; i < b->n; i++) lt_release(b->S->ctx, (lt_tensor *)b->nodes[i]);
+    lt_free(b->S->ctx, b->nodes, b->n * sizeof *b->nodes);
+  }
+  b->nodes = NULL;
+  b->n = 0;
+  return 0;
+}
+
+/* lt._stops{t1, t2, ...} → the operators the chain rule stops at (the
+ * values the tape follows), sorted once for a whole backward pass. */
+static int l_stops(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  size_t n = (size_t)lua_rawlen(L, 1);
+  stops_box *b = ltb_newuserdata(L, sizeof *b);
+  b->nodes = NULL;
+  b->n = 0;
+  b->S = S;
+  luaL_getmetatable(L, STOPS_NAME);
+  lua_setmetatable(L, -2);
+  if (n == 0) return 1;
+  b->nodes = lt_calloc(S->ctx, n, sizeof *b->nodes);
+  if (b->nodes == NULL) return ltb_raise(L);
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, 1, (lua_Integer)i + 1);
+    lt_tensor *t = ltb_to_tensor(L, -1);
+    lua_pop(L, 1);
+    if (t == NULL) return ltb_error(L, "grad", "a stop is not a live tensor");
+    b->nodes[b->n++] = lt_retain(t);
+  }
+  lt_sort_stops(b->nodes, b->n);
+  return 1;
+}
+
+/* Pushes a cotangent part as a table {W =} / {L =, R =} / {d =}. */
+static void push_part(lua_State *L, ltb_state *S, const lt_cotangent *w) {
+  lua_createtable(L, 0, 2);
+  lt_tensor *const parts[] = {w->W, w->L, w->R, w->d};
+  static const char *const names[] = {"W", "L", "R", "d"};
+  for (int i = 0; i < 4; i++) {
+    if (parts[i] == NULL) continue;
+    luaL_getmetatable(L, "lazytensor.tensor");
+    ltb_box *box = ltb_push_box(L, S);
+    box->t = lt_retain(parts[i]);
+    lua_setfield(L, -2, names[i]);
+  }
+}
+
+/* lt._leaf_vjp(O, parts, stops) → own, captured: the gradient of
+ * Σ <part, O> over the cotangent parts (an array of {W}/{L, R}/{d}) with
+ * respect to O's own parameters ({name = value}), and the cotangents that
+ * reached the stops under O (an array of {node = address, part}). Other
+ * leaves under O are values the tape does not follow: constants. */
+static int l_leaf_vjp(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  lt_tensor *a = ltb_check_tensor(L, 1, "grad");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  stops_box *stops = luaL_checkudata(L, 3, STOPS_NAME);
+  lt_paramset *grads = push_paramset(L, S);
+  lt_paramset_stop_at(grads, stops->nodes, stops->n);
+  for (lua_Integer i = 1, n = (lua_Integer)lua_rawlen(L, 2); i <= n; i++) {
+    lua_rawgeti(L, 2, i);
+    int part = lua_gettop(L);
+    lt_cotangent w = {0};
+    static const char *const keys[] = {"W", "L", "R", "d"};
+    lt_tensor **slots[] = {&w.W, &w.L, &w.R, &w.d};
+    for (int k = 0; k < 4; k++) {
+      lua_getfield(L, part, keys[k]);
+      *slots[k] = lua_isnil(L, -1) ? NULL : ltb_operand(L, lua_gettop(L), "grad");
+    }
+    if (lt_bilinear_derivative(S->ctx, a, &w, grads) != LT_OK) return ltb_raise(L);
+    lua_settop(L, part - 1);
+  }
+  lua_newtable(L);
+  int own = lua_gettop(L);
+  for (size_t i = 0; i < lt_paramset_count(grads); i++) {
+    const lt_param *p = lt_paramset_at(grads, i);
+    if (p->leaf != a) continue;
+    push_value(L, S, p);
+    lua_setfield(L, own, p->name);
+  }
+  size_t ncaps = lt_paramset_capture_count(grads);
+  lua_createtable(L, (int)ncaps, 0);
+  for (size_t i = 0; i < ncaps; i++) {
+    const lt_capture *c = lt_paramset_capture_at(grads, i);
+    push_part(L, S, &c->w);
+    lua_pushlightuserdata(L, c->node);
+    lua_setfield(L, -2, "node");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  ltb_check_pending(L);
+  ltb_gc_nudge(L, S);
+  return 2;
+}
+
+/* lt._children(A) → A's children, as the userdata the program holds for
+ * them (or new ones): how the tape finds the copies a composite made of
+ * dense operands. */
+static int l_children(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lt_tensor *a = ltb_check_tensor(L, 1, "grad");
+  int n = lt_nchildren(a);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    ltb_push_handle(L, S, lt_child(a, i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static const luaL_Reg internals[] = {{"_address", l_address},
+                                     {"_children", l_children},
+                                     {"_stops", l_stops},
+                                     {"_leaf_vjp", l_leaf_vjp},
+                                     {NULL, NULL}};
+
 static const luaL_Reg functions[] = {{"params", l_params},
                                      {"inv_quad_logdet", l_inv_quad_logdet},
                                      {"bilinear_derivative", l_bilinear_derivative},
@@ -278,6 +425,17 @@ void ltb_open_grad(lua_State *L, int module) {
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
+  if (luaL_newmetatable(L, STOPS_NAME)) {
+    lua_pushcfunction(L, stops_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
   ltb_set_functions(L, module, functions);
   ltb_set_functions(L, LTB_OPEN_METHODS, functions);
+  ltb_set_functions(L, module, internals);
+  /* The tape wraps the methods and metamethods too (lazytensor/autograd.lua). */
+  lua_pushvalue(L, LTB_OPEN_METHODS);
+  lua_setfield(L, module, "_methods");
+  lua_pushvalue(L, LTB_OPEN_META);
+  lua_setfield(L, module, "_meta");
 }

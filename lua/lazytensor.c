@@ -965,11 +965,16 @@ static const luaL_Reg metamethods[] = {{"__add", l_add},
                                        {"__close", m_gc},
                                        {NULL, NULL}};
 
-/* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
+/* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp,
+ * lt.grad and lt.gradcheck. */
 static int module_index(lua_State *L) {
   static const struct {
     const char *field, *module;
-  } lazy[] = {{"mvn", "lazytensor.mvn"}, {"kl", "lazytensor.mvn"}, {"gp", "lazytensor.gp"}};
+  } lazy[] = {{"mvn", "lazytensor.mvn"},
+              {"kl", "lazytensor.mvn"},
+              {"gp", "lazytensor.gp"},
+              {"grad", "lazytensor.autograd"},
+              {"gradcheck", "lazytensor.autograd"}};
   const char *key = lua_tostring(L, 2);
   for (size_t i = 0; key && i < sizeof lazy / sizeof lazy[0]; i++) {
     if (strcmp(key, lazy[i].field) != 0) continue;

@@ -379,6 +379,10 @@ lt_tensor *lt_dense_randn(lt_context *ctx, int ndim, const size_t *shape);
 double *lt_dense_data(const lt_tensor *t);
 const ptrdiff_t *lt_dense_strides(const lt_tensor *t);
 int lt_dense_is_contiguous(const lt_tensor *t);
+/* The storage a dense t reads (views share it), as an opaque id, and
+ * whether t spans all of it (offset 0, contiguous, every element). */
+const void *lt_dense_storage_id(const lt_tensor *t);
+int lt_dense_spans_storage(const lt_tensor *t);
 /* 0-based multi-index access (no bounds check; use lt_dense_get for that). */
 double *lt_dense_ptr(const lt_tensor *t, const size_t *index);
 int lt_dense_get(lt_context *ctx, const lt_tensor *t, int n, const size_t *index, double *out);
@@ -924,6 +928,21 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
  * value would go unused (its leaf is not under a, or has no parameter of
  * that name). */
 lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values);
+
+/* Stops for a recording differentiator (lt.grad): operators the caller
+ * follows itself. Below the top, lt_bilinear_derivative on a set with
+ * stops does not derive through a stop it reaches: it captures the
+ * cotangent that stop receives, so the caller can go on from it. The
+ * addresses are sorted with lt_sort_stops and borrowed for the set's use.
+ * A captured masked part comes as the dense W it stands for. */
+typedef struct lt_capture {
+  lt_tensor *node; /* the stop (a reference the set holds) */
+  lt_cotangent w;  /* the cotangent it received (the set's own) */
+} lt_capture;
+void lt_sort_stops(const lt_tensor **nodes, size_t n);
+void lt_paramset_stop_at(lt_paramset *s, const lt_tensor *const *sorted, size_t n);
+size_t lt_paramset_capture_count(const lt_paramset *s);
+const lt_capture *lt_paramset_capture_at(const lt_paramset *s, size_t i); /* in arrival order */
 
 /* inv_quad_logdet with gradients: bᵀA⁻¹b and log det A (A symmetric
  * positive definite, b a dense vector or n×k matrix), and in grads the

@@ -158,6 +158,12 @@ lt_tensor *lt_dense_randn(lt_context *ctx, int ndim, const size_t *shape) {
 double *lt_dense_data(const lt_tensor *t) { return t->storage->data + t->offset; }
 const ptrdiff_t *lt_dense_strides(const lt_tensor *t) { return t->strides; }
 
+const void *lt_dense_storage_id(const lt_tensor *t) { return t->storage; }
+
+int lt_dense_spans_storage(const lt_tensor *t) {
+  return t->offset == 0 && lt_dense_is_contiguous(t) && lt_numel(t) == t->storage->count;
+}
+
 int lt_dense_is_contiguous(const lt_tensor *t) {
   ptrdiff_t expected = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {

@@ -11,7 +11,9 @@
  * a type does not handle into a dense W.
  */
 #include <cblas.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grad.h"
@@ -21,6 +23,13 @@
 struct lt_paramset {
   lt_param *items;
   size_t n, cap;
+  /* The chain rule stops at these operators (sorted addresses, borrowed):
+   * below the top, a cotangent reaching one is captured, not derived. */
+  const lt_tensor *const *stops;
+  size_t nstops;
+  int depth; /* nesting of lt_bilinear_derivative calls on this set */
+  lt_capture *caps;
+  size_t ncaps, capscap;
 };
 
 lt_paramset *lt_paramset_new(lt_context *ctx) { return lt_calloc(ctx, 1, sizeof(lt_paramset)); }
@@ -35,6 +44,11 @@ void lt_paramset_free(lt_context *ctx, lt_paramset *s) {
   if (s == NULL) return;
   for (size_t i = 0; i < s->n; i++) entry_clear(ctx, &s->items[i]);
   if (s->items) lt_free(ctx, s->items, s->cap * sizeof *s->items);
+  for (size_t i = 0; i < s->ncaps; i++) {
+    lt_release(ctx, s->caps[i].node);
+    ltg_release(ctx, &s->caps[i].w);
+  }
+  if (s->caps) lt_free(ctx, s->caps, s->capscap * sizeof *s->caps);
   lt_free(ctx, s, sizeof *s);
 }
 
@@ -141,6 +155,67 @@ int lt_paramset_add_tensor(lt_context *ctx, lt_paramset *s, lt_tensor *leaf, con
 int lt_params(lt_context *ctx, lt_tensor *a, lt_paramset *out) {
   if (a->type->params == NULL) return LT_OK;
   return a->type->params(ctx, a, out);
+}
+
+/* ----------------------------------------------------- stops and captures */
+
+static int address_order(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t) * (const lt_tensor *const *)x;
+  uintptr_t b = (uintptr_t) * (const lt_tensor *const *)y;
+  return a < b ? -1 : a > b;
+}
+
+void lt_sort_stops(const lt_tensor **nodes, size_t n) {
+  if (n > 1) qsort(nodes, n, sizeof *nodes, address_order);
+}
+
+void lt_paramset_stop_at(lt_paramset *s, const lt_tensor *const *sorted, size_t n) {
+  s->stops = sorted;
+  s->nstops = n;
+}
+
+static int is_stop(const lt_paramset *s, const lt_tensor *a) {
+  if (s->nstops == 0 || s->depth == 0) return 0;
+  return bsearch(&a, s->stops, s->nstops, sizeof *s->stops, address_order) != NULL;
+}
+
+size_t lt_paramset_capture_count(const lt_paramset *s) { return s->ncaps; }
+
+const lt_capture *lt_paramset_capture_at(const lt_paramset *s, size_t i) {
+  return i < s->ncaps ? &s->caps[i] : NULL;
+}
+
+/* Keeps the normalised cotangent c (its references taken, released on
+ * error too) for the stop a. A masked part becomes the dense W it stands
+ * for: the capture's reader has no mask to apply. */
+static int capture(lt_context *ctx, lt_paramset *s, lt_tensor *a, lt_cotangent *c) {
+  if (c->M) {
+    lt_tensor *W = ltg_dense_of(ctx, &(lt_cotangent){.L = c->L, .R = c->R, .M = c->M}, a->shape[0],
+                                a->shape[1]);
+    if (W == NULL) goto fail;
+    lt_release(ctx, c->L);
+    lt_release(ctx, c->R);
+    lt_release(ctx, c->M);
+    c->L = c->R = c->M = NULL;
+    if (c->W) {
+      cblas_daxpy((int)lt_numel(W), 1.0, lt_dense_data(c->W), 1, lt_dense_data(W), 1);
+      lt_release(ctx, c->W);
+    }
+    c->W = W;
+  }
+  if (s->ncaps == s->capscap) {
+    size_t cap = s->capscap ? 2 * s->capscap : 8;
+    lt_capture *caps = lt_realloc(ctx, s->caps, s->capscap * sizeof *caps, cap * sizeof *caps);
+    if (caps == NULL) goto fail;
+    s->caps = caps;
+    s->capscap = cap;
+  }
+  s->caps[s->ncaps++] = (lt_capture){lt_retain(a), *c};
+  memset(c, 0, sizeof *c);
+  return LT_OK;
+fail:
+  ltg_release(ctx, c);
+  return LT_ERR;
 }
 
 /* ----------------------------------------------------- cotangent helpers */
@@ -452,6 +527,8 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
   if (lt_require_matrix(ctx, OP, a) != LT_OK) return LT_ERR;
   lt_cotangent c;
   if (normalise(ctx, a, w, &c) != LT_OK) return LT_ERR;
+  if (is_stop(grads, a)) return capture(ctx, grads, a, &c);
+  grads->depth++;
   int rc = LT_OK;
   if (c.L) {
     lt_cotangent part = ltg_lowrank(c.L, c.R);
@@ -466,6 +543,7 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
     lt_cotangent part = ltg_diag(c.d);
     rc = derive_part(ctx, a, &part, grads);
   }
+  grads->depth--;
   ltg_release(ctx, &c);
   return rc;
 }

@@ -1,0 +1,589 @@
+--- lt.grad and lt.gradcheck: differentiate a whole computation.
+--
+-- While df(params, ...) runs f, every function and metamethod of the
+-- library is replaced by a recording wrapper: each call whose arguments
+-- include a followed value (a parameter, or a result computed from one) is
+-- kept as a record {name, args, outs}. Afterwards the originals are back
+-- and the records are walked backwards, each through the vector-Jacobian
+-- product of its operation (autograd/vjp.lua) — whichever rule computed
+-- it — or, for a constructor (lt.diag, lt.kernel, lt.kron, ...), through
+-- the new operator's own bilinear_derivative, which turns the operator's
+-- cotangent into the gradients of the tensors it was built from. Outside
+-- lt.grad nothing is replaced, so nothing costs more.
+--
+-- Values are followed by their C tensor (lt._address), in versions: a call
+-- that returns a tensor it was given (A:t() of a symmetric A, a write
+-- t[i] = v) makes a new version, so the records stay a sequence.
+
+local cot = require "lazytensor.autograd.cotangent"
+local vjp = require "lazytensor.autograd.vjp"
+
+local autograd = {}
+local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
+
+local lt -- the library, looked up on first use (it may load this file)
+local function lib()
+  if lt == nil then
+    lt = require "lazytensor"
+    cot.bind(lt)
+    vjp.bind(lt)
+  end
+  return lt
+end
+
+local function fail(fmt, ...) error("lazytensor: grad: " .. string.format(fmt, ...), 0) end
+
+local function pack(...) return {n = select("#", ...), ...} end
+
+-- ----------------------------------------------------------- what is followed
+
+-- Functions that compute no values (queries, settings, registry, memory)
+-- run as they are; so do the forms that return the old gradient tables.
+local PLAIN = {
+  type = true, is_tensor = true, is_lazy = true, is_psd = true, is_symmetric = true,
+  with_settings = true, manual_seed = true, memory = true, free = true, shape = true,
+  batch_shape = true, size = true, dim = true, numel = true, explain = true,
+  implements = true, types = true, params = true, bilinear_derivative = true,
+  with_params = true, totable = true, equal = true, item = true, NotImplemented = true,
+}
+
+-- Constructors: their records go through the new operator's
+-- bilinear_derivative. Each maps a parameter name of the new operator to
+-- the argument it came from: a position, or {position, key} in a table.
+local function kernel_argument(r, name)
+  local spec = r.nargs
+  while spec > 1 and (type(r.args[spec]) ~= "table" or lib().is_tensor(r.args[spec])) do
+    spec = spec - 1
+  end
+  if name == "x1" then return 1 end
+  if name == "x2" then return spec == 3 and 2 or nil end
+  return spec, name
+end
+
+local CONSTRUCTORS = {
+  diag = {diag = 1},
+  identity = {scale = 2},
+  triangular = {L = 1},
+  lowrank = {U = 1, V = 2},
+  toeplitz = {column = 1, row = 2},
+  chol = {L = 1},
+  kernel = kernel_argument,
+  operator = function(_, name) return 1, name, "params" end,
+  kron = {}, blockdiag = {}, batch = {}, cat = {}, submatrix = {}, interp = {values = 2},
+  permutation = {}, zeros_operator = {}, constant = {},
+}
+
+-- Metamethods and the operation their records name.
+local METAMETHODS = {
+  __add = "add", __sub = "sub", __mul = "mul_meta", __div = "div", __unm = "neg",
+  __index = "index", __newindex = "newindex", __pow = "pow",
+}
+
+-- Writes: the written tensor gets a new version; a value of it that some
+-- record's backward reads must not change under it.
+local WRITES = {newindex = true, set = true, fill = true, copy = true}
+
+-- Records whose backward reads values (theirs, or their results'): a write
+-- into such a value's storage afterwards would change the derivative.
+local VIEWS = {
+  index = true, narrow = true, reshape = true, transpose = true, t = true, contiguous = true,
+  add = true, sub = true, neg = true, dense = true, diagonal = true, trace = true, sum = true,
+  mean = true, get = true, row = true, add_diag = true, add_jitter = true, clone = true,
+  full = true, psd = true,
+}
+
+-- --------------------------------------------------------------- the tape
+
+local Tape = {}
+Tape.__index = Tape
+
+local active -- the tape of the df call running now, or nil
+
+local function new_tape()
+  return setmetatable({
+    records = {}, nrec = 0, nnodes = 0,
+    current = {},  -- address → the latest node of that value
+    versions = {}, -- address → its nodes, oldest first
+    read = {},     -- storage → true once a record's backward reads it
+    leaf = {},     -- address → the node a parameter started as
+    copy_of = {},  -- address of a composite's copy of a dense operand → its node
+    copies = {},   -- those copies (kept alive; the chain rule stops at them)
+  }, Tape)
+end
+
+local function kind_of(v)
+  if lt.is_lazy(v) then return "lazy" end
+  if v:dim() == 0 then return "scalar" end
+  return "dense"
+end
+
+function Tape:new_node(v)
+  local addr = lt._address(v)
+  self.nnodes = self.nnodes + 1
+  local node = {id = self.nnodes, value = v, addr = addr, kind = kind_of(v)}
+  if node.kind == "dense" then node.shape = v:shape() end
+  if node.kind == "lazy" and v:dim() == 2 then node.shape = v:shape() end
+  self.current[addr] = node
+  local list = self.versions[addr]
+  if list then list[#list + 1] = node else self.versions[addr] = {node} end
+  return node
+end
+
+function Tape:node_of(v)
+  if type(v) ~= "userdata" then return nil end
+  local addr = lt._address(v)
+  return addr and self.current[addr]
+end
+
+-- The nodes of the tensors directly inside a table argument ({A, B} of
+-- blockdiag, a kernel's spec, an lt.operator's params).
+function Tape:table_nodes(t)
+  if type(t) ~= "table" or lt.is_tensor(t) then return nil end
+  local found
+  for k, v in pairs(t) do
+    local node = self:node_of(v)
+    if node == nil and k == "params" and type(v) == "table" then
+      local inner = self:table_nodes(v)
+      if inner then
+        found = found or {}
+        found.params = inner
+      end
+    elseif node then
+      found = found or {}
+      found[k] = node
+    end
+  end
+  return found
+end
+
+local Record = {}
+Record.__index = Record
+
+function Record:wants(i) return self.nodes[i] ~= nil or self.tnodes[i] ~= nil end
+
+function Record:give(i, c)
+  local node = self.nodes[i]
+  if node and c ~= nil then self.tape:accumulate(node, c) end
+end
+
+-- An entry of a table argument (sub: a nested table, as lt.operator's params).
+function Record:give_key(i, key, c, sub)
+  local t = self.tnodes[i]
+  if t and sub then t = t[sub] end
+  local node = t and t[key]
+  if node and c ~= nil then self.tape:accumulate(node, c) end
+end
+
+function Tape:mark_read(v)
+  if type(v) == "userdata" then
+    local _, storage = lt._address(v)
+    if storage then self.read[storage] = true end
+  end
+end
+
+-- A write into v (with a followed value, or into a followed v) is followed
+-- only where it is sound: into a whole tensor (not a view: the tensor it
+-- views would change unrecorded) whose values no backward reads.
+function Tape:check_write(name, v)
+  local _, storage, view = lt._address(v)
+  if storage == nil then return end
+  if view then
+    fail("%s: a write into a view of another tensor is not followed; write into the tensor "
+      .. "itself (t:set(i, j, v)) or into a clone", name)
+  end
+  if self.read[storage] then
+    fail("%s: this tensor's values were used by an earlier followed call and the write would "
+      .. "change its derivative; write into a clone", name)
+  end
+end
+
+local function is_followed(tape, args, n)
+  for i = 1, n do
+    local a = args[i]
+    if type(a) == "userdata" then
+      if tape:node_of(a) then return true end
+    elseif type(a) == "table" and tape:table_nodes(a) then
+      return true
+    end
+  end
+  return false
+end
+
+-- Keeps the call as a record; its numbers come back as 0-d tensors, so
+-- that arithmetic on them stays followed.
+function Tape:record(name, args, n, outs)
+  local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
+    nodes = {}, tnodes = {}, out_nodes = {}}, Record)
+  local reads = not VIEWS[name]
+  for i = 1, n do
+    local a = args[i]
+    if type(a) == "userdata" then
+      r.nodes[i] = self:node_of(a)
+      if reads then self:mark_read(a) end
+    elseif type(a) == "table" then
+      r.tnodes[i] = self:table_nodes(a)
+    end
+  end
+  for j = 1, outs.n do
+    local v = outs[j]
+    if type(v) == "number" then
+      v = lt.tensor(v)
+      outs[j] = v
+    end
+    if lt.is_tensor(v) then
+      r.out_nodes[j] = self:new_node(v)
+      if reads then self:mark_read(v) end
+    end
+  end
+  if CONSTRUCTORS[name] and lt.is_lazy(outs[1]) then self:find_copies(r) end
+  self.nrec = self.nrec + 1
+  self.records[self.nrec] = r
+  return unpack(outs, 1, outs.n)
+end
+
+-- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
+-- operands, not the operands: the k-th new dense child is a copy of the
+-- k-th dense operand, so its cotangent goes to that operand.
+function Tape:find_copies(r)
+  local dense_args = {}
+  local function collect(v)
+    if type(v) == "userdata" and lt.is_tensor(v) and not lt.is_lazy(v) then
+      dense_args[#dense_args + 1] = v
+    end
+  end
+  for i = 1, r.nargs do
+    local a = r.args[i]
+    if type(a) == "table" and not lt.is_tensor(a) then
+      for _, v in ipairs(a) do collect(v) end
+    else
+      collect(a)
+    end
+  end
+  if #dense_args == 0 then return end
+  local next_arg = 1
+  for _, child in ipairs(lt._children(r.outs[1])) do
+    local addr = lt._address(child)
+    if not lt.is_lazy(child) and self.current[addr] == nil and self.copy_of[addr] == nil then
+      local source = dense_args[next_arg]
+      next_arg = next_arg + 1
+      local node = source and self:node_of(source)
+      if node and table.concat(source:shape(), "x") == table.concat(child:shape(), "x") then
+        self.copy_of[addr] = node
+        self.copies[#self.copies + 1] = child
+      end
+    end
+  end
+end
+
+function Tape.accumulate(_, node, c)
+  c = cot.as_kind(c, node.kind, node.shape)
+  if node.kind == "dense" and c:dim() ~= #node.shape then c = c:reshape(node.shape) end
+  node.cot = cot.add(node.cot, c)
+end
+
+-- ------------------------------------------------------------- wrappers
+
+local function wrapper(name, orig)
+  return function(...)
+    local tape = active
+    if tape == nil then return orig(...) end
+    local n = select("#", ...)
+    local args = {...}
+    if name == "index" and type(args[2]) ~= "number" then return orig(...) end
+    if not is_followed(tape, args, n) then
+      if WRITES[name] then
+        local outs = pack(orig(...))
+        return unpack(outs, 1, outs.n)
+      end
+      return orig(...)
+    end
+    if WRITES[name] then
+      tape:check_write(name, args[1])
+      orig(...)
+      tape:record(name, args, n, pack(args[1])) -- the written tensor: a new version
+      return
+    end
+    if name == "call" then
+      local op = args[1]
+      local outs = pack(orig(...))
+      return tape:record(op, {select(2, ...)}, n - 1, outs)
+    end
+    if vjp[name] == nil and CONSTRUCTORS[name] == nil then
+      fail("lt.%s is not followed by lt.grad: its result would have no gradient", name)
+    end
+    return tape:record(name, args, n, pack(orig(...)))
+  end
+end
+
+-- Replaces every followed function of the library, its methods and its
+-- metamethods by a wrapper; returns the function that puts them back.
+local function install()
+  local saved = {}
+  local function swap(t, key, name)
+    local f = rawget(t, key)
+    if type(f) ~= "function" then return end
+    saved[#saved + 1] = {t, key, f}
+    rawset(t, key, wrapper(name, f))
+  end
+  for _, t in ipairs{lt, lt._methods} do
+    local keys = {}
+    for k, v in pairs(t) do
+      if type(k) == "string" and type(v) == "function" and not PLAIN[k] and k:sub(1, 1) ~= "_"
+        and k ~= "grad" and k ~= "gradcheck" then
+        keys[#keys + 1] = k
+      end
+    end
+    for _, k in ipairs(keys) do swap(t, k, k) end
+  end
+  for mm, name in pairs(METAMETHODS) do swap(lt._meta, mm, name) end
+  return function()
+    for i = #saved, 1, -1 do
+      local s = saved[i]
+      rawset(s[1], s[2], s[3])
+    end
+  end
+end
+
+-- ------------------------------------------------------------- backward
+
+-- The node a stop's cotangent belongs to: the version of that value the
+-- record's result was built from (the latest one before the result).
+function Tape:version_before(addr, id)
+  local best
+  for _, node in ipairs(self.versions[addr] or {}) do
+    if node.id < id then best = node end
+  end
+  return best
+end
+
+local function constructor_backward(tape, r, g, stops)
+  local map = CONSTRUCTORS[r.name]
+  local out, node = r.outs[1], r.out_nodes[1]
+  if not lt.is_lazy(out) then -- a constructor that returned a dense tensor: itself
+    return r:give(1, g[1])
+  end
+  local own, captured = lt._leaf_vjp(out, cot.parts_of(g[1]), stops)
+  for name, value in pairs(own) do
+    local i, key, sub
+    if type(map) == "function" then i, key, sub = map(r, name) else i = map[name] end
+    if i and key then r:give_key(i, key, value, sub) elseif i then r:give(i, value) end
+  end
+  for _, c in ipairs(captured) do
+    local target = tape.copy_of[c.node] or tape:version_before(c.node, node.id)
+    if target then
+      c.node = nil
+      tape:accumulate(target, {c})
+    end
+  end
+end
+
+function Tape:backward(root)
+  local all, seen = {}, {}
+  for addr, node in pairs(self.current) do
+    if not seen[addr] then
+      seen[addr] = true
+      all[#all + 1] = node.value
+    end
+  end
+  for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
+  local stops = lt._stops(all)
+  if root.kind == "scalar" then root.cot = 1
+  elseif root.kind == "dense" then root.cot = lt.full(root.shape, 1)
+  else root.cot = {{W = lt.ones(1, 1)}} end
+  for k = self.nrec, 1, -1 do
+    local r = self.records[k]
+    local g, any = {}, false
+    for j, node in pairs(r.out_nodes) do
+      g[j] = node.cot
+      if node.cot ~= nil then any = true end
+      node.cot = nil -- spent: its record hands it on once
+    end
+    if any then
+      if CONSTRUCTORS[r.name] then constructor_backward(self, r, g, stops)
+      else vjp[r.name](r, g) end
+    end
+  end
+end
+
+-- --------------------------------------------------------- params in, out
+
+local function prepare(tape, p, path)
+  if type(p) == "number" then
+    local t = lt.tensor(p)
+    tape.leaf[lt._address(t)] = tape:new_node(t)
+    return t
+  end
+  if lt.is_tensor(p) then
+    if lt.is_lazy(p) then
+      fail("params%s is a %s operator; params hold numbers and dense tensors (differentiate "
+        .. "with respect to the tensors it is built from)", path, lt.type(p))
+    end
+    local addr = lt._address(p)
+    if tape.leaf[addr] == nil then tape.leaf[addr] = tape:new_node(p) end
+    return p
+  end
+  if type(p) == "table" and getmetatable(p) == nil then
+    local out = {}
+    for k, v in pairs(p) do
+      local where = type(k) == "string" and "." .. k or "[" .. tostring(k) .. "]"
+      out[k] = prepare(tape, v, path .. where)
+    end
+    return out
+  end
+  fail("params%s is a %s; params hold numbers, dense tensors and tables of them",
+    path, lt.is_tensor(p) and lt.type(p) or type(p))
+end
+
+local function gradient_of(tape, p, prepared)
+  if type(p) == "number" then
+    local node = tape.leaf[lt._address(prepared)]
+    return node.grad or 0
+  end
+  if lt.is_tensor(p) then
+    local node = tape.leaf[lt._address(p)]
+    local g = node.grad
+    if g == nil then return lt.full(p:shape(), 0) end
+    if type(g) == "number" then return lt.tensor(g) end
+    return g
+  end
+  local out = {}
+  for k, v in pairs(p) do out[k] = gradient_of(tape, v, prepared[k]) end
+  return out
+end
+
+-- The one number f's first result stands for, and its node (nil: a constant).
+local function scalar_result(tape, v)
+  if type(v) == "number" then return v, nil end
+  if not lt.is_tensor(v) then
+    fail("f must return a number or a one-element tensor first, got %s",
+      v == nil and "nothing" or type(v))
+  end
+  if lt.is_lazy(v) or v:numel() ~= 1 then
+    fail("f must return a number or a one-element tensor first, got a %s of shape %s",
+      lt.type(v), table.concat(v:shape(), "x"))
+  end
+  return v:sum(), tape:node_of(v)
+end
+
+-- Runs f on a coroutine of its own, so that a yield inside it (which would
+-- leave the library wrapped while other code runs) is caught.
+local function run(f, args, n)
+  local co = coroutine.create(function() return pack(f(unpack(args, 1, n))) end)
+  local ok, res = coroutine.resume(co)
+  if not ok then error(res, 0) end
+  if coroutine.status(co) ~= "dead" then
+    fail("f yielded; a differentiated function must run to its end")
+  end
+  return res
+end
+
+--- lt.grad(f) → df; df(params, ...) → grads, value, f's other results.
+function autograd.grad(f)
+  lib()
+  local mt = type(f) == "table" and getmetatable(f)
+  if type(f) ~= "function" and not (mt and mt.__call) then
+    fail("expected a function, got %s", type(f))
+  end
+  return function(params, ...)
+    if active ~= nil then
+      fail("lt.grad inside lt.grad is not supported (differentiate one function at a time)")
+    end
+    local tape = new_tape()
+    local prepared = prepare(tape, params, "")
+    local args = pack(prepared, ...)
+    local restore = install()
+    active = tape
+    local ok, res = pcall(run, f, args, args.n)
+    active = nil
+    restore()
+    if not ok then error(res, 0) end
+    local value, root = scalar_result(tape, res[1])
+    -- the parameters' first versions collect their gradients (a parameter
+    -- returned as it is, f = function(p) return p end, is its own root)
+    if root ~= nil then tape:backward(root) end
+    for _, node in pairs(tape.leaf) do node.grad = node.cot end
+    local grads = gradient_of(tape, params, prepared)
+    return grads, value, unpack(res, 2, res.n)
+  end
+end
+
+-- Every number of params (a structure of numbers and dense tensors) as a
+-- slot {get, set, grad}, walking params and grads (the same structure)
+-- together. A number is kept in its table, so the top one sits in a box.
+local function slots_of(p, g, out, holder, key)
+  if type(p) == "number" then
+    out[#out + 1] = {
+      get = function() return holder[key] end,
+      set = function(v) holder[key] = v end,
+      grad = g,
+    }
+  elseif lt.is_tensor(p) then
+    local flat = p:reshape(p:numel())
+    local gflat = g:contiguous():reshape(g:numel())
+    for i = 1, p:numel() do
+      out[#out + 1] = {
+        get = function() return flat[i] end,
+        set = function(v) flat[i] = v end,
+        grad = gflat[i],
+      }
+    end
+  else
+    for k, v in pairs(p) do slots_of(v, g[k], out, p, k) end
+  end
+  return out
+end
+
+-- A private copy of params (tensors cloned, contiguous, so slots can write).
+local function deep_copy(p)
+  if type(p) == "number" then return p end
+  if lt.is_tensor(p) then return p:clone():contiguous() end
+  local out = {}
+  for k, v in pairs(p) do out[k] = deep_copy(v) end
+  return out
+end
+
+-- params as f sees them inside lt.grad: numbers as 0-d tensors.
+local function as_arguments(p)
+  if type(p) == "number" then return lt.tensor(p) end
+  if lt.is_tensor(p) then return p end
+  local out = {}
+  for k, v in pairs(p) do out[k] = as_arguments(v) end
+  return out
+end
+
+local function number_of(v)
+  if type(v) == "number" then return v end
+  if not lt.is_tensor(v) or lt.is_lazy(v) or v:numel() ~= 1 then
+    fail("gradcheck: f must return a number or a one-element tensor first")
+  end
+  return v:sum()
+end
+
+--- lt.gradcheck(f, params [, {eps, rtol, atol}]) → ok, max_error: lt.grad(f)
+-- against central differences, entry by entry.
+function autograd.gradcheck(f, params, opts)
+  lib()
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("gradcheck: options must be a table, got %s", type(opts)) end
+  local eps, rtol, atol = opts.eps or 1e-6, opts.rtol or 1e-5, opts.atol or 1e-7
+  local box = {p = deep_copy(params)}
+  local grads = autograd.grad(f)(deep_copy(params))
+  local slots = slots_of(box.p, grads, {}, box, "p")
+  local ok, worst = true, 0
+  for _, slot in ipairs(slots) do
+    local x = slot.get()
+    local h = eps * math.max(1, math.abs(x))
+    slot.set(x + h)
+    local fp = number_of((f(as_arguments(box.p))))
+    slot.set(x - h)
+    local fm = number_of((f(as_arguments(box.p))))
+    slot.set(x)
+    local fd = (fp - fm) / (2 * h)
+    local err = math.abs(slot.grad - fd)
+    if err > atol + rtol * math.abs(fd) then ok = false end
+    if err > worst then worst = err end
+  end
+  return ok, worst
+end
+
+return autograd
