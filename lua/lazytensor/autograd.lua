@@ -92,6 +92,24 @@ local VIEWS = {
   full = true, psd = true,
 }
 
+-- Calls whose forward changes inside lt.grad: a root by a method without a
+-- derivative (the lazy [√D | U] of a low-rank plus diagonal, Lanczos) is
+-- replaced by the Cholesky factor, which is also a root.
+local DIFFERENTIABLE_ROOTS = {cholesky = true, eigh = true, ["closed form"] = true}
+
+local originals = {} -- name → the library's own function, while installed
+
+local FORWARD = {
+  root = function(orig, A, ...)
+    local R, info = orig(A, ...)
+    if type(info) == "table" and DIFFERENTIABLE_ROOTS[info.method] then return R, info end
+    local L, cinfo = originals.cholesky(A)
+    cinfo = type(cinfo) == "table" and cinfo or {}
+    cinfo.method = "cholesky"
+    return L, cinfo
+  end,
+}
+
 -- --------------------------------------------------------------- the tape
 
 local Tape = {}
@@ -214,7 +232,7 @@ end
 function Tape:record(name, args, n, outs)
   local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
     nodes = {}, tnodes = {}, out_nodes = {}}, Record)
-  local reads = not VIEWS[name]
+  local reads = not VIEWS[name] and not WRITES[name]
   for i = 1, n do
     local a = args[i]
     if type(a) == "userdata" then
@@ -227,7 +245,7 @@ function Tape:record(name, args, n, outs)
   for j = 1, outs.n do
     local v = outs[j]
     if type(v) == "number" then
-      v = lt.tensor(v)
+      v = (originals.tensor or lt.tensor)(v)
       outs[j] = v
     end
     if lt.is_tensor(v) then
@@ -299,7 +317,12 @@ local function wrapper(name, orig)
     end
     if WRITES[name] then
       tape:check_write(name, args[1])
-      orig(...)
+      local call = {...}
+      local v = call[n]
+      if n > 1 and lt.is_tensor(v) and not lt.is_lazy(v) and v:dim() == 0 then
+        call[n] = v:totable() -- a followed 0-d value is written as its number
+      end
+      orig(unpack(call, 1, n))
       tape:record(name, args, n, pack(args[1])) -- the written tensor: a new version
       return
     end
@@ -311,6 +334,7 @@ local function wrapper(name, orig)
     if vjp[name] == nil and CONSTRUCTORS[name] == nil then
       fail("lt.%s is not followed by lt.grad: its result would have no gradient", name)
     end
+    if FORWARD[name] then return tape:record(name, args, n, pack(FORWARD[name](orig, ...))) end
     return tape:record(name, args, n, pack(orig(...)))
   end
 end
@@ -323,6 +347,7 @@ local function install()
     local f = rawget(t, key)
     if type(f) ~= "function" then return end
     saved[#saved + 1] = {t, key, f}
+    if t == lt then originals[name] = f end
     rawset(t, key, wrapper(name, f))
   end
   for _, t in ipairs{lt, lt._methods} do
@@ -477,6 +502,26 @@ local function run(f, args, n)
   return res
 end
 
+-- Runs f(params, ...) with every call recorded: the tape, the parameters
+-- as f got them, f's results, the number its first result stands for and
+-- that result's node (nil: f's value does not depend on params).
+local function recorded_run(f, params, ...)
+  if active ~= nil then
+    fail("lt.grad inside lt.grad is not supported (differentiate one function at a time)")
+  end
+  local tape = new_tape()
+  local prepared = prepare(tape, params, "")
+  local args = pack(prepared, ...)
+  local restore = install()
+  active = tape
+  local ok, res = pcall(run, f, args, args.n)
+  active = nil
+  restore()
+  if not ok then error(res, 0) end
+  local value, root = scalar_result(tape, res[1])
+  return tape, prepared, res, value, root
+end
+
 --- lt.grad(f) → df; df(params, ...) → grads, value, f's other results.
 function autograd.grad(f)
   lib()
@@ -485,19 +530,7 @@ function autograd.grad(f)
     fail("expected a function, got %s", type(f))
   end
   return function(params, ...)
-    if active ~= nil then
-      fail("lt.grad inside lt.grad is not supported (differentiate one function at a time)")
-    end
-    local tape = new_tape()
-    local prepared = prepare(tape, params, "")
-    local args = pack(prepared, ...)
-    local restore = install()
-    active = tape
-    local ok, res = pcall(run, f, args, args.n)
-    active = nil
-    restore()
-    if not ok then error(res, 0) end
-    local value, root = scalar_result(tape, res[1])
+    local tape, prepared, res, value, root = recorded_run(f, params, ...)
     -- the parameters' first versions collect their gradients (a parameter
     -- returned as it is, f = function(p) return p end, is its own root)
     if root ~= nil then tape:backward(root) end
@@ -542,23 +575,6 @@ local function deep_copy(p)
   return out
 end
 
--- params as f sees them inside lt.grad: numbers as 0-d tensors.
-local function as_arguments(p)
-  if type(p) == "number" then return lt.tensor(p) end
-  if lt.is_tensor(p) then return p end
-  local out = {}
-  for k, v in pairs(p) do out[k] = as_arguments(v) end
-  return out
-end
-
-local function number_of(v)
-  if type(v) == "number" then return v end
-  if not lt.is_tensor(v) or lt.is_lazy(v) or v:numel() ~= 1 then
-    fail("gradcheck: f must return a number or a one-element tensor first")
-  end
-  return v:sum()
-end
-
 --- lt.gradcheck(f, params [, {eps, rtol, atol}]) → ok, max_error: lt.grad(f)
 -- against central differences, entry by entry.
 function autograd.gradcheck(f, params, opts)
@@ -573,10 +589,11 @@ function autograd.gradcheck(f, params, opts)
   for _, slot in ipairs(slots) do
     local x = slot.get()
     local h = eps * math.max(1, math.abs(x))
+    -- f runs as it does inside lt.grad (numbers as 0-d tensors), recorded
     slot.set(x + h)
-    local fp = number_of((f(as_arguments(box.p))))
+    local _, _, _, fp = recorded_run(f, box.p)
     slot.set(x - h)
-    local fm = number_of((f(as_arguments(box.p))))
+    local _, _, _, fm = recorded_run(f, box.p)
     slot.set(x)
     local fd = (fp - fm) / (2 * h)
     local err = math.abs(slot.grad - fd)

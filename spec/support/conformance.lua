@@ -727,5 +727,6 @@ conformance.reference = {
   random_matrix = random_matrix, random_vector = random_vector,
 }
 conformance.assert_close = assert_close
+conformance.spec_env = spec_env
 
 return conformance

@@ -514,13 +514,26 @@ function vjp.cholesky(r, g)
   if lt.is_lazy(r.args[1]) then r:give(1, {{W = W}}) else r:give(1, W) end
 end
 
+-- R with A = R·Rᵀ: the Cholesky factor, a diagonal's closed form, or
+-- Q·diag(√w) from eigh. (lt.grad's forward turns other roots into the
+-- Cholesky factor: autograd.lua.)
 function vjp.root(r, g)
-  local info = r.outs[2]
-  if type(info) ~= "table" or info.method ~= "cholesky" then
-    error(string.format("lazytensor: grad: root by %s is not differentiable; use cholesky",
-      type(info) == "table" and tostring(info.method) or "?"), 0)
+  local A, R, info = r.args[1], r.outs[1], r.outs[2]
+  local method = type(info) == "table" and info.method
+  if method == "cholesky" then return vjp.cholesky(r, g) end
+  local n = A:size(1)
+  local Rbar = cot.as_kind(g[1], "dense", {n, R:size(2)})
+  if method == "closed form" then -- R = diag(√a): ā = diag(R̄) / (2√a)
+    return r:give(1, {{d = lt.cmul(Rbar:diagonal(), over(0.5, R:diagonal()))}})
   end
-  vjp.cholesky(r, g)
+  if method == "eigh" then -- R = Q·diag(√w): w̄ = diag(QᵀR̄)/(2√w), Q̄ = R̄·diag(√w)
+    local w, Q = A:eigh()
+    local s = w:sqrt()
+    local fake = setmetatable({args = r.args, outs = {w, Q}, nargs = 1}, {__index = r})
+    return vjp.eigh(fake, {lt.cmul((Q:t() * Rbar):diagonal(), over(0.5, s)),
+      Rbar * lt.diag(s)})
+  end
+  error(string.format("lazytensor: grad: root by %s is not differentiable", tostring(method)), 0)
 end
 
 -- B = A⁻¹: Ā = −A⁻ᵀ·B̄·A⁻ᵀ, low-rank parts kept low-rank.
@@ -635,6 +648,18 @@ function vjp.set(r, g)
     idx[#idx + 1] = 0
     rest:set(unpack(idx))
     r:give(1, rest)
+  end
+end
+
+-- t:fill(v): every entry is v; t:copy(src): t's entries are src's.
+function vjp.fill(r, g)
+  if r:wants(2) then r:give(2, total(g[1])) end
+end
+
+function vjp.copy(r, g)
+  if r:wants(2) then
+    local src = r.args[2]
+    r:give(2, cot.as_kind(g[1], "dense", r.args[1]:shape()):reshape(src:shape()))
   end
 end
 
