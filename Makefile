@@ -247,7 +247,8 @@ fuzz: deps
 	@$(MAKE) --no-print-directory all
 	LT_FUZZ_CASES=$${LT_FUZZ_CASES:-200000} LT_FUZZ_MAX_SIZE=$${LT_FUZZ_MAX_SIZE:-9} LT_FUZZ_MAX_DEPTH=$${LT_FUZZ_MAX_DEPTH:-5} \
 	  LT_FUZZ_NUMERIC_CASES=$${LT_FUZZ_NUMERIC_CASES:-30000} LT_FUZZ_LARGE_CASES=$${LT_FUZZ_LARGE_CASES:-600} \
-	  LT_FUZZ_DEFAULT_CASES=$${LT_FUZZ_DEFAULT_CASES:-40} LUA_CPATH='./?.so;;' \
+	  LT_FUZZ_DEFAULT_CASES=$${LT_FUZZ_DEFAULT_CASES:-40} LT_FUZZ_GRAD_CASES=$${LT_FUZZ_GRAD_CASES:-20000} \
+	  LUA_CPATH='./?.so;;' \
 	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_spec.lua
 	LT_ADV_CASES=$${LT_ADV_CASES:-20000} LT_ADV_DEEP_CASES=$${LT_ADV_DEEP_CASES:-200} LUA_CPATH='./?.so;;' \
 	  LUA_PATH='./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;' busted --lua=$(LUA) spec/fuzz_adversarial_spec.lua

@@ -345,7 +345,7 @@ static void push_part(lua_State *L, ltb_state *S, const lt_cotangent *w) {
 }
 
 /* lt._leaf_vjp(O, parts, stops) → own, captured: the gradient of
- * Σ <part, O> over the cotangent parts (an array of {W}/{L, R}/{d}) with
+ * Σ <part, O> over the cotangent parts (an array of {W}/{L, R}/{L, R, M}/{d}) with
  * respect to O's own parameters ({name = value}), and the cotangents that
  * reached the stops under O (an array of {node = address, part}). Other
  * leaves under O are values the tape does not follow: constants. */
@@ -361,9 +361,9 @@ static int l_leaf_vjp(lua_State *L) {
     lua_rawgeti(L, 2, i);
     int part = lua_gettop(L);
     lt_cotangent w = {0};
-    static const char *const keys[] = {"W", "L", "R", "d"};
-    lt_tensor **slots[] = {&w.W, &w.L, &w.R, &w.d};
-    for (int k = 0; k < 4; k++) {
+    static const char *const keys[] = {"W", "L", "R", "d", "M"};
+    lt_tensor **slots[] = {&w.W, &w.L, &w.R, &w.d, &w.M};
+    for (int k = 0; k < 5; k++) {
       lua_getfield(L, part, keys[k]);
       *slots[k] = lua_isnil(L, -1) ? NULL : ltb_operand(L, lua_gettop(L), "grad");
     }

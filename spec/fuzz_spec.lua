@@ -8,11 +8,14 @@
 --   LT_FUZZ_NUMERIC_CASES (+ the same sizes, depth ≤ 4)  linear algebra cases
 --   LT_FUZZ_LARGE_CASES    operators just above max_cholesky_size = 30
 --   LT_FUZZ_DEFAULT_CASES  the same just above the default 800
+--   LT_FUZZ_GRAD_CASES     gradient mode: lt.grad of random trees (depth 3-4)
+--                          against central differences (spec/support/fuzz_grad.lua)
 --   LT_FUZZ_SEED
 -- A failure prints the case's seed, its settings and the expression.
 local lt = require "lazytensor"
 local fuzz = require "support.fuzz"
 local numeric = require "support.fuzz_numeric"
+local fuzz_grad = require "support.fuzz_grad"
 
 local function env_number(name, default) return tonumber(os.getenv(name) or "") or default end
 
@@ -22,6 +25,7 @@ local MAX_DEPTH = env_number("LT_FUZZ_MAX_DEPTH", 4)
 local NUMERIC_CASES = env_number("LT_FUZZ_NUMERIC_CASES", 600)
 local LARGE_CASES = env_number("LT_FUZZ_LARGE_CASES", 20)
 local DEFAULT_CASES = env_number("LT_FUZZ_DEFAULT_CASES", 2)
+local GRAD_CASES = env_number("LT_FUZZ_GRAD_CASES", 300)
 local SEED = env_number("LT_FUZZ_SEED", 20261130)
 local BATCHES = 10
 
@@ -93,6 +97,18 @@ describe("differential fuzzing against a dense reference", function()
     assert.equal(DEFAULT_CASES, report.stats.cases)
     raise_failures(report)
   end)
+
+  for b = 1, BATCHES do
+    local n = math.floor(GRAD_CASES / BATCHES) + (b <= GRAD_CASES % BATCHES and 1 or 0)
+    it(("gradient batch %d: lt.grad of %d random trees against central differences"):format(b, n),
+       function()
+      local report = fuzz_grad.run{seed = SEED + 400 + b, cases = n}
+      assert.equal(n, report.stats.trees)
+      assert.equal(0, report.stats.missing)
+      assert.equal(0, report.stats.wrong)
+      raise_failures(report)
+    end)
+  end
 
   it("leaves the state usable and memory bounded", function()
     collectgarbage()

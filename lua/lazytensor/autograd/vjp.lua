@@ -618,6 +618,137 @@ function vjp.svd(r, g)
   if lt.is_lazy(A) then r:give(1, {{W = Abar:contiguous()}}) else r:give(1, Abar) end
 end
 
+-- --------------------------------------------------- composite operators
+-- Composites are operations too: their VJPs hand each operand its block of
+-- the cotangent, whatever the C tree looks like (blockdiag of blockdiags
+-- flattened, copies of dense operands).
+
+-- The rows r0+1..r0+m and columns c0+1..c0+n of an M×N cotangent's parts,
+-- low-rank parts kept low-rank.
+local function block_of(P, M, N, r0, m, c0, n)
+  local out = {}
+  local rows, cols
+  for i, p in ipairs(P) do
+    if p.L then
+      local part = {L = column(p.L):narrow(1, r0 + 1, m):contiguous(),
+        R = column(p.R):narrow(1, c0 + 1, n):contiguous()}
+      if p.M then
+        if rows == nil then
+          rows, cols = {}, {}
+          for k = 1, m do rows[k] = r0 + k end
+          for k = 1, n do cols[k] = c0 + k end
+        end
+        part.M = lt.submatrix(p.M, rows, cols)
+      end
+      out[i] = part
+    elseif p.d and r0 == c0 and m == n then
+      out[i] = {d = p.d:narrow(1, r0 + 1, m):contiguous()}
+    else
+      local W = p.W or cot.dense_of({p}, M, N)
+      out[i] = {W = W:narrow(1, r0 + 1, m):narrow(2, c0 + 1, n):contiguous()}
+    end
+  end
+  return out
+end
+
+-- A share for operand k (the node's kind takes it from parts).
+local function give_block(r, i, k, share, operand)
+  if lt.is_lazy(operand) then return r:give_key(i, k, share) end
+  r:give_key(i, k, cot.dense_of(share, operand:size(1), operand:size(2)))
+end
+
+function vjp.blockdiag(r, g)
+  local out = r.outs[1]
+  local M, N = shape2(out)
+  local P = parts(g[1])
+  local row, col = 0, 0
+  for k, B in ipairs(r.args[1]) do
+    local m, n = shape2(B)
+    if r.tnodes[1] and r.tnodes[1][k] then give_block(r, 1, k, block_of(P, M, N, row, m, col, n), B) end
+    row, col = row + m, col + n
+  end
+end
+
+-- lt.cat(blocks [, dim]): blocks side by side (dim 2) or stacked (dim 1).
+function vjp.cat(r, g)
+  local out, dim = r.outs[1], value(r.args[2] or 1)
+  local M, N = shape2(out)
+  local P = parts(g[1])
+  local offset = 0
+  for k, B in ipairs(r.args[1]) do
+    local m, n = shape2(B)
+    if r.tnodes[1] and r.tnodes[1][k] then
+      local share = dim == 1 and block_of(P, M, N, offset, m, 0, n) or
+        block_of(P, M, N, 0, m, offset, n)
+      give_block(r, 1, k, share, B)
+    end
+    offset = offset + (dim == 1 and m or n)
+  end
+end
+
+-- lt.submatrix(A, rows [, cols]): Ā scatters the cotangent back.
+function vjp.submatrix(r, g)
+  local A, rows, cols = r.args[1], r.args[2], r.args[3] or r.args[2]
+  local M, N = shape2(A)
+  local m, n = #rows, #cols
+  local out = {}
+  local function scatter(X, idx, size)
+    X = column(X)
+    local Y = lt.zeros(size, X:size(2))
+    for k, i in ipairs(idx) do Y[i] = Y[i] + X[k] end
+    return Y
+  end
+  for i, p in ipairs(parts(g[1])) do
+    if p.L and not p.M then
+      out[i] = {L = scatter(p.L, rows, M), R = scatter(p.R, cols, N)}
+    else -- dense: (Eᵣ·W)·E_cᵀ as two scatters
+      local W = p.W or cot.dense_of({p}, m, n)
+      out[i] = {W = scatter(scatter(W, rows, M):t():contiguous(), cols, N):t():contiguous()}
+    end
+  end
+  if lt.is_lazy(A) then r:give(1, out) else r:give(1, cot.dense_of(out, M, N)) end
+end
+
+-- The factors' shares of a Kronecker product's cotangent, from its
+-- low-rank form: with row-major vec, <L·Rᵀ, A⊗B> = Σ_c tr(L_cᵀ·A·R_c·Bᵀ)
+-- for L_c, R_c the columns reshaped to (m_A × m_B) and (n_A × n_B), so
+-- Ā = Σ_c L_c·B·R_cᵀ and B̄ = Σ_c L_cᵀ·A·R_c.
+local function kron_pair(P, A, B)
+  local ma, na = shape2(A)
+  local mb, nb = shape2(B)
+  local Abar, Bbar = lt.zeros(ma, na), lt.zeros(mb, nb)
+  for _, p in ipairs(P) do
+    local L, R
+    if p.L and not p.M then
+      L, R = column(p.L), column(p.R)
+    else -- W = W·I
+      L, R = p.W or cot.dense_of({p}, ma * mb, na * nb), lt.eye(na * nb)
+    end
+    for c = 1, L:size(2) do
+      local Lc = L:narrow(2, c, 1):contiguous():reshape(ma, mb)
+      local Rc = R:narrow(2, c, 1):contiguous():reshape(na, nb)
+      Abar = Abar + Lc * (B * Rc:t())
+      Bbar = Bbar + Lc:t() * (A * Rc)
+    end
+  end
+  return Abar, Bbar
+end
+
+function vjp.kron(r, g)
+  local factors = {}
+  for i = 1, r.nargs do factors[i] = r.args[i] end
+  local P = parts(g[1])
+  for i = 1, r.nargs - 1 do
+    local rest = r.nargs - i == 1 and factors[i + 1] or lt.kron(unpack(factors, i + 1, r.nargs))
+    local Abar, Rbar = kron_pair(P, factors[i], rest)
+    if r:wants(i) then r:give(i, lt.is_lazy(factors[i]) and {{W = Abar}} or Abar) end
+    P = {{W = Rbar}}
+    if i == r.nargs - 1 and r:wants(i + 1) then
+      r:give(i + 1, lt.is_lazy(rest) and P or Rbar)
+    end
+  end
+end
+
 -- -------------------------------------------------------------- writes
 
 -- t[i] = v and t:set(i, ..., v): the written entries' cotangent goes to v,
