@@ -664,7 +664,9 @@ function vjp.blockdiag(r, g)
   local row, col = 0, 0
   for k, B in ipairs(r.args[1]) do
     local m, n = shape2(B)
-    if r.tnodes[1] and r.tnodes[1][k] then give_block(r, 1, k, block_of(P, M, N, row, m, col, n), B) end
+    if r.tnodes[1] and r.tnodes[1][k] then
+      give_block(r, 1, k, block_of(P, M, N, row, m, col, n), B)
+    end
     row, col = row + m, col + n
   end
 end
