@@ -412,9 +412,13 @@ static int l_dot(lua_State *L) {
 }
 
 /* t:item(), lt.item(t): the number in a one-element tensor of any shape
- * (a 0-d tensor, {1}, 1×1, a 1×1 operator), as torch's item(). */
+ * (a 0-d tensor, {1}, 1×1, a 1×1 operator), as torch's item(). lt.item of
+ * a number is the number: code reading a result that is a number outside
+ * lt.grad and a 0-d tensor inside it runs in both. */
 static int l_item(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 1);
+  if (lua_type(L, 1) == LUA_TNUMBER) return 1;
   lt_tensor *t = ltb_check_tensor(L, 1, "item");
   if (lt_numel(t) != 1) {
     char buf[160];
@@ -431,10 +435,11 @@ static int l_item(lua_State *L) {
 }
 
 static const luaL_Reg creators[] = {
-    {"tensor", l_tensor}, {"zeros", l_zeros},     {"ones", l_ones},         {"full", l_full},
-    {"eye", l_eye},       {"arange", l_arange},   {"linspace", l_linspace}, {"rand", l_rand},
-    {"randn", l_randn},   {"totable", l_totable}, {"get", l_get},           {"cmul", l_cmul},
-    {"item", l_item},     {NULL, NULL}};
+    {"tensor", l_tensor},     {"zeros", l_zeros}, {"ones", l_ones},
+    {"full", l_full},         {"eye", l_eye},     {"arange", l_arange},
+    {"linspace", l_linspace}, {"rand", l_rand},   {"randn", l_randn},
+    {"totable", l_totable},   {"get", l_get},     {"cmul", l_cmul},
+    {"item", l_item},         {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
     {"get", l_get},         {"set", l_set},       {"fill", l_fill},   {"copy", l_copy},

@@ -128,8 +128,9 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
 /* A 0-d dense tensor stands for a number wherever one is taken: 1 with the
  * value in *v when idx holds a number or a live 0-d tensor, else 0. */
 int ltb_scalar(lua_State *L, int idx, double *v);
-/* What the value at idx is, for messages: "a 2x3 dense tensor", "a 4x4
- * diag operator", "a freed tensor", or its Lua type's name. */
+/* What the value at idx is, for messages: "a dense tensor of size 2x3",
+ * "a diag operator of size 4x4", "a 0-d dense tensor", "a freed tensor",
+ * or its Lua type's name. */
 const char *ltb_describe(lua_State *L, int idx, char *buf, size_t size);
 /* A dense tensor from a (nested) Lua table of numbers at idx. */
 lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);

@@ -353,8 +353,9 @@ const char *ltb_describe(lua_State *L, int idx, char *buf, size_t size) {
   if (t == NULL) return "a freed tensor";
   char dims[96];
   format_dims(t, dims, sizeof dims);
-  if (lt_is_dense(t)) snprintf(buf, size, "a %s dense tensor", dims);
-  else snprintf(buf, size, "a %s %s operator", dims, lt_typename(ltb_ctx(L), t));
+  if (lt_ndim(t) == 0) snprintf(buf, size, "a 0-d dense tensor");
+  else if (lt_is_dense(t)) snprintf(buf, size, "a dense tensor of size %s", dims);
+  else snprintf(buf, size, "a %s operator of size %s", lt_typename(ltb_ctx(L), t), dims);
   return buf;
 }
 
@@ -1063,22 +1064,14 @@ static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", 
                                           {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {{"__add", l_add},
-                                       {"__sub", l_sub},
-                                       {"__mul", l_matmul},
-                                       {"__div", l_div},
-                                       {"__pow", m_pow},
-                                       {"__unm", l_neg},
-                                       {"__lt", m_lt},
-                                       {"__le", m_le},
-                                       {"__index", m_index},
-                                       {"__newindex", m_newindex},
-                                       {"__len", m_len},
-                                       {"__tostring", m_tostring},
-                                       {"__eq", m_eq},
-                                       {"__gc", m_gc},
-                                       {"__close", m_gc},
-                                       {NULL, NULL}};
+static const luaL_Reg metamethods[] = {{"__add", l_add},     {"__sub", l_sub},
+                                       {"__mul", l_matmul},  {"__div", l_div},
+                                       {"__pow", m_pow},     {"__unm", l_neg},
+                                       {"__lt", m_lt},       {"__le", m_le},
+                                       {"__index", m_index}, {"__newindex", m_newindex},
+                                       {"__len", m_len},     {"__tostring", m_tostring},
+                                       {"__eq", m_eq},       {"__gc", m_gc},
+                                       {"__close", m_gc},    {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
 static int module_index(lua_State *L) {
