@@ -585,49 +585,45 @@ static int l_add(lua_State *L) { return binary(L, "add", lt_add); }
 static int l_sub(lua_State *L) { return binary(L, "sub", lt_sub); }
 static int l_mul(lua_State *L) { return binary(L, "mul", lt_mul); }
 
-static int scale_by(lua_State *L, int tensor_idx, double c, const char *op) {
-  lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_operand(L, tensor_idx, op);
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_scale(ctx, a, c));
+/* An operand of a product: the tensor at idx, or NULL for a scalar, whose
+ * value goes to *c. Each operand is looked at once: `*` is the hottest
+ * path of tiny operations. */
+static lt_tensor *factor(lua_State *L, const ltb_state *S, int idx, const char *op, double *c) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    *c = lua_tonumber(L, idx);
+    return NULL;
+  }
+  lt_tensor *t = operand(L, S, idx, op);
+  if (!lt_is_dense(t) || lt_ndim(t) != 0) return t;
+  *c = lt_dense_data(t)[0];
+  return NULL;
 }
 
-/* The factor of a product of arguments 1 and 2: the index of its scalar
- * side (the second when both are), or 0 when neither is a scalar. */
-static int scalar_side(lua_State *L, const ltb_state *S, double *c) {
-  if (scalar_value(L, S, 2, c)) return 2;
-  if (scalar_value(L, S, 1, c)) return 1;
-  return 0;
-}
-
-/* `*` and lt.matmul: a scalar on either side scales, as lt.scale does;
- * otherwise the matrix product, where (k)·(k) gives a number (API.md). */
-static int l_matmul(lua_State *L) {
+/* `*`, lt.matmul and lt.scale: a scalar on either side scales (two scalars
+ * give a 0-d tensor); otherwise the matrix product (lt.scale refuses it),
+ * where (k)·(k) gives a number (API.md). */
+static int product(lua_State *L, const char *op, int matrix) {
   ltb_state *S = ltb_get_state(L);
   if (lua_gettop(L) != 2) lua_settop(L, 2);
-  double c;
-  int side = scalar_side(L, S, &c);
-  if (side) return scale_by(L, 3 - side, c, "matmul");
-  lt_tensor *a = operand(L, S, 1, "matmul");
-  lt_tensor *b = operand(L, S, 2, "matmul");
+  double x, y;
+  lt_tensor *a = factor(L, S, 1, op, &x);
+  lt_tensor *b = factor(L, S, 2, op, &y);
+  if (a && b && !matrix) {
+    char buf[160];
+    return ltb_error(L, op, "the factor must be a number, got %s",
+                     ltb_describe(L, 2, buf, sizeof buf));
+  }
   ltb_box *box = ltb_new_box(L);
+  if (a == NULL && b == NULL) return fill(L, S, box, lt_dense_scalar(S->ctx, x * y));
+  if (a == NULL || b == NULL)
+    return fill(L, S, box, a ? lt_scale(S->ctx, a, y) : lt_scale(S->ctx, b, x));
   fill(L, S, box, lt_matmul(S->ctx, a, b));
   if (lt_ndim(box->t) == 0) lua_pushnumber(L, lt_dense_data(box->t)[0]);
   return 1;
 }
 
-static int l_scale(lua_State *L) {
-  ltb_state *S = ltb_get_state(L);
-  lua_settop(L, 2);
-  double c;
-  int side = scalar_side(L, S, &c);
-  if (side == 0) {
-    char buf[160];
-    return ltb_error(L, "scale", "the factor must be a number, got %s",
-                     ltb_describe(L, 2, buf, sizeof buf));
-  }
-  return scale_by(L, 3 - side, c, "scale");
-}
+static int l_matmul(lua_State *L) { return product(L, "matmul", 1); }
+static int l_scale(lua_State *L) { return product(L, "scale", 0); }
 
 /* `/` and lt.div: by a scalar only (cdiv is element-wise). A scalar by a
  * scalar is their quotient, as Lua computes it; a tensor is scaled by 1/c,
@@ -642,11 +638,9 @@ static int l_div(lua_State *L) {
                      "can only divide by a number or a 0-d tensor (use cdiv for element-wise), "
                      "got %s",
                      ltb_describe(L, 2, buf, sizeof buf));
-  if (scalar_value(L, S, 1, &x)) {
-    ltb_box *box = ltb_new_box(L);
-    return fill(L, S, box, lt_dense_scalar(S->ctx, x / c));
-  }
-  return scale_by(L, 1, 1.0 / c, "div");
+  lt_tensor *a = factor(L, S, 1, "div", &x);
+  ltb_box *box = ltb_new_box(L);
+  return fill(L, S, box, a ? lt_scale(S->ctx, a, 1.0 / c) : lt_dense_scalar(S->ctx, x / c));
 }
 
 /* `^`: element-wise powers of dense tensors with a scalar base or exponent
