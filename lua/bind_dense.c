@@ -411,11 +411,35 @@ static int l_dot(lua_State *L) {
   return 1;
 }
 
+/* t:item(), lt.item(t): the number in a one-element tensor of any shape
+ * (a 0-d tensor, {1}, 1×1, a 1×1 operator), as torch's item(). lt.item of
+ * a number is the number: code reading a result that is a number outside
+ * lt.grad and a 0-d tensor inside it runs in both. */
+static int l_item(lua_State *L) {
+  lt_context *ctx = ltb_ctx(L);
+  lua_settop(L, 1);
+  if (lua_type(L, 1) == LUA_TNUMBER) return 1;
+  lt_tensor *t = ltb_check_tensor(L, 1, "item");
+  if (lt_numel(t) != 1) {
+    char buf[160];
+    return ltb_error(L, "item", "expected a tensor of one element, got %s (%zu elements)",
+                     ltb_describe(L, 1, buf, sizeof buf), lt_numel(t));
+  }
+  if (!lt_is_dense(t)) {
+    ltb_box *d = ltb_new_box(L);
+    ltb_fill(L, d, lt_to_dense(ctx, t));
+    t = d->t;
+  }
+  lua_pushnumber(L, lt_dense_data(t)[0]); /* the one element, wherever a view's strides point */
+  return 1;
+}
+
 static const luaL_Reg creators[] = {
-    {"tensor", l_tensor}, {"zeros", l_zeros},     {"ones", l_ones},         {"full", l_full},
-    {"eye", l_eye},       {"arange", l_arange},   {"linspace", l_linspace}, {"rand", l_rand},
-    {"randn", l_randn},   {"totable", l_totable}, {"get", l_get},           {"cmul", l_cmul},
-    {NULL, NULL}};
+    {"tensor", l_tensor},     {"zeros", l_zeros}, {"ones", l_ones},
+    {"full", l_full},         {"eye", l_eye},     {"arange", l_arange},
+    {"linspace", l_linspace}, {"rand", l_rand},   {"randn", l_randn},
+    {"totable", l_totable},   {"get", l_get},     {"cmul", l_cmul},
+    {"item", l_item},         {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
     {"get", l_get},         {"set", l_set},       {"fill", l_fill},   {"copy", l_copy},
@@ -423,7 +447,7 @@ static const luaL_Reg methods[] = {
     {"totable", l_totable}, {"cmul", l_cmul},     {"cdiv", l_cdiv},   {"exp", l_exp},
     {"log", l_log},         {"sqrt", l_sqrt},     {"abs", l_abs},     {"pow", l_pow},
     {"sum", l_sum},         {"mean", l_mean},     {"max", l_max},     {"min", l_min},
-    {"norm", l_norm},       {"dot", l_dot},       {NULL, NULL}};
+    {"norm", l_norm},       {"dot", l_dot},       {"item", l_item},   {NULL, NULL}};
 
 void ltb_open_dense(lua_State *L, int module) {
   ltb_set_functions(L, module, creators);

@@ -31,28 +31,30 @@ static const struct {
                    {"variance", LT_KERNEL_D_VARIANCE},
                    {"period", LT_KERNEL_D_PERIOD}};
 
-/* spec.name as a number; absent: def (or an error when required). */
+/* spec.name as a number (a Lua number or a 0-d tensor); absent: def (or an
+ * error when required). */
 static double spec_number(lua_State *L, int idx, const char *name, int required, double def) {
   lua_getfield(L, idx, name);
   double v = def;
+  char buf[160];
   if (lua_isnil(L, -1)) {
     if (required) ltb_error(L, "kernel", "spec.%s is required", name);
-  } else if (lua_type(L, -1) != LUA_TNUMBER) {
-    ltb_error(L, "kernel", "spec.%s must be a number, got %s", name, luaL_typename(L, -1));
-  } else {
-    v = lua_tonumber(L, -1);
+  } else if (!ltb_scalar(L, -1, &v)) {
+    ltb_error(L, "kernel", "spec.%s must be a number, got %s", name,
+              ltb_describe(L, -1, buf, sizeof buf));
   }
   lua_pop(L, 1);
   return v;
 }
 
-/* spec.lengthscale: a number, or a list / 1-d tensor of one per dimension
- * (ARD). The ARD numbers stay on the stack (a contiguous tensor the spec
- * points into) until the operator is made. */
+/* spec.lengthscale: a number (or a 0-d tensor), or a list / 1-d tensor of
+ * one per dimension (ARD). The ARD numbers stay on the stack (a contiguous
+ * tensor the spec points into) until the operator is made. */
 static void spec_lengthscale(lua_State *L, int idx, lt_kernel_spec *spec) {
   lua_getfield(L, idx, "lengthscale");
   int t = lua_type(L, -1);
-  if (t == LUA_TNUMBER || t == LUA_TNIL) {
+  double unused;
+  if (t == LUA_TNUMBER || t == LUA_TNIL || ltb_scalar(L, -1, &unused)) {
     lua_pop(L, 1);
     spec->lengthscale = spec_number(L, idx, "lengthscale", 1, 0.0);
     return;

@@ -125,6 +125,13 @@ void ltb_push_handle(lua_State *L, ltb_state *S, lt_tensor *t);
 /* Number, table or tensor at idx → tensor; a converted value replaces the
  * stack slot, so the garbage collector owns it. */
 lt_tensor *ltb_operand(lua_State *L, int idx, const char *op);
+/* A 0-d dense tensor stands for a number wherever one is taken: 1 with the
+ * value in *v when idx holds a number or a live 0-d tensor, else 0. */
+int ltb_scalar(lua_State *L, int idx, double *v);
+/* What the value at idx is, for messages: "a dense tensor of size 2x3",
+ * "a diag operator of size 4x4", "a 0-d dense tensor", "a freed tensor",
+ * or its Lua type's name. */
+const char *ltb_describe(lua_State *L, int idx, char *buf, size_t size);
 /* A dense tensor from a (nested) Lua table of numbers at idx. */
 lt_tensor *ltb_from_table(lua_State *L, int idx, const char *op);
 
@@ -138,6 +145,7 @@ void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
 const char *ltb_check_name(lua_State *L, int idx, const char *fn, const char *what);
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what);
 size_t ltb_check_index(lua_State *L, int idx, size_t size, const char *op); /* 1-based → 0-based */
+/* A number or a 0-d tensor (ltb_scalar), else "<what> must be a number, got ...". */
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what);
 
 /* While luaopen_lazytensor runs, the state, the metatable and the methods

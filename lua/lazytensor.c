@@ -317,6 +317,48 @@ lt_tensor *ltb_operand(lua_State *L, int idx, const char *op) {
   }
 }
 
+/* The value of a 0-d tensor or a number: the one path by which a 0-d
+ * tensor counts as a number (arithmetic, comparisons, every argument read
+ * by ltb_check_number, lt.kernel's spec). Lazy operators are never 0-d. */
+static int scalar_value(lua_State *L, const ltb_state *S, int idx, double *v) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    *v = lua_tonumber(L, idx);
+    return 1;
+  }
+  lt_tensor *t = ltb_slot_tensor(slot_of(L, S, idx));
+  if (t == NULL || !lt_is_dense(t) || lt_ndim(t) != 0) return 0;
+  *v = lt_dense_data(t)[0];
+  return 1;
+}
+
+int ltb_scalar(lua_State *L, int idx, double *v) {
+  return scalar_value(L, lua_touserdata(L, LTB_UPV_STATE), idx, v);
+}
+
+/* "2x3", or "0-d" (at most size bytes). */
+static void format_dims(const lt_tensor *t, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  if (lt_ndim(t) == 0) snprintf(buf, size, "0-d");
+  for (int d = 0; d < lt_ndim(t) && used < size; d++) {
+    int w = snprintf(buf + used, size - used, d ? "x%zu" : "%zu", lt_size(t, d));
+    used += w > 0 ? (size_t)w : 0;
+  }
+}
+
+const char *ltb_describe(lua_State *L, int idx, char *buf, size_t size) {
+  ltb_box **slot = to_slot(L, idx);
+  if (slot == NULL) return luaL_typename(L, idx);
+  lt_tensor *t = ltb_slot_tensor(slot);
+  if (t == NULL) return "a freed tensor";
+  char dims[96];
+  format_dims(t, dims, sizeof dims);
+  if (lt_ndim(t) == 0) snprintf(buf, size, "a 0-d dense tensor");
+  else if (lt_is_dense(t)) snprintf(buf, size, "a dense tensor of size %s", dims);
+  else snprintf(buf, size, "a %s operator of size %s", lt_typename(ltb_ctx(L), t), dims);
+  return buf;
+}
+
 /* ------------------------------------------------------------- arguments */
 
 /* "a, b or c" for the NULL-terminated names, pushed. */
@@ -353,9 +395,11 @@ void ltb_check_keys(lua_State *L, int idx, const char *op, const char *what,
 }
 
 double ltb_check_number(lua_State *L, int idx, const char *op, const char *what) {
-  if (lua_type(L, idx) != LUA_TNUMBER)
-    ltb_error(L, op, "%s must be a number, got %s", what, luaL_typename(L, idx));
-  return lua_tonumber(L, idx);
+  double v;
+  char buf[160];
+  if (!ltb_scalar(L, idx, &v))
+    ltb_error(L, op, "%s must be a number, got %s", what, ltb_describe(L, idx, buf, sizeof buf));
+  return v;
 }
 
 size_t ltb_check_size(lua_State *L, int idx, const char *op, const char *what) {
@@ -513,6 +557,10 @@ void ltb_restore_settings(lua_State *L, const ltb_saved *saved) {
 
 /* ------------------------------------------------------------ arithmetic */
 
+/* A number and a 0-d tensor are both scalars here, alike in every
+ * operation (scalar_value): `s * A` with s = lt.tensor(0.4) is `0.4 * A`,
+ * also for a lazy A. An operation on two scalars gives a 0-d tensor. */
+
 typedef lt_tensor *(*binary_fn)(lt_context *, lt_tensor *, lt_tensor *);
 
 /* Tensor operands (the metamethods' usual case) are checked in place; the
@@ -522,6 +570,8 @@ static lt_tensor *operand(lua_State *L, const ltb_state *S, int idx, const char 
   return ltb_operand(L, idx, op);
 }
 
+/* add, sub, mul: a number becomes a 0-d tensor (ltb_operand), which the
+ * core broadcasts, so numbers and 0-d tensors take the same rules. */
 static int binary(lua_State *L, const char *op, binary_fn f) {
   ltb_state *S = ltb_get_state(L);
   if (lua_gettop(L) != 2) lua_settop(L, 2);
@@ -535,45 +585,89 @@ static int l_add(lua_State *L) { return binary(L, "add", lt_add); }
 static int l_sub(lua_State *L) { return binary(L, "sub", lt_sub); }
 static int l_mul(lua_State *L) { return binary(L, "mul", lt_mul); }
 
-/* Matrix product; (k)·(k) gives a number, as API.md says. */
-static int l_matmul(lua_State *L) {
+/* An operand of a product: the tensor at idx, or NULL for a scalar, whose
+ * value goes to *c. Each operand is looked at once: `*` is the hottest
+ * path of tiny operations. */
+static lt_tensor *factor(lua_State *L, const ltb_state *S, int idx, const char *op, double *c) {
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    *c = lua_tonumber(L, idx);
+    return NULL;
+  }
+  lt_tensor *t = operand(L, S, idx, op);
+  if (!lt_is_dense(t) || lt_ndim(t) != 0) return t;
+  *c = lt_dense_data(t)[0];
+  return NULL;
+}
+
+/* `*`, lt.matmul and lt.scale: a scalar on either side scales (two scalars
+ * give a 0-d tensor); otherwise the matrix product (lt.scale refuses it),
+ * where (k)·(k) gives a number (API.md). */
+static int product(lua_State *L, const char *op, int matrix) {
   ltb_state *S = ltb_get_state(L);
   if (lua_gettop(L) != 2) lua_settop(L, 2);
-  lt_tensor *a = operand(L, S, 1, "matmul");
-  lt_tensor *b = operand(L, S, 2, "matmul");
+  double x, y;
+  lt_tensor *a = factor(L, S, 1, op, &x);
+  lt_tensor *b = factor(L, S, 2, op, &y);
+  if (a && b && !matrix) {
+    char buf[160];
+    return ltb_error(L, op, "the factor must be a number, got %s",
+                     ltb_describe(L, 2, buf, sizeof buf));
+  }
   ltb_box *box = ltb_new_box(L);
+  if (a == NULL && b == NULL) return fill(L, S, box, lt_dense_scalar(S->ctx, x * y));
+  if (a == NULL || b == NULL)
+    return fill(L, S, box, a ? lt_scale(S->ctx, a, y) : lt_scale(S->ctx, b, x));
   fill(L, S, box, lt_matmul(S->ctx, a, b));
   if (lt_ndim(box->t) == 0) lua_pushnumber(L, lt_dense_data(box->t)[0]);
   return 1;
 }
 
-static int scale_by(lua_State *L, int tensor_idx, double c, const char *op) {
-  lt_context *ctx = ltb_ctx(L);
-  lt_tensor *a = ltb_operand(L, tensor_idx, op);
-  ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_scale(ctx, a, c));
-}
+static int l_matmul(lua_State *L) { return product(L, "matmul", 1); }
+static int l_scale(lua_State *L) { return product(L, "scale", 0); }
 
-static int l_scale(lua_State *L) {
-  lua_settop(L, 2);
-  int num = lua_type(L, 1) == LUA_TNUMBER ? 1 : 2;
-  return scale_by(L, 3 - num, ltb_check_number(L, num, "scale", "the factor"), "scale");
-}
-
-/* `*`: a number on either side scales, otherwise the matrix product. */
-static int m_mul(lua_State *L) {
-  if (lua_type(L, 1) == LUA_TNUMBER || lua_type(L, 2) == LUA_TNUMBER) return l_scale(L);
-  return l_matmul(L);
-}
-
+/* `/` and lt.div: by a scalar only (cdiv is element-wise). A scalar by a
+ * scalar is their quotient, as Lua computes it; a tensor is scaled by 1/c,
+ * the same for c a number or a 0-d tensor. */
 static int l_div(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
   lua_settop(L, 2);
-  if (lua_type(L, 2) != LUA_TNUMBER)
-    return ltb_error(L, "div", "can only divide by a number (use cdiv for element-wise), got %s",
-                     luaL_typename(L, 2));
-  if (lua_type(L, 1) == LUA_TNUMBER)
-    return ltb_error(L, "div", "cannot divide a number by a tensor");
-  return scale_by(L, 1, 1.0 / lua_tonumber(L, 2), "div");
+  double x, c;
+  char buf[160];
+  if (!scalar_value(L, S, 2, &c))
+    return ltb_error(L, "div",
+                     "can only divide by a number or a 0-d tensor (use cdiv for element-wise), "
+                     "got %s",
+                     ltb_describe(L, 2, buf, sizeof buf));
+  lt_tensor *a = factor(L, S, 1, "div", &x);
+  ltb_box *box = ltb_new_box(L);
+  return fill(L, S, box, a ? lt_scale(S->ctx, a, 1.0 / c) : lt_dense_scalar(S->ctx, x / c));
+}
+
+/* `^`: element-wise powers of dense tensors with a scalar base or exponent
+ * (t:pow(p)'s values; p ^ t is p to each entry). Two tensors are refused,
+ * so that A ^ B, which can read as a matrix power, says what it does:
+ * t:pow(u) is the element-wise form. */
+static int m_pow(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 2);
+  double x, p;
+  char b1[160], b2[160];
+  int scalar_exponent = scalar_value(L, S, 2, &p);
+  if (!scalar_exponent && !scalar_value(L, S, 1, &x))
+    return ltb_error(L, "pow",
+                     "`^` takes a number or a 0-d tensor on one side (t:pow(u) is element-wise), "
+                     "got %s and %s",
+                     ltb_describe(L, 1, b1, sizeof b1), ltb_describe(L, 2, b2, sizeof b2));
+  lt_tensor *a = operand(L, S, 1, "pow");
+  lt_tensor *b = operand(L, S, 2, "pow");
+  int lazy = !lt_is_dense(a) ? 1 : !lt_is_dense(b) ? 2 : 0;
+  if (lazy)
+    return ltb_error(L, "pow", "element-wise powers need dense tensors, got %s (use :dense())",
+                     ltb_describe(L, lazy, b1, sizeof b1));
+  ltb_box *box = ltb_new_box(L);
+  return fill(L, S, box,
+              scalar_exponent ? lt_dense_pow_scalar(S->ctx, a, p)
+                              : lt_dense_binary(S->ctx, LT_EW_POW, a, b));
 }
 
 static int l_neg(lua_State *L) {
@@ -583,6 +677,23 @@ static int l_neg(lua_State *L) {
   ltb_box *box = ltb_new_box(L);
   return ltb_fill(L, box, lt_neg(ctx, a));
 }
+
+/* `<` and `<=` order scalars by value. Lua 5.3 and 5.4 call them for a
+ * number and a tensor too; 5.1, 5.2 and LuaJIT only for two tensors. */
+static int compare(lua_State *L, int or_equal) {
+  ltb_state *S = ltb_get_state(L);
+  double a, b;
+  if (!scalar_value(L, S, 1, &a) || !scalar_value(L, S, 2, &b)) {
+    char b1[160], b2[160];
+    return ltb_error(L, "compare", "only numbers and 0-d tensors are ordered, got %s and %s",
+                     ltb_describe(L, 1, b1, sizeof b1), ltb_describe(L, 2, b2, sizeof b2));
+  }
+  lua_pushboolean(L, or_equal ? a <= b : a < b);
+  return 1;
+}
+
+static int m_lt(lua_State *L) { return compare(L, 0); }
+static int m_le(lua_State *L) { return compare(L, 1); }
 
 static int m_eq(lua_State *L) {
   lt_context *ctx = ltb_ctx(L);
@@ -708,11 +819,7 @@ static int m_tostring(lua_State *L) {
   /* An lt.operator's name = "..." shows next to its type. */
   const char *name = lt_operator_name(t);
   char dims[96];
-  size_t used = 0;
-  for (int d = 0; d < lt_ndim(t) && used < sizeof dims; d++) {
-    int w = snprintf(dims + used, sizeof dims - used, d ? "x%zu" : "%zu", lt_size(t, d));
-    used += w > 0 ? (size_t)w : 0;
-  }
+  format_dims(t, dims, sizeof dims);
   snprintf(head, sizeof head, "[lazytensor.%s%s%.64s%s of size %s, symmetric: %s, psd: %s]",
            lt_typename(ctx, t), name ? " \"" : "", name ? name : "", name ? "\"" : "", dims,
            flag[lt_prop_get(t, LT_PROP_SYMMETRIC)], flag[lt_prop_get(t, LT_PROP_PSD)]);
@@ -951,19 +1058,14 @@ static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", 
                                           {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {{"__add", l_add},
-                                       {"__sub", l_sub},
-                                       {"__mul", m_mul},
-                                       {"__div", l_div},
-                                       {"__unm", l_neg},
-                                       {"__index", m_index},
-                                       {"__newindex", m_newindex},
-                                       {"__len", m_len},
-                                       {"__tostring", m_tostring},
-                                       {"__eq", m_eq},
-                                       {"__gc", m_gc},
-                                       {"__close", m_gc},
-                                       {NULL, NULL}};
+static const luaL_Reg metamethods[] = {{"__add", l_add},     {"__sub", l_sub},
+                                       {"__mul", l_matmul},  {"__div", l_div},
+                                       {"__pow", m_pow},     {"__unm", l_neg},
+                                       {"__lt", m_lt},       {"__le", m_le},
+                                       {"__index", m_index}, {"__newindex", m_newindex},
+                                       {"__len", m_len},     {"__tostring", m_tostring},
+                                       {"__eq", m_eq},       {"__gc", m_gc},
+                                       {"__close", m_gc},    {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp,
  * lt.grad and lt.gradcheck. */
