@@ -407,7 +407,62 @@ static int l_children(lua_State *L) {
   return 1;
 }
 
+/* lt._iql_parts(A, b, control_variate) → inv_quad, logdet, A⁻¹b, parts,
+ * info: lt_inv_quad_logdet_parts, the log determinant's cotangent as a
+ * list of parts ({W} exact; {L, R} and {d} stochastic). The settings in
+ * force apply (lt.grad runs inside with_settings where the user does). */
+static int l_iql_parts(lua_State *L) {
+  ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 3);
+  lt_tensor *a = ltb_check_tensor(L, 1, "inv_quad_logdet");
+  lt_tensor *b = ltb_operand(L, 2, "inv_quad_logdet");
+  lt_grad_opts opts = {(int)luaL_optinteger(L, 3, 0)};
+  /* every result's box exists before the call: filling them allocates
+   * nothing, so no error can leak what the call returns */
+  ltb_box *xbox = ltb_new_box(L);
+  int first = lua_gettop(L) + 1;
+  ltb_box *boxes[4];
+  for (int i = 0; i < 4; i++) boxes[i] = ltb_new_box(L);
+  double q = 0, ld = 0;
+  lt_cotangent w;
+  lt_info info;
+  lt_tensor *X = NULL;
+  if (lt_inv_quad_logdet_parts(S->ctx, a, b, &opts, &q, &ld, &X, &w, &info) != LT_OK)
+    return ltb_raise(L);
+  xbox->t = X;
+  boxes[0]->t = w.W;
+  boxes[1]->t = w.L;
+  boxes[2]->t = w.R;
+  boxes[3]->t = w.d;
+  /* parts: the dense W or the low-rank L·Rᵀ, then the diagonal */
+  lua_newtable(L);
+  int list = lua_gettop(L), count = 0;
+  static const char *const names[] = {"W", "L", "R", "d"};
+  for (int i = 0; i < 4; i++) {
+    if (boxes[i]->t == NULL) continue;
+    if (i != 2) { /* R joins L's part */
+      lua_newtable(L);
+      lua_pushvalue(L, -1);
+      lua_rawseti(L, list, ++count);
+    } else {
+      lua_rawgeti(L, list, count);
+    }
+    lua_pushvalue(L, first + i);
+    lua_setfield(L, -2, names[i]);
+    lua_pop(L, 1);
+  }
+  lua_pushnumber(L, q);
+  lua_pushnumber(L, ld);
+  lua_pushvalue(L, first - 1);
+  lua_pushvalue(L, list);
+  ltb_push_info(L, &info);
+  ltb_check_pending(L);
+  ltb_gc_nudge(L, S);
+  return 5;
+}
+
 static const luaL_Reg internals[] = {{"_address", l_address},
+                                     {"_iql_parts", l_iql_parts},
                                      {"_children", l_children},
                                      {"_stops", l_stops},
                                      {"_leaf_vjp", l_leaf_vjp},

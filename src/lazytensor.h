@@ -961,6 +961,16 @@ typedef struct lt_grad_opts {
 } lt_grad_opts;
 int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
                             double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info);
+/* The same computation for a differentiator that applies its own weights
+ * (lt.grad): the values, X = A⁻¹b (*solved, a new n×k matrix) and the log
+ * determinant's cotangent with respect to A, A⁻¹ (*logdet_weights: a dense
+ * W on the exact path; on the stochastic one the probes' low-rank L·Rᵀ,
+ * plus the control variate's low-rank columns and diagonal d), so that
+ * g_q·(−X·Xᵀ) + g_ld·A⁻¹ is the cotangent of g_q·bᵀA⁻¹b + g_ld·log det A.
+ * The caller releases both (ltg's parts: each of W, L, R, d). */
+int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b,
+                             const lt_grad_opts *opts, double *inv_quad, double *logdet,
+                             lt_tensor **solved, lt_cotangent *logdet_weights, lt_info *info);
 
 #ifdef __cplusplus
 }

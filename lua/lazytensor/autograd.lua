@@ -22,11 +22,14 @@ local autograd = {}
 local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
 
 local lt -- the library, looked up on first use (it may load this file)
+local address, is_lazy, dim_of, shape_of -- the library's own, bound by lib()
+
 local function lib()
   if lt == nil then
     lt = require "lazytensor"
     cot.bind(lt)
     vjp.bind(lt)
+    address, is_lazy, dim_of, shape_of = lt._address, lt.is_lazy, lt.dim, lt.shape
   end
   return lt
 end
@@ -99,14 +102,34 @@ local DIFFERENTIABLE_ROOTS = {cholesky = true, eigh = true, ["closed form"] = tr
 
 local originals = {} -- name → the library's own function, while installed
 
+-- Rank of the control variate of the stochastic logdet backward (as
+-- gp.exact's default).
+local CONTROL_VARIATE = 64
+
+-- Each returns the call's results (packed) and what its backward keeps.
 local FORWARD = {
   root = function(orig, A, ...)
     local R, info = orig(A, ...)
-    if type(info) == "table" and DIFFERENTIABLE_ROOTS[info.method] then return R, info end
+    if type(info) == "table" and DIFFERENTIABLE_ROOTS[info.method] then return pack(R, info) end
     local L, cinfo = originals.cholesky(A)
     cinfo = type(cinfo) == "table" and cinfo or {}
     cinfo.method = "cholesky"
-    return L, cinfo
+    return pack(L, cinfo)
+  end,
+  -- A positive definite A's log det and inverse quadratic form share one
+  -- factorisation (or one block CG run) with their backward: the forward
+  -- keeps A⁻¹b and the log det's cotangent A⁻¹ (lt_inv_quad_logdet_parts).
+  inv_quad_logdet = function(orig, A, b, ...)
+    if select("#", ...) > 0 or b == nil or not lt.is_tensor(b) or lt.is_psd(A) ~= true then
+      return pack(orig(A, b, ...))
+    end
+    local q, ld, X, parts, info = lt._iql_parts(A, b, CONTROL_VARIATE)
+    return pack(q, ld, info), {solved = X, logdet = parts}
+  end,
+  logdet = function(orig, A, ...)
+    if select("#", ...) > 0 or lt.is_psd(A) ~= true then return pack(orig(A, ...)) end
+    local _, ld, _, parts, info = lt._iql_parts(A, originals.zeros(A:size(1), 0), CONTROL_VARIATE)
+    return pack(ld, info), {logdet = parts}
   end,
 }
 
@@ -130,26 +153,53 @@ local function new_tape()
 end
 
 local function kind_of(v)
-  if lt.is_lazy(v) then return "lazy" end
-  if v:dim() == 0 then return "scalar" end
+  if is_lazy(v) then return "lazy" end
+  if dim_of(v) == 0 then return "scalar" end
   return "dense"
 end
 
-function Tape:new_node(v)
-  local addr = lt._address(v)
-  self.nnodes = self.nnodes + 1
-  local node = {id = self.nnodes, value = v, addr = addr, kind = kind_of(v)}
-  if node.kind == "dense" then node.shape = v:shape() end
-  if node.kind == "lazy" and v:dim() == 2 then node.shape = v:shape() end
+-- A new node for v (at address addr): the value's latest version.
+function Tape:new_node(v, addr)
+  addr = addr or address(v)
+  local id = self.nnodes + 1
+  self.nnodes = id
+  local node = {id = id, value = v, addr = addr} -- its kind: node_kind, when needed
+  local previous = self.current[addr]
   self.current[addr] = node
-  local list = self.versions[addr]
-  if list then list[#list + 1] = node else self.versions[addr] = {node} end
+  if previous then -- a call returned a value it was given: versions
+    local list = self.versions[addr]
+    if list == nil then
+      list = {previous}
+      self.versions[addr] = list
+    end
+    list[#list + 1] = node
+  end
   return node
+end
+
+-- A node's kind ("scalar", "dense", "lazy": the form of its cotangent)
+-- and shape, looked up when a cotangent first needs them.
+local function node_kind(node)
+  local kind = node.kind
+  if kind == nil then
+    kind = kind_of(node.value)
+    node.kind = kind
+  end
+  return kind
+end
+
+local function node_shape(node)
+  local shape = node.shape
+  if shape == nil and node_kind(node) ~= "scalar" then
+    shape = shape_of(node.value)
+    node.shape = shape
+  end
+  return shape
 end
 
 function Tape:node_of(v)
   if type(v) ~= "userdata" then return nil end
-  local addr = lt._address(v)
+  local addr = address(v)
   return addr and self.current[addr]
 end
 
@@ -215,48 +265,71 @@ function Tape:check_write(name, v)
   end
 end
 
-local function is_followed(tape, args, n)
-  for i = 1, n do
-    local a = args[i]
-    if type(a) == "userdata" then
-      if tape:node_of(a) then return true end
-    elseif type(a) == "table" and tape:table_nodes(a) then
-      return true
-    end
-  end
-  return false
-end
-
 -- Keeps the call as a record; its numbers come back as 0-d tensors, so
 -- that arithmetic on them stays followed.
-function Tape:record(name, args, n, outs)
-  local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
-    nodes = {}, tnodes = {}, out_nodes = {}}, Record)
-  local reads = not VIEWS[name] and not WRITES[name]
+local NO_TABLES = {} -- a record's tnodes when it has no table arguments (never written)
+local READS = {}      -- name → its record's backward reads values (filled by install)
+
+function Tape:record(name, args, n, outs, kept)
+  local reads, current, read = READS[name], self.current, self.read
+  local nodes, tnodes, out_nodes = {}, nil, {}
   for i = 1, n do
     local a = args[i]
-    if type(a) == "userdata" then
-      r.nodes[i] = self:node_of(a)
-      if reads then self:mark_read(a) end
-    elseif type(a) == "table" then
-      r.tnodes[i] = self:table_nodes(a)
+    local ta = type(a)
+    if ta == "userdata" then
+      local addr, storage = address(a)
+      if addr then
+        nodes[i] = current[addr]
+        if reads and storage then read[storage] = true end
+      end
+    elseif ta == "table" then
+      local t = self:table_nodes(a)
+      if t then
+        tnodes = tnodes or {}
+        tnodes[i] = t
+      end
     end
   end
   for j = 1, outs.n do
     local v = outs[j]
     if type(v) == "number" then
-      v = (originals.tensor or lt.tensor)(v)
+      v = originals.tensor(v)
       outs[j] = v
     end
-    if lt.is_tensor(v) then
-      r.out_nodes[j] = self:new_node(v)
-      if reads then self:mark_read(v) end
+    if type(v) == "userdata" then
+      local addr, storage = address(v)
+      if addr then
+        out_nodes[j] = self:new_node(v, addr)
+        if reads and storage then read[storage] = true end
+      end
     end
   end
-  if CONSTRUCTORS[name] and lt.is_lazy(outs[1]) then self:find_copies(r) end
-  self.nrec = self.nrec + 1
-  self.records[self.nrec] = r
+  local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
+    nodes = nodes, tnodes = tnodes or NO_TABLES, out_nodes = out_nodes, kept = kept}, Record)
+  if CONSTRUCTORS[name] and is_lazy(outs[1]) then self:find_copies(r) end
+  local k = self.nrec + 1
+  self.nrec = k
+  self.records[k] = r
   return unpack(outs, 1, outs.n)
+end
+
+-- record for a metamethod's call: its operands' nodes and storages known.
+function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
+  local reads, read = READS[name], self.read
+  local out_node
+  if type(out) == "number" then out = originals.tensor(out) end
+  local addr, storage = address(out)
+  if addr then out_node = self:new_node(out, addr) end
+  if reads then
+    if sa then read[sa] = true end
+    if sb then read[sb] = true end
+    if storage then read[storage] = true end
+  end
+  local k = self.nrec + 1
+  self.nrec = k
+  self.records[k] = setmetatable({tape = self, name = name, args = {a, b}, nargs = 2,
+    outs = {out, n = 1}, nodes = {na, nb}, tnodes = NO_TABLES, out_nodes = {out_node}}, Record)
+  return out
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
@@ -294,48 +367,91 @@ function Tape:find_copies(r)
 end
 
 function Tape.accumulate(_, node, c)
-  c = cot.as_kind(c, node.kind, node.shape)
-  if node.kind == "dense" and c:dim() ~= #node.shape then c = c:reshape(node.shape) end
+  local shape = node_shape(node)
+  c = cot.as_kind(c, node_kind(node), shape)
+  if node.kind == "dense" and c:dim() ~= #shape then c = c:reshape(shape) end
   node.cot = cot.add(node.cot, c)
 end
 
 -- ------------------------------------------------------------- wrappers
 
+-- Whether the call's arguments include a followed value.
+local function is_followed(tape, n, ...)
+  local current = tape.current
+  for i = 1, n do
+    local a = select(i, ...)
+    local ta = type(a)
+    if ta == "userdata" then
+      local addr = address(a)
+      if addr and current[addr] then return true end
+    elseif ta == "table" and tape:table_nodes(a) then
+      return true
+    end
+  end
+  return false
+end
+
+-- A write (t[i] = v, t:set(..., v), t:fill(v), t:copy(u)) into a followed
+-- tensor or of a followed value: the tensor's next version.
+local function followed_write(tape, name, orig, n, ...)
+  local args = {...}
+  tape:check_write(name, args[1])
+  local call = {...}
+  local v = call[n]
+  if n > 1 and lt.is_tensor(v) and not is_lazy(v) and dim_of(v) == 0 then
+    call[n] = v:totable() -- a followed 0-d value is written as its number
+  end
+  orig(unpack(call, 1, n))
+  tape:record(name, args, n, pack(args[1]))
+end
+
 local function wrapper(name, orig)
+  local writes, forward, known = WRITES[name], FORWARD[name], vjp[name] or CONSTRUCTORS[name]
   return function(...)
     local tape = active
     if tape == nil then return orig(...) end
     local n = select("#", ...)
-    local args = {...}
-    if name == "index" and type(args[2]) ~= "number" then return orig(...) end
-    if not is_followed(tape, args, n) then
-      if WRITES[name] then
-        local outs = pack(orig(...))
-        return unpack(outs, 1, outs.n)
-      end
-      return orig(...)
-    end
-    if WRITES[name] then
-      tape:check_write(name, args[1])
-      local call = {...}
-      local v = call[n]
-      if n > 1 and lt.is_tensor(v) and not lt.is_lazy(v) and v:dim() == 0 then
-        call[n] = v:totable() -- a followed 0-d value is written as its number
-      end
-      orig(unpack(call, 1, n))
-      tape:record(name, args, n, pack(args[1])) -- the written tensor: a new version
-      return
-    end
+    if not is_followed(tape, n, ...) then return orig(...) end
+    if writes then return followed_write(tape, name, orig, n, ...) end
     if name == "call" then
-      local op = args[1]
-      local outs = pack(orig(...))
-      return tape:record(op, {select(2, ...)}, n - 1, outs)
+      return tape:record((...), {select(2, ...)}, n - 1, pack(orig(...)))
     end
-    if vjp[name] == nil and CONSTRUCTORS[name] == nil then
+    if not known then
       fail("lt.%s is not followed by lt.grad: its result would have no gradient", name)
     end
-    if FORWARD[name] then return tape:record(name, args, n, pack(FORWARD[name](orig, ...))) end
-    return tape:record(name, args, n, pack(orig(...)))
+    if forward then
+      local outs, kept = forward(orig, ...)
+      return tape:record(name, {...}, n, outs, kept)
+    end
+    return tape:record(name, {...}, n, pack(orig(...)))
+  end
+end
+
+-- The metamethods' wrappers: two operands, one result (Lua calls __unm
+-- with the operand twice).
+local function binary_wrapper(name, orig)
+  return function(a, b)
+    local tape = active
+    if tape == nil then return orig(a, b) end
+    local current = tape.current
+    local ka, sa, kb, sb
+    if type(a) == "userdata" then ka, sa = address(a) end
+    if type(b) == "userdata" then kb, sb = address(b) end
+    local na, nb = ka and current[ka], kb and current[kb]
+    if not (na or nb) then return orig(a, b) end
+    return tape:record_binary(name, a, b, na, nb, sa, sb, orig(a, b))
+  end
+end
+
+-- __index: t[i] of a number i (a method's name goes straight through).
+local function index_wrapper(orig)
+  return function(t, k)
+    if type(k) ~= "number" then return orig(t, k) end
+    local tape = active
+    if tape == nil then return orig(t, k) end
+    local addr = address(t)
+    if not (addr and tape.current[addr]) then return orig(t, k) end
+    return tape:record("index", {t, k}, 2, {orig(t, k), n = 1})
   end
 end
 
@@ -348,7 +464,12 @@ local function install()
     if type(f) ~= "function" then return end
     saved[#saved + 1] = {t, key, f}
     if t == lt then originals[name] = f end
-    rawset(t, key, wrapper(name, f))
+    READS[name] = not VIEWS[name] and not WRITES[name]
+    local w
+    if name == "index" then w = index_wrapper(f)
+    elseif t == lt._meta and name ~= "newindex" then w = binary_wrapper(name, f)
+    else w = wrapper(name, f) end
+    rawset(t, key, w)
   end
   for _, t in ipairs{lt, lt._methods} do
     local keys = {}
@@ -374,8 +495,13 @@ end
 -- The node a stop's cotangent belongs to: the version of that value the
 -- record's result was built from (the latest one before the result).
 function Tape:version_before(addr, id)
+  local list = self.versions[addr]
+  if list == nil then
+    local node = self.current[addr]
+    return node and node.id < id and node or nil
+  end
   local best
-  for _, node in ipairs(self.versions[addr] or {}) do
+  for _, node in ipairs(list) do
     if node.id < id then best = node end
   end
   return best
@@ -387,7 +513,7 @@ local function constructor_backward(tape, r, g, stops)
   if not lt.is_lazy(out) then -- a constructor that returned a dense tensor: itself
     return r:give(1, g[1])
   end
-  local own, captured = lt._leaf_vjp(out, cot.parts_of(g[1]), stops)
+  local own, captured = lt._leaf_vjp(out, cot.compact(cot.parts_of(g[1])), stops)
   for name, value in pairs(own) do
     local i, key, sub
     if type(map) == "function" then i, key, sub = map(r, name) else i = map[name] end
@@ -412,8 +538,9 @@ function Tape:backward(root)
   end
   for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
   local stops = lt._stops(all)
-  if root.kind == "scalar" then root.cot = 1
-  elseif root.kind == "dense" then root.cot = lt.full(root.shape, 1)
+  local kind = node_kind(root)
+  if kind == "scalar" then root.cot = 1
+  elseif kind == "dense" then root.cot = lt.full(node_shape(root), 1)
   else root.cot = {{W = lt.ones(1, 1)}} end
   for k = self.nrec, 1, -1 do
     local r = self.records[k]

@@ -65,21 +65,37 @@ static lt_tensor *private_dense(lt_context *ctx, lt_tensor *a) {
   return c;
 }
 
+/* The exact path's factorisation: bᵀA⁻¹b, log det A, X = A⁻¹B and the
+ * inverse A⁻¹ (*inverse: a private n×n the caller may overwrite). */
+static int exact_solves(lt_context *ctx, lt_tensor *a, lt_tensor *B, double *inv_quad,
+                        double *logdet, lt_tensor **inverse, lt_tensor **solved, lt_info *info) {
+  lt_tensor *U = private_dense(ctx, a), *X = NULL;
+  if (U == NULL) return LT_ERR;
+  if (lt_is_symmetric(ctx, U) != LT_YES) {
+    lt_error(ctx, "%s: matrix is not symmetric (positive definite)", OP);
+    goto fail;
+  }
+  if (lt_lapack_cholesky_upper_in_place(ctx, OP, U) != LT_OK) goto fail;
+  *logdet = lt_lapack_cholesky_logdet(U);
+  if ((X = lt_lapack_cholesky_solve(ctx, U, B)) == NULL) goto fail;
+  *inv_quad = ltg_dot(B, X);
+  if (lt_lapack_cholesky_inverse(ctx, OP, U) != LT_OK) goto fail;
+  *inverse = U;
+  *solved = X;
+  *info = (lt_info){.method = "cholesky", .converged = 1};
+  return LT_OK;
+fail:
+  lt_release(ctx, U);
+  lt_release(ctx, X);
+  return LT_ERR;
+}
+
 static int exact(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, double *inv_quad,
                  double *logdet, lt_paramset *grads, lt_info *info) {
   size_t n = a->shape[0], k = B->shape[1];
-  lt_tensor *U = private_dense(ctx, a), *X = NULL;
+  lt_tensor *U = NULL, *X = NULL;
   int rc = LT_ERR;
-  if (U == NULL) goto done;
-  if (lt_is_symmetric(ctx, U) != LT_YES) {
-    lt_error(ctx, "%s: matrix is not symmetric (positive definite)", OP);
-    goto done;
-  }
-  if (lt_lapack_cholesky_upper_in_place(ctx, OP, U) != LT_OK) goto done;
-  *logdet = lt_lapack_cholesky_logdet(U);
-  if ((X = lt_lapack_cholesky_solve(ctx, U, B)) == NULL) goto done;
-  *inv_quad = ltg_dot(B, X);
-  if (lt_lapack_cholesky_inverse(ctx, OP, U) != LT_OK) goto done;
+  if (exact_solves(ctx, a, B, inv_quad, logdet, &U, &X, info) != LT_OK) return LT_ERR;
   /* W = A⁻¹ − X·Xᵀ, in the inverse's storage */
   if (n > 0 && k > 0)
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)k, -1.0,
@@ -87,7 +103,6 @@ static int exact(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, doub
   lt_cotangent w = ltg_dense(U);
   if (lt_bilinear_derivative(ctx, a, &w, grads) != LT_OK) goto done;
   rc = rhs_gradient(ctx, b, X, grads);
-  *info = (lt_info){.method = "cholesky", .converged = 1};
 done:
   lt_release(ctx, U);
   lt_release(ctx, X);
@@ -258,8 +273,11 @@ done:
   return rc;
 }
 
-static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, int cv_rank,
-                      double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info) {
+/* The stochastic path's one mBCG run: bᵀA⁻¹b, log det A (SLQ), the
+ * gradient's weights w (see weights()) and X = A⁻¹B (*solved). */
+static int stochastic_weights(lt_context *ctx, lt_tensor *a, lt_tensor *B, int cv_rank,
+                              double *inv_quad, double *logdet, lt_cotangent *w,
+                              lt_tensor **solved, lt_info *info) {
   if (lt_is_psd(ctx, a) != LT_YES && lt_is_symmetric(ctx, a) != LT_YES)
     return lt_error(ctx,
                     "%s: the operator's symmetry is unknown and the stochastic gradient (n = %zu "
@@ -280,7 +298,7 @@ static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B,
   int request = ctx->settings.preconditioner_size;
   if (request != LT_PRECOND_AUTO && request < cv_rank) request = cv_rank;
   int rc = LT_ERR;
-  lt_cotangent w = {0};
+  memset(w, 0, sizeof *w);
   if (lt_iterative_preconditioner(ctx, a, request, cv_rank, &e.P, &e.have_p) != LT_OK) goto done;
   e.R = lt_linalg_alloc(ctx, OP, e.n * e.k);
   e.X = lt_linalg_alloc(ctx, OP, e.n * e.k);
@@ -288,48 +306,111 @@ static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B,
   if (!e.R || !e.X || !e.T || lt_tridiag_alloc(ctx, e.T, e.t, e.max_iter) != LT_OK) goto done;
   e.have_t = 1;
   if (solve_all(ctx, a, &e, B, inv_quad, logdet, info) != LT_OK) goto done;
-  if (weights(ctx, a, &e, cv_rank > 0 && e.have_p, &w) != LT_OK) goto done;
-  if (lt_bilinear_derivative(ctx, a, &w, grads) != LT_OK) goto done;
+  if (weights(ctx, a, &e, cv_rank > 0 && e.have_p, w) != LT_OK) goto done;
   /* A⁻¹b: the first kb columns of X */
   lt_tensor *Xb = lt_dense_matrix(ctx, e.n, e.kb);
   if (Xb == NULL) goto done;
   for (size_t i = 0; i < e.n; i++)
     memcpy(lt_dense_data(Xb) + i * e.kb, e.X + i * e.k, e.kb * sizeof(double));
-  rc = rhs_gradient(ctx, b, Xb, grads);
-  lt_release(ctx, Xb);
+  *solved = Xb;
+  rc = LT_OK;
 done:
-  ltg_release(ctx, &w);
+  if (rc != LT_OK) ltg_release(ctx, w);
   estimate_free(ctx, &e);
   return rc;
 }
 
+static int stochastic(lt_context *ctx, lt_tensor *a, lt_tensor *b, lt_tensor *B, int cv_rank,
+                      double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info) {
+  lt_cotangent w;
+  lt_tensor *Xb = NULL;
+  if (stochastic_weights(ctx, a, B, cv_rank, inv_quad, logdet, &w, &Xb, info) != LT_OK)
+    return LT_ERR;
+  int rc = lt_bilinear_derivative(ctx, a, &w, grads);
+  if (rc == LT_OK) rc = rhs_gradient(ctx, b, Xb, grads);
+  ltg_release(ctx, &w);
+  lt_release(ctx, Xb);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ entry */
+
+/* b as a contiguous n×k matrix (a new reference), or NULL (error set). */
+static lt_tensor *rhs_matrix(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
+  if (lt_require_square(ctx, OP, a) != LT_OK) return NULL;
+  if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0]) {
+    char ba[64], bb[64];
+    lt_error(ctx,
+             "%s: the right-hand side must be a vector or matrix of %zu rows (got %s "
+             "for a %s operator)",
+             OP, a->shape[0], lt_shape_string(b, bb, sizeof bb), lt_shape_string(a, ba, sizeof ba));
+    return NULL;
+  }
+  lt_tensor *bd = lt_to_dense(ctx, b); /* a lazy b: its leaves get b's gradient */
+  lt_tensor *m = bd ? lt_as_matrix(ctx, bd) : NULL;
+  lt_release(ctx, bd);
+  lt_tensor *B = m ? lt_dense_contiguous(ctx, m) : NULL;
+  lt_release(ctx, m);
+  return B;
+}
 
 int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
                             double *inv_quad, double *logdet, lt_paramset *grads, lt_info *info) {
   lt_info scratch;
   if (info == NULL) info = &scratch;
   memset(info, 0, sizeof *info);
-  if (lt_require_square(ctx, OP, a) != LT_OK) return LT_ERR;
-  if (b->ndim < 1 || b->ndim > 2 || b->shape[0] != a->shape[0]) {
-    char ba[64], bb[64];
-    return lt_error(ctx,
-                    "%s: the right-hand side must be a vector or matrix of %zu rows (got %s "
-                    "for a %s operator)",
-                    OP, a->shape[0], lt_shape_string(b, bb, sizeof bb),
-                    lt_shape_string(a, ba, sizeof ba));
-  }
   int cv = opts ? opts->control_variate : 0;
   if (cv < 0) return lt_error(ctx, "%s: the control variate's rank must be >= 0", OP);
-  lt_tensor *bd = lt_to_dense(ctx, b); /* a lazy b: its leaves get b's gradient */
-  lt_tensor *m = bd ? lt_as_matrix(ctx, bd) : NULL;
-  lt_release(ctx, bd);
-  lt_tensor *B = m ? lt_dense_contiguous(ctx, m) : NULL;
-  lt_release(ctx, m);
+  lt_tensor *B = rhs_matrix(ctx, a, b);
   if (B == NULL) return LT_ERR;
   int rc = a->shape[0] <= ctx->settings.max_cholesky_size
                ? exact(ctx, a, b, B, inv_quad, logdet, grads, info)
                : stochastic(ctx, a, b, B, cv, inv_quad, logdet, grads, info);
   lt_release(ctx, B);
+  return rc;
+}
+
+int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b,
+                             const lt_grad_opts *opts, double *inv_quad, double *logdet,
+                             lt_tensor **solved, lt_cotangent *logdet_weights, lt_info *info) {
+  lt_info scratch;
+  if (info == NULL) info = &scratch;
+  memset(info, 0, sizeof *info);
+  memset(logdet_weights, 0, sizeof *logdet_weights);
+  *solved = NULL;
+  int cv = opts ? opts->control_variate : 0;
+  if (cv < 0) return lt_error(ctx, "%s: the control variate's rank must be >= 0", OP);
+  lt_tensor *B = rhs_matrix(ctx, a, b);
+  if (B == NULL) return LT_ERR;
+  int rc;
+  if (a->shape[0] <= ctx->settings.max_cholesky_size) {
+    rc = exact_solves(ctx, a, B, inv_quad, logdet, &logdet_weights->W, solved, info);
+  } else {
+    lt_cotangent w;
+    rc = stochastic_weights(ctx, a, B, cv, inv_quad, logdet, &w, solved, info);
+    if (rc == LT_OK) { /* drop the first kb columns: the inv_quad's −X·Xᵀ */
+      size_t n = a->shape[0], kb = B->shape[1], cols = w.L->shape[1] - kb;
+      logdet_weights->L = lt_dense_matrix(ctx, n, cols);
+      logdet_weights->R = logdet_weights->L ? lt_dense_matrix(ctx, n, cols) : NULL;
+      if (logdet_weights->R == NULL) {
+        rc = LT_ERR;
+      } else {
+        for (size_t i = 0; i < n; i++) {
+          memcpy(lt_dense_data(logdet_weights->L) + i * cols,
+                 lt_dense_data(w.L) + i * (cols + kb) + kb, cols * sizeof(double));
+          memcpy(lt_dense_data(logdet_weights->R) + i * cols,
+                 lt_dense_data(w.R) + i * (cols + kb) + kb, cols * sizeof(double));
+        }
+        logdet_weights->d = lt_retain(w.d);
+      }
+      ltg_release(ctx, &w);
+    }
+  }
+  lt_release(ctx, B);
+  if (rc != LT_OK) {
+    ltg_release(ctx, logdet_weights);
+    lt_release(ctx, *solved);
+    *solved = NULL;
+  }
   return rc;
 }

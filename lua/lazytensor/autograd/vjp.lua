@@ -459,8 +459,15 @@ function vjp.inv_quad(r, g)
   inv_quad_share(r, value(g[1]), alpha, beta)
 end
 
+-- The log det's cotangent g·A⁻ᵀ: the one the forward kept (a positive
+-- definite A: lt_inv_quad_logdet_parts), or computed here.
+local function logdet_share(r, g)
+  if r.kept and r.kept.logdet then return cot.scale(r.kept.logdet, g) end
+  return inverse_transposed(r.args[1], g)
+end
+
 function vjp.logdet(r, g)
-  r:give(1, inverse_transposed(r.args[1], value(g[1])))
+  r:give(1, logdet_share(r, value(g[1])))
 end
 
 function vjp.slogdet(r, g)
@@ -470,10 +477,16 @@ end
 function vjp.inv_quad_logdet(r, g)
   local A, b = r.args[1], r.args[2]
   if g[1] ~= nil and b ~= nil then
-    local alpha, beta = inv_quad_solves(A, b)
-    inv_quad_share(r, value(g[1]), alpha, beta)
+    local solved = r.kept and r.kept.solved
+    if solved then -- A is symmetric: A⁻ᵀb = A⁻¹b
+      if b:dim() == 1 then solved = solved:reshape(b:size(1)) end
+      inv_quad_share(r, value(g[1]), solved, solved)
+    else
+      local alpha, beta = inv_quad_solves(A, b)
+      inv_quad_share(r, value(g[1]), alpha, beta)
+    end
   end
-  if g[2] ~= nil then r:give(1, inverse_transposed(A, value(g[2]))) end
+  if g[2] ~= nil then r:give(1, logdet_share(r, value(g[2]))) end
 end
 
 -- The lower triangle of X with its diagonal halved (Murray's Φ).
