@@ -968,9 +968,9 @@ int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const l
  * plus the control variate's low-rank columns and diagonal d), so that
  * g_q·(−X·Xᵀ) + g_ld·A⁻¹ is the cotangent of g_q·bᵀA⁻¹b + g_ld·log det A.
  * The caller releases both (ltg's parts: each of W, L, R, d). */
-int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b,
-                             const lt_grad_opts *opts, double *inv_quad, double *logdet,
-                             lt_tensor **solved, lt_cotangent *logdet_weights, lt_info *info);
+int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
+                             double *inv_quad, double *logdet, lt_tensor **solved,
+                             lt_cotangent *logdet_weights, lt_info *info);
 
 #ifdef __cplusplus
 }

@@ -276,8 +276,8 @@ done:
 /* The stochastic path's one mBCG run: bᵀA⁻¹b, log det A (SLQ), the
  * gradient's weights w (see weights()) and X = A⁻¹B (*solved). */
 static int stochastic_weights(lt_context *ctx, lt_tensor *a, lt_tensor *B, int cv_rank,
-                              double *inv_quad, double *logdet, lt_cotangent *w,
-                              lt_tensor **solved, lt_info *info) {
+                              double *inv_quad, double *logdet, lt_cotangent *w, lt_tensor **solved,
+                              lt_info *info) {
   if (lt_is_psd(ctx, a) != LT_YES && lt_is_symmetric(ctx, a) != LT_YES)
     return lt_error(ctx,
                     "%s: the operator's symmetry is unknown and the stochastic gradient (n = %zu "
@@ -370,9 +370,9 @@ int lt_inv_quad_logdet_grad(lt_context *ctx, lt_tensor *a, lt_tensor *b, const l
   return rc;
 }
 
-int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b,
-                             const lt_grad_opts *opts, double *inv_quad, double *logdet,
-                             lt_tensor **solved, lt_cotangent *logdet_weights, lt_info *info) {
+int lt_inv_quad_logdet_parts(lt_context *ctx, lt_tensor *a, lt_tensor *b, const lt_grad_opts *opts,
+                             double *inv_quad, double *logdet, lt_tensor **solved,
+                             lt_cotangent *logdet_weights, lt_info *info) {
   lt_info scratch;
   if (info == NULL) info = &scratch;
   memset(info, 0, sizeof *info);
