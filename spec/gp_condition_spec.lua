@@ -114,7 +114,7 @@ describe("gp.exact condition", function()
     assert.is_nil(require("lazytensor.gp.condition").factor(c))
   end)
 
-  it("works on Toeplitz and dense structures (the new model chooses its own)", function()
+  it("works on Toeplitz, Kronecker and dense structures (the new model chooses its own)", function()
     local P = {}
     for i = 1, 32 do P[i] = {(i - 1) * 0.1} end
     local y = ref.sine_targets(P)
@@ -124,6 +124,18 @@ describe("gp.exact condition", function()
     local c = model:condition(Pn, yn)
     assert_same_predictions(c, fresh_like(model, rbf1, concat(P, Pn), concat(y, yn), 0.02),
                             ref.scattered(7, 1, 31, 3.3), "toeplitz")
+    -- a full grid with a separable kernel: Kronecker structure
+    local G = {}
+    for i = 1, 6 do
+      for j = 1, 5 do G[#G + 1] = {i * 0.3, j * 0.25} end
+    end
+    local yg = ref.sine_targets(G)
+    local km = gp.exact{x = G, y = yg, kernel = ard2(), noise = 0.02}
+    assert.matches("^kron", km:explain())
+    local Gn, ygn = {{0.77, 0.61}, {1.5, 1.4}}, {0.3, -0.2}
+    assert_same_predictions(km:condition(Gn, ygn),
+                            fresh_like(km, ard2, concat(G, Gn), concat(yg, ygn), 0.02),
+                            ref.scattered(7, 2, 43, 1.8), "kron")
     -- a product of kernels: dense structure
     local function prod() return gp.kernels.rbf{lengthscale = 0.8} * gp.kernels.periodic{period = 1.1} end
     local Q = ref.scattered(28, 1, 37, 3)
