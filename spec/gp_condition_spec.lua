@@ -75,6 +75,16 @@ describe("gp.exact condition", function()
     local all = concat(concat(P, P1), P3)
     assert_same_predictions(c13, fresh_like(model, ard2, all, concat(concat(y, y1), y3), 0.05),
                             xs, "chain 1 + 3")
+    -- the factor stands for Ky: its solve and product are Ky's, and any
+    -- other method is answered by L·Lᵀ over the whole factor
+    local F = c13.chol_factor
+    local Ky = fresh_like(model, ard2, all, concat(concat(y, y1), y3), 0.05)
+    Ky = Ky:covariance().noisy(Ky.noise)
+    local r = lt.tensor(concat(concat(y, y1), y3))
+    assert(maxdiff(F:solve(r), Ky:solve(r)) <= 1e-9, "solve")
+    assert(maxdiff(F * r, Ky * r) <= 1e-12, "product")
+    assert(maxdiff(F:diagonal(), Ky:diagonal()) <= 1e-12, "diagonal")
+    ref.close(Ky:logdet(), F:logdet(), 1e-12, "logdet")
     -- LOVE multiplies by Ky through the blocks: the same variances to its own accuracy
     local _, v_love = c13:predict(xs, {love = true})
     local _, v = c13:predict(xs)

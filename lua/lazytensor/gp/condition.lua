@@ -37,7 +37,27 @@ local H
 ------------------------------------------------------- the blocked factor --
 
 local Factor = {}
-Factor.__index = Factor
+
+-- Ky as a library operator, L·Lᵀ over the whole factor (formed once from the
+-- blocks): what answers the methods the blocks do not have themselves.
+local function operator_of(F)
+  if rawget(F, "op") == nil then rawset(F, "op", lt.chol(F:cholesky())) end
+  return rawget(F, "op")
+end
+
+-- The predict path calls solve (and LOVE ·): the blocks answer those.
+-- Any other method of a tensor (diagonal, logdet, add_diag, ...) is
+-- answered by the operator L·Lᵀ, so that a caller expecting Ky gets Ky's
+-- answer whatever it asks.
+Factor.__index = function(_, key)
+  local own = Factor[key]
+  if own ~= nil then return own end
+  if type(key) ~= "string" then return nil end
+  return function(self, ...)
+    local op = operator_of(self)
+    return op[key](op, ...)
+  end
+end
 
 -- A factor from a lower-triangular operator L0 (what Ky:cholesky() gives:
 -- triangular, or kron of triangular factors for a Kronecker Ky) of size n0.
@@ -145,7 +165,7 @@ function Factor:shape() return {self.n, self.n} end
 --- The whole lower-triangular factor as a triangular operator (n×n, made
 -- once, for the posterior's covariance operator).
 function Factor:cholesky()
-  if self.full == nil then
+  if rawget(self, "full") == nil then
     local T0 = self.T0
     local L = lt.zeros(self.n, self.n)
     L:narrow(1, 1, self.n0):narrow(2, 1, self.n0):copy(lt.is_lazy(T0) and T0:dense() or T0)
@@ -154,9 +174,9 @@ function Factor:cholesky()
       rows:narrow(2, 1, p.offset):copy(p.Bt)
       rows:narrow(2, p.offset + 1, p.k):copy(p.C:dense())
     end
-    self.full = lt.triangular(L, "lower")
+    rawset(self, "full", lt.triangular(L, "lower"))
   end
-  return self.full
+  return rawget(self, "full")
 end
 
 --- Ky⁻¹ as an operator whose products solve with the factor.
