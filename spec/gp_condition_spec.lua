@@ -91,6 +91,24 @@ describe("gp.exact condition", function()
     assert(maxdiff(v_love, v) <= 1e-6, "LOVE on the updated factor")
   end)
 
+  it("stays exact along a long chain (the blocks are joined past 32 panels)", function()
+    local P = ref.scattered(15, 1, 97, 3)
+    local y = ref.sine_targets(P)
+    local model = gp.exact{x = P, y = y, kernel = rbf1(), noise = 0.05}
+    local first = model
+    local Pn = ref.scattered(40, 1, 101, 3)
+    local yn = ref.sine_targets(Pn)
+    local most = 0
+    for i = 1, 40 do
+      model = model:condition({Pn[i]}, {yn[i]})
+      most = math.max(most, #model.chol_factor.panels)
+    end
+    assert.equal(32, most)
+    assert.is_true(#model.chol_factor.panels < 32)
+    assert_same_predictions(model, fresh_like(first, rbf1, concat(P, Pn), concat(y, yn), 0.05),
+                            ref.scattered(9, 1, 103, 3), "40 conditions")
+  end)
+
   it("keeps the hyperparameters and leaves the model it came from as it was", function()
     local P = ref.scattered(25, 2, 17, 2)
     local y = ref.sine_targets(P)

@@ -10,7 +10,8 @@
 -- factor is kept in blocks — the first factor, shared with the model it
 -- came from and never written, then one row panel [Bᵀ C] per condition
 -- call — so that nothing n×n is copied or allocated either: a solve runs
--- down the panels (forward substitution) and back up (back substitution).
+-- down the panels (forward substitution) and back up (back substitution);
+-- past MAX_PANELS panels they are joined into one factor (an O(n²) copy).
 --
 -- The new model is a gp.exact like any other (fit, mll, predict,
 -- posterior, condition again); while its hyperparameters and noise are
@@ -65,14 +66,21 @@ local function new_factor(L0, n0)
   return setmetatable({n = n0, n0 = n0, T0 = L0, T0t = L0:t(), panels = {}}, Factor)
 end
 
+-- Each panel costs a few small operations per solve: past this many, the
+-- blocks are joined into one factor (an O(n²) copy every MAX_PANELS calls,
+-- no factorisation), so that a long chain of conditions stays O(n²) a solve.
+local MAX_PANELS = 32
+
 -- The same factor with one more row panel: Bt (k×n dense) and C (k×k lower).
 function Factor:append(Bt, C)
   local panels = {}
   for i, p in ipairs(self.panels) do panels[i] = p end
   local k = C:size(1)
   panels[#panels + 1] = {offset = self.n, k = k, Bt = Bt, B = Bt:t(), C = C, Ct = C:t()}
-  return setmetatable({n = self.n + k, n0 = self.n0, T0 = self.T0, T0t = self.T0t,
-                       panels = panels}, Factor)
+  local F = setmetatable({n = self.n + k, n0 = self.n0, T0 = self.T0, T0t = self.T0t,
+                          panels = panels}, Factor)
+  if #panels > MAX_PANELS then return new_factor(F:cholesky(), F.n) end
+  return F
 end
 
 -- Z with rows first .. first + count - 1 replaced by value (same shape).
