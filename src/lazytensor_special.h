@@ -18,6 +18,11 @@
  * -log10(x²·2⁻⁵³) digits (x = -40: 13 digits, x = -1e3: 10, x = -1e6:
  * 4); the erfcx form has no cancellation and keeps full precision at every
  * x (for x > 0 use Φ(x) directly: it is ≥ 1/2).
+ *
+ * Derivatives, for a caller's chain rule (each in terms of these functions,
+ * stable where they are):
+ *   erf' = 2/√π·exp(-x²) = -erfc',   erfcx' = 2x·erfcx(x) - 2/√π,
+ *   Φ' = φ,   φ' = -x·φ,   (log Φ)' = √(2/π)/erfcx(-x/√2),   (log φ)' = -x.
  */
 #ifndef LAZYTENSOR_SPECIAL_H
 #define LAZYTENSOR_SPECIAL_H
