@@ -240,6 +240,29 @@ describe("special functions", function()
     end)
   end)
 
+  it("has the derivatives lazytensor_special.h lists (central differences)", function()
+    -- the difference quotient's error: O(h²) truncation and the rounding of
+    -- f's values, about ulp(f)/h
+    local function check(name, x, want)
+      local f = lt[name]
+      local h = 1e-6 * math.max(1, abs(x))
+      local a, b = f(x + h), f(x - h)
+      local got = (a - b) / (2 * h)
+      local tol = 1e-6 * abs(want) + 4e-16 * math.max(abs(a), abs(b)) / h
+      assert(abs(got - want) <= tol, string.format("%s' at %g: %.10g, want %.10g", name, x, got,
+                                                   want))
+    end
+    for _, x in ipairs{-3, -0.7, 0.2, 1.5, 4, 12} do
+      check("erf", x, 2 / sqrt(pi) * exp(-x * x))
+      check("erfc", x, -2 / sqrt(pi) * exp(-x * x))
+      check("erfcx", x, 2 * x * lt.erfcx(x) - 2 / sqrt(pi))
+      check("normal_cdf", x, lt.normal_pdf(x))
+      check("normal_pdf", x, -x * lt.normal_pdf(x))
+      check("normal_log_cdf", x, sqrt(2 / pi) / lt.erfcx(-x / sqrt(2)))
+      check("normal_log_pdf", x, -x)
+    end
+  end)
+
   describe("NaN and infinities", function()
     it("propagates NaN through every function", function()
       for _, name in ipairs(FUNCTIONS) do
