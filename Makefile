@@ -324,7 +324,7 @@ $(BIND_LIB): $(BIND_OBJ)
 install: all $(BIND_LIB)
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(LUA_CMOD_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/lazytensor
-	install -m 644 src/lazytensor.h src/lazytensor_lua.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 src/lazytensor.h src/lazytensor_special.h src/lazytensor_lua.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 755 liblazytensor.so $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_VERSION)
 	ln -sf liblazytensor.so.$(LT_VERSION) $(DESTDIR)$(LIBDIR)/liblazytensor.so.$(LT_ABI)
 	ln -sf liblazytensor.so.$(LT_ABI) $(DESTDIR)$(LIBDIR)/liblazytensor.so

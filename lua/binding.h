@@ -184,6 +184,8 @@ void ltb_open_kernel(lua_State *L, int module);    /* bind_kernel.c: kernel */
 void ltb_open_types(lua_State *L, int module);
 /* bind_grad.c: gradients (params, bilinear_derivative, with_params) */
 void ltb_open_grad(lua_State *L, int module);
+/* bind_special.c: erf, erfc, erfcx, normal_cdf, normal_pdf, normal_log_cdf, normal_log_pdf */
+void ltb_open_special(lua_State *L, int module);
 /* bind_interp.c: lt.interp (its grids argument is a table of triples) */
 void ltb_open_interp(lua_State *L, int module);
 /* bind_ops.c: every operation of the table not wrapped by hand above, as

@@ -1199,6 +1199,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   ltb_open_kernel(L, module);
   ltb_open_grad(L, module);
   ltb_open_interp(L, module);
+  ltb_open_special(L, module);
   ltb_open_types(L, module);
   ltb_open_ops(L, module); /* last: fills in what the others do not wrap */
   create_settings(L, module);

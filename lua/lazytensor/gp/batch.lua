@@ -226,4 +226,5 @@ function BatchModel:describe()
 end
 
 batch.BatchModel = BatchModel
+batch.deep_copy = deep_copy -- gp/condition.lua copies a model's kernel too
 return batch

@@ -30,6 +30,7 @@ local kernels = require "lazytensor.gp.kernels"
 local structure = require "lazytensor.gp.structure"
 local optim = require "lazytensor.optim"
 local batch = require "lazytensor.gp.batch"
+local condition = require "lazytensor.gp.condition"
 
 local gp = {kernels = kernels, structure = structure}
 
@@ -236,8 +237,10 @@ end
 
 ------------------------------------------------------------ likelihood --
 
+-- Ky, or the updated Cholesky factor model:condition left (gp/condition.lua)
+-- while it is still Ky's: its solves are Ky's.
 local function noisy(self, cov)
-  return (cov.noisy(self.noise))
+  return condition.factor(self) or (cov.noisy(self.noise))
 end
 
 local function residual(self)
@@ -533,6 +536,15 @@ function Model:describe()
   end
   return string.format("%s\n%s\nmean = %.6g", self.kernel:describe(), noise, self.mean_value)
 end
+
+--- model:condition(x_new, y_new [, noise_new]) → a new model with the points
+-- added and the hyperparameters kept, by appending rows to the Cholesky
+-- factor: see gp/condition.lua.
+-- @function Model:condition
+condition.install(Model, batch.BatchModel, {
+  gp = gp, state = state, fresh = fresh, fail = fail, to_points = to_points,
+  to_vector = to_vector, check_noise = check_noise, copy = batch.deep_copy,
+})
 
 --- Sparse GP regression with inducing points (Titsias' bound): see gp/sgpr.lua.
 -- spec: x, y, kernel (one lt.kernel computes, or a sum of them),
