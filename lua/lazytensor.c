@@ -682,6 +682,7 @@ static int l_neg(lua_State *L) {
  * number and a tensor too; 5.1, 5.2 and LuaJIT only for two tensors. */
 static int compare(lua_State *L, int or_equal) {
   ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 2); /* getmetatable(t).__lt(t) gets "no value" for b */
   double a, b;
   if (!scalar_value(L, S, 1, &a) || !scalar_value(L, S, 2, &b)) {
     char b1[160], b2[160];
