@@ -1059,14 +1059,23 @@ static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", 
                                           {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {{"__add", l_add},     {"__sub", l_sub},
-                                       {"__mul", l_matmul},  {"__div", l_div},
-                                       {"__pow", m_pow},     {"__unm", l_neg},
-                                       {"__lt", m_lt},       {"__le", m_le},
-                                       {"__index", m_index}, {"__newindex", m_newindex},
-                                       {"__len", m_len},     {"__tostring", m_tostring},
-                                       {"__eq", m_eq},       {"__gc", m_gc},
-                                       {"__close", m_gc},    {NULL, NULL}};
+static const luaL_Reg metamethods[] = {{"__add", l_add},
+                                       {"__sub", l_sub},
+                                       {"__mul", l_matmul},
+                                       {"__div", l_div},
+                                       {"__unm", l_neg},
+                                       {"__index", m_index},
+                                       {"__newindex", m_newindex},
+                                       {"__len", m_len},
+                                       {"__tostring", m_tostring},
+                                       {"__eq", m_eq},
+                                       {"__gc", m_gc},
+                                       {"__close", m_gc},
+                                       {NULL, NULL}};
+
+/* The arithmetic that only scalars (0-d tensors) and dense powers have. */
+static const luaL_Reg scalar_metamethods[] = {
+    {"__pow", m_pow}, {"__lt", m_lt}, {"__le", m_le}, {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp. */
 static int module_index(lua_State *L) {
@@ -1185,6 +1194,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_newtable(L); /* the module */
   int module = lua_gettop(L);
   ltb_set_functions(L, LTB_OPEN_META, metamethods);
+  ltb_set_functions(L, LTB_OPEN_META, scalar_metamethods);
   lua_pushliteral(L, TENSOR_NAME);
   lua_setfield(L, LTB_OPEN_META, "__name");
   ltb_set_functions(L, LTB_OPEN_METHODS, common_methods);
