@@ -108,8 +108,13 @@ static lt_tensor *result_tensor(lua_State *L, int idx, const char *op) {
   return lt_retain(t);
 }
 
+/* A number result of a Lua rule: a number, a boolean, or a 0-d tensor (a
+ * rule computing its result with lazytensor's own operations, whose
+ * results are 0-d tensors inside lt.grad). */
 static double result_number(lua_State *L, int idx, const char *op) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx);
+  lt_tensor *t = cb_to_tensor(L, idx);
+  if (t != NULL && lt_is_dense(t) && lt_ndim(t) == 0) return lt_dense_data(t)[0];
   if (lua_type(L, idx) != LUA_TNUMBER)
     ltb_throw(L, "lazytensor: %s: a Lua rule must return a number (or lt.NotImplemented), got %s",
               op, luaL_typename(L, idx));

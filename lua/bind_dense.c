@@ -435,11 +435,10 @@ static int l_item(lua_State *L) {
 }
 
 static const luaL_Reg creators[] = {
-    {"tensor", l_tensor},     {"zeros", l_zeros}, {"ones", l_ones},
-    {"full", l_full},         {"eye", l_eye},     {"arange", l_arange},
-    {"linspace", l_linspace}, {"rand", l_rand},   {"randn", l_randn},
-    {"totable", l_totable},   {"get", l_get},     {"cmul", l_cmul},
-    {"item", l_item},         {NULL, NULL}};
+    {"tensor", l_tensor}, {"zeros", l_zeros},     {"ones", l_ones},         {"full", l_full},
+    {"eye", l_eye},       {"arange", l_arange},   {"linspace", l_linspace}, {"rand", l_rand},
+    {"randn", l_randn},   {"totable", l_totable}, {"get", l_get},           {"cmul", l_cmul},
+    {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
     {"get", l_get},         {"set", l_set},       {"fill", l_fill},   {"copy", l_copy},
@@ -447,9 +446,14 @@ static const luaL_Reg methods[] = {
     {"totable", l_totable}, {"cmul", l_cmul},     {"cdiv", l_cdiv},   {"exp", l_exp},
     {"log", l_log},         {"sqrt", l_sqrt},     {"abs", l_abs},     {"pow", l_pow},
     {"sum", l_sum},         {"mean", l_mean},     {"max", l_max},     {"min", l_min},
-    {"norm", l_norm},       {"dot", l_dot},       {"item", l_item},   {NULL, NULL}};
+    {"norm", l_norm},       {"dot", l_dot},       {NULL, NULL}};
+
+/* lt.item and t:item() */
+static const luaL_Reg both[] = {{"item", l_item}, {NULL, NULL}};
 
 void ltb_open_dense(lua_State *L, int module) {
   ltb_set_functions(L, module, creators);
   ltb_set_functions(L, LTB_OPEN_METHODS, methods);
+  ltb_set_functions(L, module, both);
+  ltb_set_functions(L, LTB_OPEN_METHODS, both);
 }

@@ -682,6 +682,7 @@ static int l_neg(lua_State *L) {
  * number and a tensor too; 5.1, 5.2 and LuaJIT only for two tensors. */
 static int compare(lua_State *L, int or_equal) {
   ltb_state *S = ltb_get_state(L);
+  lua_settop(L, 2); /* getmetatable(t).__lt(t) gets "no value" for b */
   double a, b;
   if (!scalar_value(L, S, 1, &a) || !scalar_value(L, S, 2, &b)) {
     char b1[160], b2[160];
@@ -1058,14 +1059,23 @@ static const luaL_Reg common_methods[] = {{"shape", l_shape},   {"batch_shape", 
                                           {"neg", l_neg},       {"type", l_type},
                                           {NULL, NULL}};
 
-static const luaL_Reg metamethods[] = {{"__add", l_add},     {"__sub", l_sub},
-                                       {"__mul", l_matmul},  {"__div", l_div},
-                                       {"__pow", m_pow},     {"__unm", l_neg},
-                                       {"__lt", m_lt},       {"__le", m_le},
-                                       {"__index", m_index}, {"__newindex", m_newindex},
-                                       {"__len", m_len},     {"__tostring", m_tostring},
-                                       {"__eq", m_eq},       {"__gc", m_gc},
-                                       {"__close", m_gc},    {NULL, NULL}};
+static const luaL_Reg metamethods[] = {{"__add", l_add},
+                                       {"__sub", l_sub},
+                                       {"__mul", l_matmul},
+                                       {"__div", l_div},
+                                       {"__unm", l_neg},
+                                       {"__index", m_index},
+                                       {"__newindex", m_newindex},
+                                       {"__len", m_len},
+                                       {"__tostring", m_tostring},
+                                       {"__eq", m_eq},
+                                       {"__gc", m_gc},
+                                       {"__close", m_gc},
+                                       {NULL, NULL}};
+
+/* The arithmetic that only scalars (0-d tensors) and dense powers have. */
+static const luaL_Reg scalar_metamethods[] = {
+    {"__pow", m_pow}, {"__lt", m_lt}, {"__le", m_le}, {NULL, NULL}};
 
 /* Submodules written in Lua, loaded on first use: lt.mvn, lt.kl, lt.gp,
  * lt.grad and lt.gradcheck. */
@@ -1189,6 +1199,7 @@ LUALIB_API int luaopen_lazytensor(lua_State *L) {
   lua_newtable(L); /* the module */
   int module = lua_gettop(L);
   ltb_set_functions(L, LTB_OPEN_META, metamethods);
+  ltb_set_functions(L, LTB_OPEN_META, scalar_metamethods);
   lua_pushliteral(L, TENSOR_NAME);
   lua_setfield(L, LTB_OPEN_META, "__name");
   ltb_set_functions(L, LTB_OPEN_METHODS, common_methods);

@@ -360,6 +360,22 @@ describe("0-d tensors", function()
     end)
   end)
 
+  it("a Lua rule may return a 0-d tensor where the operation returns a number", function()
+    local active = true
+    -- gated: rules stay registered in the state for later specs
+    lt.implements("trace", "operator", function(A)
+      if not active then return lt.NotImplemented end
+      return A:diagonal():sum() * lt.tensor(2) -- a 0-d tensor
+    end)
+    local ok, err = pcall(function()
+      local op = lt.operator{shape = {3, 3}, matmul = function(X) return X * 7 end}
+      assert.equal(42, op:trace()) -- a number, as from any rule
+      assert.equal("number", type(op:trace()))
+    end)
+    active = false
+    assert(ok, err)
+  end)
+
   describe("errors", function()
     local M = lt.tensor{{2, 1}, {1, 3}}
     local s = lt.tensor(a)

@@ -909,6 +909,16 @@ static int do_eq(lua_State *L) {
   return 1;
 }
 
+static int do_lt(lua_State *L) {
+  lua_pushboolean(L, lua_compare(L, 1, 2, LUA_OPLT));
+  return 1;
+}
+
+static int do_le(lua_State *L) {
+  lua_pushboolean(L, lua_compare(L, 1, 2, LUA_OPLE));
+  return 1;
+}
+
 static int do_tostring(lua_State *L) {
   luaL_tolstring(L, 1, NULL);
   return 1;
@@ -918,12 +928,12 @@ static int is_tensor_value(lua_State *L, int idx) {
   return luaL_testudata(L, idx, "lazytensor.tensor") != NULL;
 }
 
-/* a + b, a - b, a * b, a / b, -a: only when a tensor is involved (anything
- * else is Lua's own error, not the library's). */
+/* a + b, a - b, a * b, a / b, a ^ b, -a: only when a tensor is involved
+ * (anything else is Lua's own error, not the library's). */
 static void arith(lua_State *L) {
-  static const int ops[] = {LUA_OPADD, LUA_OPSUB, LUA_OPMUL, LUA_OPDIV, LUA_OPUNM};
-  static const char *const names[] = {"+", "-", "*", "/", "unm"};
-  unsigned o = u8() % 5, dst = u8();
+  static const int ops[] = {LUA_OPADD, LUA_OPSUB, LUA_OPMUL, LUA_OPDIV, LUA_OPPOW, LUA_OPUNM};
+  static const char *const names[] = {"+", "-", "*", "/", "^", "unm"};
+  unsigned o = u8() % 6, dst = u8();
   lua_pushcfunction(L, do_arith);
   lua_pushinteger(L, ops[o]);
   int a = lua_gettop(L) + 1;
@@ -947,12 +957,13 @@ static void arith(lua_State *L) {
   call(L, 3, dst, names[o]);
 }
 
-/* t[k], t[k] = v, #t, a == b, tostring(a). */
+/* t[k], t[k] = v, #t, a == b, tostring(a), a < b, a <= b. */
 static void meta_op(lua_State *L) {
-  unsigned o = u8() % 5, dst = u8();
-  static const lua_CFunction fns[] = {do_index, do_newindex, do_len, do_eq, do_tostring};
-  static const char *const names[] = {"index", "newindex", "len", "==", "tostring"};
-  static const int nargs[] = {2, 3, 1, 2, 1};
+  unsigned o = u8() % 7, dst = u8();
+  static const lua_CFunction fns[] = {do_index,    do_newindex, do_len, do_eq,
+                                      do_tostring, do_lt,       do_le};
+  static const char *const names[] = {"index", "newindex", "len", "==", "tostring", "<", "<="};
+  static const int nargs[] = {2, 3, 1, 2, 1, 2, 2};
   lua_pushcfunction(L, fns[o]);
   int a = lua_gettop(L) + 1;
   push_arg(L);
@@ -961,12 +972,13 @@ static void meta_op(lua_State *L) {
     if (k < 160) lua_pushinteger(L, (lua_Integer)(k % 10) - 1);
     else if (k < 192) push_string(L);
     else push_arg(L);
-  } else if (o == 3) {
+  } else if (o == 3 || o >= 5) {
     push_arg(L);
   }
   if (o == 1) push_arg(L);
   int tensor_first = is_tensor_value(L, a);
-  int ok = o == 3 ? (tensor_first || is_tensor_value(L, a + 1)) : o == 4 ? 1 : tensor_first;
+  int binary = o == 3 || o >= 5;
+  int ok = binary ? (tensor_first || is_tensor_value(L, a + 1)) : o == 4 ? 1 : tensor_first;
   /* index and newindex with a nil or NaN key on a tensor are the library's
    * business (its __index sees them) */
   if (!ok || (o != 2 && too_costly(L, a, nargs[o]))) {
@@ -986,9 +998,9 @@ static void meta_op(lua_State *L) {
  * any slot's value as Lua's getmetatable gives it (__metatable respected:
  * lt._state, lt.settings, lt.NotImplemented have one too). */
 static void meta_direct(lua_State *L) {
-  static const char *const fields[] = {"__add",   "__sub",      "__mul", "__div",      "__unm",
-                                       "__index", "__newindex", "__len", "__tostring", "__eq",
-                                       "__gc",    "__close",    "__call"};
+  static const char *const fields[] = {
+      "__add",      "__sub", "__mul", "__div",   "__unm",  "__index", "__newindex", "__len",
+      "__tostring", "__eq",  "__gc",  "__close", "__call", "__pow",   "__lt",       "__le"};
   unsigned src = u8();
   const char *f = fields[u8() % (sizeof fields / sizeof fields[0])];
   unsigned dst = u8();
