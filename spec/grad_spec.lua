@@ -175,6 +175,25 @@ describe("lt.grad", function()
     end, {X = X, m = v0}))
   end)
 
+  it("differentiates the special functions, far into their tails", function()
+    local x = lt.tensor{-30, -3, -0.5, 0.2, 1.5}
+    for _, f in ipairs{"erf", "erfc", "normal_cdf", "normal_pdf", "normal_log_cdf",
+      "normal_log_pdf"} do
+      local ok, err = lt.gradcheck(function(p)
+        return lt[f](p.x):dot(lt.tensor{1, 2, 3, 4, 5}) + p.s[f](p.s)
+      end, {x = x, s = 0.3})
+      assert(ok, f .. ": " .. err)
+    end
+    -- d/dx log Φ(x) at x = −30: φ/Φ ≈ −x (Mills' ratio), no cancellation
+    local g = lt.grad(function(p) return lt.normal_log_cdf(p) end)(-30)
+    close(g, 30.0333, 1e-5, "log Φ'(−30)")
+  end)
+
+  it("counts a NaN difference as a failure", function()
+    local ok = lt.gradcheck(function(p) return (p - 1):log() end, 0.5)
+    assert.is_false(ok)
+  end)
+
   it("leaves the library as it was, also after an error in f", function()
     local add, mt_add = lt.add, lt._meta.__add
     raises("boom", lt.grad(function() error("lazytensor: boom", 0) end), {})

@@ -733,8 +733,8 @@ function autograd.gradcheck(f, params, opts)
     slot.set(x)
     local fd = (fp - fm) / (2 * h)
     local err = math.abs(slot.grad - fd)
-    if err > atol + rtol * math.abs(fd) then ok = false end
-    if err > worst then worst = err end
+    if not (err <= atol + rtol * math.abs(fd)) then ok = false end -- NaN fails too
+    if err > worst or err ~= err then worst = err end
   end
   return ok, worst
 end

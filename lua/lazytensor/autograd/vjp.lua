@@ -201,6 +201,33 @@ vjp.log = elementwise(function(x) return over(1, x) end)
 vjp.sqrt = elementwise(function(_, y) return over(0.5, y) end)
 vjp.abs = elementwise(function(x) return x:cdiv(x:abs()) end)
 
+-- The special functions (lazytensor_special.h lists the derivatives):
+-- erf' = 2/√π·e^(−x²) = −erfc', Φ' = φ, φ' = −x·φ, (log Φ)' =
+-- √(2/π)/erfcx(−x/√2) (no cancellation far below the mean), (log φ)' = −x,
+-- erfcx' = 2x·erfcx(x) − 2/√π. On numbers as on tensors.
+local TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+local SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+local SQRT2 = math.sqrt(2)
+
+local function special(factor)
+  return function(r, g)
+    if not r:wants(1) then return end
+    local x, G = r.args[1], g[1]
+    local f = factor(x, r.outs[1])
+    if type(G) == "number" then r:give(1, G * value(f)) else r:give(1, lt.cmul(G, f)) end
+  end
+end
+
+vjp.erf = special(function(x) return (lt.cmul(x, x) * -1):exp() * TWO_OVER_SQRT_PI end)
+vjp.erfc = special(function(x) return (lt.cmul(x, x) * -1):exp() * -TWO_OVER_SQRT_PI end)
+vjp.normal_cdf = special(function(x) return lt.normal_pdf(x) end)
+vjp.normal_pdf = special(function(x, y) return lt.cmul(x, y) * -1 end)
+vjp.normal_log_cdf = special(function(x)
+  return over(SQRT_2_OVER_PI, lt.erfcx(x * (-1 / SQRT2)))
+end)
+vjp.normal_log_pdf = special(function(x) return x * -1 end)
+vjp.erfcx = special(function(x, y) return lt.cmul(x, y) * 2 - TWO_OVER_SQRT_PI end)
+
 function vjp.pow(r, g)
   local x, p, y = r.args[1], r.args[2], r.outs[1]
   local G = g[1]
