@@ -733,7 +733,7 @@ function autograd.gradcheck(f, params, opts)
     slot.set(x)
     local fd = (fp - fm) / (2 * h)
     local err = math.abs(slot.grad - fd)
-    if not (err <= atol + rtol * math.abs(fd)) then ok = false end -- NaN fails too
+    if err ~= err or err > atol + rtol * math.abs(fd) then ok = false end -- NaN fails too
     if err > worst or err ~= err then worst = err end
   end
   return ok, worst
