@@ -33,7 +33,7 @@ describe("examples", function()
     assert.is_true(f2007 > f1998 + 5)
   end)
 
-  it("learn_covariance: L-BFGS on lt.mvn's log_prob gradients converges", function()
+  it("learn_covariance: L-BFGS on lt.grad's gradients converges through folded operators", function()
     local ok, out = run("examples/learn_covariance.lua")
     assert.is_true(ok, out)
     local before = tonumber(out:match("initial log%-likelihood (%-?[%d.]+)"))
@@ -43,6 +43,7 @@ describe("examples", function()
     assert.matches("%(ftol%)", out) -- converged, not stopped
     local lengthscale = tonumber(out:match("kernel: lengthscale ([%d.]+) m"))
     assert.is_true(lengthscale > 10 and lengthscale < 200, out) -- between the grid step and the hill
+    assert.matches("gradient check at the optimum: passed", out, 1, true)
   end)
 
   it("diabetes_ard: ARD fits the training patients better and finds irrelevant inputs", function()
