@@ -46,6 +46,18 @@ describe("examples", function()
     assert.matches("gradient check at the optimum: passed", out, 1, true)
   end)
 
+  it("deep_kernel: a network's features under an RBF kernel, trained end to end by lt.grad", function()
+    local ok, out = run("examples/deep_kernel.lua")
+    assert.is_true(ok, out)
+    local dk = tonumber(out:match("deep kernel%s+held%-out RMSE ([%d.]+)"))
+    local ard = tonumber(out:match("ARD GP%s+held%-out RMSE ([%d.]+)"))
+    assert.is_truthy(dk and ard, out)
+    -- the same data's spread is 77: both models predict, the deep kernel as well as ARD
+    assert.is_true(dk < 65 and ard < 65, out)
+    assert.matches("gradient check at the optimum: passed", out, 1, true)
+    assert.matches("wrote out/deep_kernel.svg", out, 1, true)
+  end)
+
   it("diabetes_ard: ARD fits the training patients better and finds irrelevant inputs", function()
     local ok, out = run("examples/diabetes_ard.lua")
     assert.is_true(ok, out)
