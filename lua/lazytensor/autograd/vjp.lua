@@ -567,9 +567,13 @@ function vjp.root(r, g)
     return r:give(1, {{d = lt.cmul(Rbar:diagonal(), over(0.5, R:diagonal()))}})
   end
   if method == "eigh" then -- R = Q·diag(√w): w̄ = diag(QᵀR̄)/(2√w), Q̄ = R̄·diag(√w)
-    local w, Q = A:eigh()
-    local s = w:sqrt()
-    local fake = setmetatable({args = r.args, outs = {w, Q}, nargs = 1}, {__index = r})
+    -- Q and w from R itself (its columns' lengths and directions), in R's
+    -- own column order, whichever order the rule that made it chose
+    local Rd = R:dense()
+    local s = lt.cmul(Rd, Rd):sum(1):sqrt()
+    local Q = lt.cmul(Rd, lt.full(Rd:shape(), 1):cdiv(lt.cmul(lt.full(Rd:shape(), 1), s:reshape(
+      1, s:size(1)))))
+    local fake = setmetatable({args = r.args, outs = {lt.cmul(s, s), Q}, nargs = 1}, {__index = r})
     return vjp.eigh(fake, {lt.cmul((Q:t() * Rbar):diagonal(), over(0.5, s)),
       Rbar * lt.diag(s)})
   end
