@@ -290,6 +290,7 @@ end
 -- inv_quad_logdet{grad = true} on Ky, chained through the structure's links.
 function Model:mll_and_grad()
   local cov = self:covariance()
+  if cov.mll_and_grad then return cov.mll_and_grad(self) end -- custom kernels: lt.grad
   local Ky, links = cov.noisy(self.noise)
   local r = residual(self)
   local cv = self.trace_rank or TRACE_RANK

@@ -588,6 +588,11 @@ function kernels.sum(...)
   return setmetatable({kind = "sum", children = children}, Kernel)
 end
 
+--- A kernel written in Lua from lazytensor operations, differentiated by
+-- lt.grad (gp/custom.lua): custom{params = {name = value}, k = function(x1,
+-- x2, p) return <n×m tensor or operator> end [, fixed = {name = true}]}.
+function kernels.custom(spec) return require("lazytensor.gp.custom").new(Kernel, spec) end
+
 --- k1 · k2 · ...
 function kernels.product(...)
   local children = {...}

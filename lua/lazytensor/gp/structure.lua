@@ -724,6 +724,15 @@ end
 function structure.build(kernel, points, opts)
   opts = opts or {}
   kernel:check_inputs(#points[1])
+  local custom = require "lazytensor.gp.custom"
+  if custom.contains(kernel) then -- lt.grad's
+    if (opts.structure or "auto") ~= "auto" or opts.make_kernel then
+      error("lazytensor: gp: a custom kernel's covariance is what its k returns; structure = '"
+            .. tostring(opts.structure or "kernel") .. "' (or distributed) is not available "
+            .. "for it", 0)
+    end
+    return custom.build(kernel, points)
+  end
   local want = opts.structure or "auto"
   if opts.make_kernel then
     if want ~= "auto" and want ~= "kernel" then
