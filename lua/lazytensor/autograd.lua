@@ -299,6 +299,10 @@ function Tape:record(name, args, n, outs, kept)
     if type(v) == "userdata" then
       local addr, storage = address(v)
       if addr then
+        if storage == nil and dim_of(v) > 2 then
+          fail("lt.%s: batched operators are not followed by lt.grad yet (a %s of shape %s); "
+            .. "differentiate member by member", name, lt.type(v), table.concat(shape_of(v), "x"))
+        end
         out_nodes[j] = self:new_node(v, addr)
         if reads and storage then read[storage] = true end
       end
@@ -319,7 +323,13 @@ function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
   local out_node
   if type(out) == "number" then out = originals.tensor(out) end
   local addr, storage = address(out)
-  if addr then out_node = self:new_node(out, addr) end
+  if addr then
+    if storage == nil and dim_of(out) > 2 then
+      fail("%s: batched operators are not followed by lt.grad yet (a %s of shape %s); "
+        .. "differentiate member by member", name, lt.type(out), table.concat(shape_of(out), "x"))
+    end
+    out_node = self:new_node(out, addr)
+  end
   if reads then
     if sa then read[sa] = true end
     if sb then read[sb] = true end
