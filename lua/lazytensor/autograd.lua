@@ -335,11 +335,18 @@ function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
     if sb then read[sb] = true end
     if storage then read[storage] = true end
   end
+  -- kept compact (one table; the hot path of tiny operations), made a
+  -- Record when the backward pass reaches it
   local k = self.nrec + 1
   self.nrec = k
-  self.records[k] = setmetatable({tape = self, name = name, args = {a, b}, nargs = 2,
-    outs = {out, n = 1}, nodes = {na, nb}, tnodes = NO_TABLES, out_nodes = {out_node}}, Record)
+  self.records[k] = {name, a, b, out, na, nb, out_node}
   return out
+end
+
+-- A metamethod's compact record as a Record.
+function Tape:expand(c)
+  return setmetatable({tape = self, name = c[1], args = {c[2], c[3]}, nargs = 2,
+    outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES, out_nodes = {c[7]}}, Record)
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
@@ -554,6 +561,7 @@ function Tape:backward(root)
   else root.cot = {{W = lt.ones(1, 1)}} end
   for k = self.nrec, 1, -1 do
     local r = self.records[k]
+    if r[1] then r = self:expand(r) end
     local g, any = {}, false
     for j, node in pairs(r.out_nodes) do
       g[j] = node.cot
