@@ -217,6 +217,12 @@ describe("lt.grad", function()
       return p.v:sum()
     end), {v = v0})
     raises("expected a function", lt.grad, 3)
+    -- a constructor argument no gradient reaches is an error, not a silent zero
+    raises("lt.interp: its result's derivative with respect to argument 1", lt.grad(function(p)
+      return (lt.interp(p.x, {{0, 1, 9}}) * lt.linspace(0, 1, 9)):dot(lt.tensor{1, 2})
+    end), {x = lt.tensor{{0.4}, {0.55}}})
+    assert(lt.gradcheck(function(p) return (lt.constant(2, 2, p.s) * lt.ones(2)):sum() end,
+      {s = 1.5}))
     raises("batched operators are not followed by lt.grad yet", lt.grad(function(p)
       return lt.diag(lt.cmul(lt.ones(2, 3), p.v)):logdet():sum()
     end), {v = v0})

@@ -72,8 +72,7 @@ local CONSTRUCTORS = {
   chol = {L = 1},
   kernel = kernel_argument,
   operator = function(_, name) return 1, name, "params" end,
-  batch = {}, interp = {values = 2},
-  permutation = {}, zeros_operator = {}, constant = {},
+  constant = {scale = 3}, batch = {}, interp = {}, permutation = {}, zeros_operator = {},
 }
 
 -- Metamethods and the operation their records name.
@@ -86,8 +85,9 @@ local METAMETHODS = {
 -- record's backward reads must not change under it.
 local WRITES = {newindex = true, set = true, fill = true, copy = true}
 
--- Records whose backward reads values (theirs, or their results'): a write
--- into such a value's storage afterwards would change the derivative.
+-- Records whose backward needs shapes only, no values: they leave their
+-- operands' storage free to be written afterwards (every other record
+-- marks it read, and a later write into it is refused).
 local VIEWS = {
   index = true, narrow = true, reshape = true, transpose = true, t = true, contiguous = true,
   add = true, sub = true, neg = true, dense = true, diagonal = true, trace = true, sum = true,
@@ -524,25 +524,59 @@ function Tape:version_before(addr, id)
   return best
 end
 
+-- A followed argument of a constructor that no gradient reached (no
+-- parameter of the new operator came from it, no cotangent reached it
+-- under the operator): an error, never a silent zero (lt.interp's points).
+local function check_reached(r, reached)
+  for i = 1, r.nargs do
+    local node = r.nodes[i]
+    if node and not reached[node] then
+      fail("lt.%s: its result's derivative with respect to argument %d (a %s) is not "
+        .. "followed", r.name, i, lt.type(node.value))
+    end
+    for key, entry in pairs(r.tnodes[i] or {}) do
+      local entries = key == "params" and type(entry) == "table" and not entry.id and entry
+        or {[key] = entry}
+      for k, n in pairs(entries) do
+        if not reached[n] then
+          fail("lt.%s: its result's derivative with respect to %s of argument %d is not "
+            .. "followed", r.name, tostring(k), i)
+        end
+      end
+    end
+  end
+end
+
 local function constructor_backward(tape, r, g, stops)
   local map = CONSTRUCTORS[r.name]
   local out, node = r.outs[1], r.out_nodes[1]
   if not lt.is_lazy(out) then -- a constructor that returned a dense tensor: itself
     return r:give(1, g[1])
   end
+  local reached = {}
   local own, captured = lt._leaf_vjp(out, cot.compact(cot.parts_of(g[1])), stops)
   for name, value in pairs(own) do
     local i, key, sub
     if type(map) == "function" then i, key, sub = map(r, name) else i = map[name] end
-    if i and key then r:give_key(i, key, value, sub) elseif i then r:give(i, value) end
+    if i and key then
+      local t = r.tnodes[i]
+      if t and sub then t = t[sub] end
+      if t and t[key] then reached[t[key]] = true end
+      r:give_key(i, key, value, sub)
+    elseif i then
+      if r.nodes[i] then reached[r.nodes[i]] = true end
+      r:give(i, value)
+    end
   end
   for _, c in ipairs(captured) do
     local target = tape.copy_of[c.node] or tape:version_before(c.node, node.id)
     if target then
       c.node = nil
+      reached[target] = true
       tape:accumulate(target, {c})
     end
   end
+  check_reached(r, reached)
 end
 
 function Tape:backward(root)
