@@ -93,3 +93,22 @@ local function lua_operator(p)
     end}
 end
 gc.check("lt.operator", lua_operator, {v = lt.tensor{0.5, 1.5, 2.5}})
+
+-- Batched operators: every operation member by member, broadcast operands
+-- summed over the members.
+local X2 = W(6, 1, 40):reshape(2, 3, 1)
+gc.check_batch("batched diag", function(p) return lt.diag(p.v:exp()) end,
+  {v = W(6, 1, 41):reshape(2, 3)}, {psd = true})
+gc.check_batch("batched kernel + σ²I", function(p)
+  return lt.kernel(p.x, {kind = "rbf", lengthscale = p.l}):add_diag(0.2)
+end, {x = X2, l = 0.8}, {psd = true})
+gc.check_batch("batched lowrank + diag", function(p)
+  return lt.lowrank(p.U) + lt.diag(p.d:exp())
+end, {U = W(6, 2, 42):reshape(2, 3, 2), d = W(6, 1, 43):reshape(2, 3)}, {psd = true})
+gc.check_batch("lt.batch of different types", function(p)
+  return lt.batch{lt.diag(p.a:exp()), lt.lowrank(p.U) + lt.eye(3)}
+end, {a = W(3, 1, 44):reshape(3), U = W(3, 1, 45)}, {psd = true})
+gc.check_batch("2·D + D of a batch, transposed", function(p)
+  local D = lt.diag(p.v:exp())
+  return (2 * D + D):t()
+end, {v = W(6, 1, 46):reshape(2, 3)}, {psd = true})

@@ -120,14 +120,17 @@ local FORWARD = {
   -- factorisation (or one block CG run) with their backward: the forward
   -- keeps A⁻¹b and the log det's cotangent A⁻¹ (lt_inv_quad_logdet_parts).
   inv_quad_logdet = function(orig, A, b, ...)
-    if select("#", ...) > 0 or b == nil or not lt.is_tensor(b) or lt.is_psd(A) ~= true then
+    if select("#", ...) > 0 or b == nil or not lt.is_tensor(b) or dim_of(A) > 2
+      or lt.is_psd(A) ~= true then
       return pack(orig(A, b, ...))
     end
     local q, ld, X, parts, info = lt._iql_parts(A, b, CONTROL_VARIATE)
     return pack(q, ld, info), {solved = X, logdet = parts}
   end,
   logdet = function(orig, A, ...)
-    if select("#", ...) > 0 or lt.is_psd(A) ~= true then return pack(orig(A, ...)) end
+    if select("#", ...) > 0 or dim_of(A) > 2 or lt.is_psd(A) ~= true then
+      return pack(orig(A, ...))
+    end
     local _, ld, _, parts, info = lt._iql_parts(A, originals.zeros(A:size(1), 0), CONTROL_VARIATE)
     return pack(ld, info), {logdet = parts}
   end,
@@ -153,7 +156,7 @@ local function new_tape()
 end
 
 local function kind_of(v)
-  if is_lazy(v) then return "lazy" end
+  if is_lazy(v) then return dim_of(v) > 2 and "batch" or "lazy" end
   if dim_of(v) == 0 then return "scalar" end
   return "dense"
 end
@@ -299,9 +302,9 @@ function Tape:record(name, args, n, outs, kept)
     if type(v) == "userdata" then
       local addr, storage = address(v)
       if addr then
-        if storage == nil and dim_of(v) > 2 then
-          fail("lt.%s: batched operators are not followed by lt.grad yet (a %s of shape %s); "
-            .. "differentiate member by member", name, lt.type(v), table.concat(shape_of(v), "x"))
+        if storage == nil and dim_of(v) > 3 then
+          fail("lt.%s: operators of more than one batch dimension are not followed by lt.grad "
+            .. "yet (a %s of shape %s)", name, lt.type(v), table.concat(shape_of(v), "x"))
         end
         out_nodes[j] = self:new_node(v, addr)
         if reads and storage then read[storage] = true end
@@ -310,7 +313,7 @@ function Tape:record(name, args, n, outs, kept)
   end
   local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
     nodes = nodes, tnodes = tnodes or NO_TABLES, out_nodes = out_nodes, kept = kept}, Record)
-  if CONSTRUCTORS[name] and is_lazy(outs[1]) then self:find_copies(r) end
+  if CONSTRUCTORS[name] and is_lazy(outs[1]) and dim_of(outs[1]) == 2 then self:find_copies(r) end
   local k = self.nrec + 1
   self.nrec = k
   self.records[k] = r
@@ -324,9 +327,9 @@ function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
   if type(out) == "number" then out = originals.tensor(out) end
   local addr, storage = address(out)
   if addr then
-    if storage == nil and dim_of(out) > 2 then
-      fail("%s: batched operators are not followed by lt.grad yet (a %s of shape %s); "
-        .. "differentiate member by member", name, lt.type(out), table.concat(shape_of(out), "x"))
+    if storage == nil and dim_of(out) > 3 then
+      fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
+        .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
     end
     out_node = self:new_node(out, addr)
   end
@@ -384,6 +387,9 @@ function Tape:find_copies(r)
 end
 
 function Tape.accumulate(_, node, c)
+  if node_kind(node) == "batch" then
+    fail("internal: a batched operator's cotangent must come member by member")
+  end
   local shape = node_shape(node)
   c = cot.as_kind(c, node_kind(node), shape)
   if node.kind == "dense" and c:dim() ~= #shape then c = c:reshape(shape) end
@@ -579,6 +585,149 @@ local function constructor_backward(tape, r, g, stops)
   check_reached(r, reached)
 end
 
+-- ------------------------------------------------------------- batches
+-- A record on batched operators ({b, m, n}: one batch dimension) runs its
+-- operation's VJP member by member: member i's arguments are the members
+-- (A[i]) of the batched ones and the others as they are (broadcast), its
+-- results the results' members, its cotangents theirs. A batched
+-- operator's cotangent is kept per member ({batch = b, [i] = parts}); a
+-- dense argument's share goes to its slice when it has the member's shape
+-- and whole (summed over members) when it has its own.
+
+-- Operations whose dense operands of more than two dimensions are batches
+-- of matrices (element-wise ones broadcast them as they are).
+local MATRIX_OPS = {
+  matmul = true, mul_meta = true, transpose = true, t = true, solve = true, inv_quad = true,
+  logdet = true, inv_quad_logdet = true, slogdet = true, cholesky = true, root = true,
+  eigh = true, svd = true, inverse = true, diagonal = true, trace = true, add_diag = true,
+  add_jitter = true, row = true, dense = true,
+}
+-- Operations whose second operand of two dimensions is a batch of vectors.
+local RHS_OPS = {solve = true, inv_quad = true, inv_quad_logdet = true}
+
+-- The batch size of a record (nil: no batched operand or result).
+local function batch_of(r)
+  local function of(v)
+    if type(v) ~= "userdata" or not lt.is_tensor(v) then return nil end
+    local d = dim_of(v)
+    if d > 2 and (is_lazy(v) or MATRIX_OPS[r.name]) then return v:size(1) end
+  end
+  for k = 1, r.nargs do
+    local b = of(r.args[k])
+    if b then return b end
+    if type(r.args[k]) == "table" and not lt.is_tensor(r.args[k]) then
+      for _, v in pairs(r.args[k]) do
+        b = of(v)
+        if b then return b end
+      end
+    end
+  end
+  for j = 1, r.outs.n do
+    local b = of(r.outs[j])
+    if b then return b end
+  end
+end
+
+-- Member i of a value of a batched record, or the value (broadcast).
+local function member_of(r, k, v, i, b)
+  if type(v) ~= "userdata" or not lt.is_tensor(v) then return v end
+  local d = dim_of(v)
+  if d == 0 or v:size(1) ~= b then return v end
+  if is_lazy(v) then return d > 2 and v[i] or v end
+  if d > 2 or (d == 2 and (CONSTRUCTORS[r.name] or (RHS_OPS[r.name] and k == 2))) then
+    return v[i]
+  end
+  return v
+end
+
+local MemberRecord = setmetatable({}, {__index = Record})
+MemberRecord.__index = MemberRecord
+
+-- Whether the share c for a dense node of full value `full` is a member's.
+local function member_shaped(c, full, b)
+  local fd = dim_of(full)
+  if fd == 0 or full:size(1) ~= b then return false end
+  local cd = type(c) == "number" and 0 or cot.is_parts(c) and 2 or c:dim()
+  return cd == fd - 1
+end
+
+function MemberRecord:give(k, c)
+  local node = self.nodes[k]
+  if node == nil or c == nil then return end
+  local kind, full, i = node_kind(node), node.value, self.member
+  if kind == "batch" then
+    node.cot = node.cot or {batch = self.batch}
+    node.cot[i] = cot.add(node.cot[i], cot.parts_of(c))
+  elseif kind == "dense" and member_shaped(c, full, self.batch) then
+    local G = node.cot or lt.full(node_shape(node), 0)
+    if cot.is_parts(c) then c = cot.dense_of(c, full:size(2), full:size(3)) end
+    if dim_of(full) == 1 then
+      G[i] = G[i] + (type(c) == "number" and c or c:item())
+    else
+      G[i] = G[i] + c
+    end
+    node.cot = G
+  else
+    self.tape:accumulate(node, c)
+  end
+end
+
+-- lt.batch{A1, ..., Ak}: member i's cotangent is Ai's.
+local function batch_constructor_backward(r, g)
+  for i, entry in pairs(g[1] or {}) do
+    if type(i) == "number" then
+      local operand = r.args[1][i]
+      local node = r.tnodes[1] and r.tnodes[1][i]
+      if node then
+        r.tape:accumulate(node, lt.is_lazy(operand) and entry or
+          cot.dense_of(entry, operand:size(1), operand:size(2)))
+      end
+    end
+  end
+end
+
+local function batched_backward(tape, r, g, b, stops)
+  if r.name == "batch" then return batch_constructor_backward(r, g) end
+  if r.name == "index" then -- A[i] of a batched operator: member i's share
+    local node, i = r.nodes[1], r.args[2]
+    if node and g[1] ~= nil then
+      node.cot = node.cot or {batch = b}
+      node.cot[i] = cot.add(node.cot[i], cot.parts_of(g[1]))
+    end
+    return
+  end
+  for i = 1, b do
+    local args, outs, gi, any = {}, {n = r.outs.n}, {}, false
+    for k = 1, r.nargs do args[k] = member_of(r, k, r.args[k], i, b) end
+    for j = 1, r.outs.n do
+      local o = r.outs[j]
+      if type(o) == "userdata" and lt.is_tensor(o) and dim_of(o) > 0 and o:size(1) == b then
+        o = o[i]
+        if type(o) == "number" then o = lt.tensor(o) end
+      end
+      outs[j] = o
+    end
+    for j, node in pairs(r.out_nodes) do
+      local c = node.cot_spent
+      if c ~= nil then
+        if type(c) == "table" and c.batch then c = c[i]
+        elseif type(c) == "userdata" then
+          c = c[i]
+        end
+        gi[j] = c
+        if c ~= nil then any = true end
+      end
+    end
+    if any then
+      local m = setmetatable({tape = tape, name = r.name, args = args, nargs = r.nargs,
+        outs = outs, nodes = r.nodes, tnodes = r.tnodes, out_nodes = r.out_nodes,
+        member = i, batch = b}, MemberRecord)
+      if CONSTRUCTORS[r.name] then constructor_backward(tape, m, gi, stops)
+      else vjp[r.name](m, gi) end
+    end
+  end
+end
+
 function Tape:backward(root)
   local all, seen = {}, {}
   for addr, node in pairs(self.current) do
@@ -600,10 +749,12 @@ function Tape:backward(root)
     for j, node in pairs(r.out_nodes) do
       g[j] = node.cot
       if node.cot ~= nil then any = true end
-      node.cot = nil -- spent: its record hands it on once
+      node.cot_spent, node.cot = node.cot, nil -- spent: its record hands it on once
     end
     if any then
-      if CONSTRUCTORS[r.name] then constructor_backward(self, r, g, stops)
+      local b = batch_of(r)
+      if b then batched_backward(self, r, g, b, stops)
+      elseif CONSTRUCTORS[r.name] then constructor_backward(self, r, g, stops)
       else vjp[r.name](r, g) end
     end
   end

@@ -140,4 +140,53 @@ function gc.check(name, build, params, opts)
   end)
 end
 
+-- The operations on a batched operator ({b, n, n}, members positive
+-- definite with opts.psd), each summed to a number over the members.
+local function batch_cases(b, n, opts)
+  local W = weights(n, n, 67)
+  local X = weights(b * n, 2, 71):reshape(b, n, 2)
+  local v = weights(b * n, 1, 73):reshape(b, n)
+  local list = {
+    {"dense", function(A) return lt.cmul(A:dense(), lt.cmul(lt.ones(b, n, n), W)):sum() end},
+    {"matmul dense", function(A) return (A * X):sum() end},
+    {"matmul vector", function(A) return lt.cmul(A * lt.ones(n), v):sum() end},
+    {"add dense", function(A) return lt.cmul((A + W):dense(), lt.ones(b, n, n)):sum() end},
+    {"scale", function(A) return (2.5 * A):trace():sum() end},
+    {"diagonal", function(A) return lt.cmul(A:diagonal(), v):sum() end},
+    {"member", function(A) return A[b]:trace() + A[1]:get(1, n) end},
+  }
+  if opts.psd then
+    local extra = {
+      {"logdet", function(A) return A:logdet():sum() end},
+      {"solve", function(A) return lt.cmul(A:solve(v), v):sum() end},
+      {"inv_quad_logdet", function(A)
+        local q, ld = A:inv_quad_logdet(v)
+        return (0.7 * q - 1.3 * ld):sum()
+      end},
+      {"add_diag", function(A) return A:add_diag(0.5):logdet():sum() end},
+      {"mvn log_prob", function(A) return lt.mvn(lt.zeros(b, n), A):log_prob(v):sum() end},
+    }
+    for _, c in ipairs(extra) do list[#list + 1] = c end
+  end
+  return list
+end
+
+--- The same for a batched operator build(p) of shape {b, n, n}.
+function gc.check_batch(name, build, params, opts)
+  local env = conformance.spec_env(2)
+  local describe, it = env.describe, env.it
+  opts = opts or {}
+  local A = build(copy(params))
+  local b, n = A:size(1), A:size(2)
+  describe("gradient conformance (batched): " .. name, function()
+    for _, case in ipairs(batch_cases(b, n, opts)) do
+      it(case[1], function()
+        local f = function(p) return case[2](build(p)) end
+        local ok, err = lt.gradcheck(f, copy(params), {rtol = opts.tol or 1e-5, atol = 1e-7})
+        assert(ok, ("%s / %s: gradient off by %.3g"):format(name, case[1], err))
+      end)
+    end
+  end)
+end
+
 return gc
