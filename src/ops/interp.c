@@ -187,6 +187,131 @@ static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *re
   return LT_OK;
 }
 
+int lt_is_ski_product(const lt_tensor *prod) {
+  lt_tensor *w1, *K, *w2;
+  return prod->type_id == LT_TYPE_PRODUCT && ski_parts(prod, &w1, &K, &w2) && K->type->row != NULL;
+}
+
+/* Row i of (W1·K)·W2ᵀ is W2·v with v = Σ_a W1_ia·K[a, :] (the 4^d rows of K
+ * that W1's row i weighs): 4^d rows of K and one pass over W2's nonzeros,
+ * where a product with the unit vector e_i would pass over W2 and W1 and
+ * multiply by all of K. */
+int lt_ski_row(lt_context *ctx, lt_tensor *prod, size_t i, double *out) {
+  lt_tensor *w1, *K, *w2;
+  if (!lt_is_ski_product(prod)) return lt_error(ctx, "ski row: not a W·K·Wᵀ product");
+  const interp_payload *p1 = payload_of(w1 = prod->children[0]->children[0]);
+  (void)w1;
+  K = prod->children[0]->children[1];
+  w2 = prod->children[1]->children[0];
+  const interp_payload *p2 = payload_of(w2);
+  size_t g = K->shape[1];
+  double *v = lt_calloc(ctx, 2 * g, sizeof *v);
+  if (v == NULL) return LT_ERR;
+  double *krow = v + g;
+  int rc = LT_OK;
+  for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1] && rc == LT_OK; q++) {
+    if ((rc = K->type->row(ctx, K, p1->cols[q], krow)) != LT_OK) break;
+    double w = p1->vals[q];
+    for (size_t c = 0; c < g; c++) v[c] += w * krow[c];
+  }
+  if (rc == LT_OK)
+    for (size_t j = 0; j < p2->n; j++) {
+      double s = 0.0;
+      for (size_t q = p2->rowptr[j]; q < p2->rowptr[j + 1]; q++) s += p2->vals[q] * v[p2->cols[q]];
+      out[j] = s;
+    }
+  lt_free(ctx, v, 2 * g * sizeof *v);
+  return rc;
+}
+
+/* ------------------------------------ W·K·Wᵀ against a diagonal cotangent */
+
+/* The points per axis of a K_grid whose entries depend on a − b only (the
+ * grid indices' difference, axis by axis): a Toeplitz matrix, or a
+ * Kronecker product of them (first axis slowest, as interp numbers the
+ * grid). Returns the number of axes, or 0 when K is not of that form. */
+static int grid_axes_of(const lt_tensor *K, size_t m[INTERP_MAX_DIM]) {
+  if (K->type_id == LT_TYPE_TOEPLITZ) {
+    m[0] = K->shape[0];
+    return 1;
+  }
+  if (K->type_id != LT_TYPE_KRON || K->nchildren > INTERP_MAX_DIM) return 0;
+  for (int k = 0; k < K->nchildren; k++) {
+    const lt_tensor *f = K->children[k];
+    if (f->type_id != LT_TYPE_TOEPLITZ || f->shape[0] != f->shape[1]) return 0;
+    m[k] = f->shape[0];
+  }
+  return K->nchildren;
+}
+
+/* Lags per axis between two of one row's interpolation points: −3...3. */
+#define SKI_LAGS 7
+#define SKI_LAG_MAX 3
+
+/* <diag(δ), (W1·K)·W2ᵀ> = <M, K> with M = W1ᵀ·diag(δ)·W2, and for a K whose
+ * entries depend on a − b only that is Σ_l S_l·f(l), S_l the sum of M's
+ * entries at lag l (|l| ≤ 3 per axis: a row's weights span 4 points). The
+ * cotangent handed to K is then Σ_l S_l·e_a(l)·e_b(l)ᵀ with a(l) − b(l) = l
+ * (b per axis max(−l, 0), 4^d values): the same inner product with every
+ * such K, hence with every derivative of K's parameters, as a low-rank
+ * L·Rᵀ of 4^d columns, where the dense n×n diagonal would cost n² (the
+ * control variate of a stochastic gradient brings one, gradient.c). */
+int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta,
+                           lt_paramset *grads) {
+  lt_tensor *w1, *K, *w2;
+  size_t m[INTERP_MAX_DIM];
+  if (prod->type_id != LT_TYPE_PRODUCT || !ski_parts(prod, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  int d = grid_axes_of(K, m);
+  if (d == 0) return LT_NOT_IMPLEMENTED;
+  const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
+  size_t nlag = 1, nb = 1, g = K->shape[0];
+  for (int k = 0; k < d; k++) nlag *= SKI_LAGS, nb *= SKI_LAG_MAX + 1;
+  double S[SKI_LAGS * SKI_LAGS * SKI_LAGS] = {0};
+  for (size_t i = 0; i < p1->n; i++) {
+    if (delta[i] == 0.0) continue;
+    for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
+      for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
+        /* the lag of grid points cols[q] and cols[r], axis by axis */
+        size_t a = p1->cols[q], b = p2->cols[r], li = 0;
+        int far = 0;
+        for (int k = d - 1, stride = 1; k >= 0; k--, stride *= SKI_LAGS) {
+          long l = (long)(a % m[k]) - (long)(b % m[k]);
+          a /= m[k], b /= m[k];
+          if (l < -SKI_LAG_MAX || l > SKI_LAG_MAX) far = 1;
+          li += (size_t)((l + SKI_LAG_MAX) * stride);
+        }
+        if (far) return LT_NOT_IMPLEMENTED; /* not the cubic weights of one point */
+        S[li] += delta[i] * p1->vals[q] * p2->vals[r];
+      }
+  }
+  lt_tensor *L = lt_dense_zeros(ctx, 2, (size_t[]){g, nb});
+  lt_tensor *R = L ? lt_dense_zeros(ctx, 2, (size_t[]){g, nb}) : NULL;
+  int rc = LT_ERR;
+  if (R != NULL) {
+    double *l = lt_dense_data(L), *rr = lt_dense_data(R);
+    for (size_t li = 0; li < nlag; li++) {
+      /* a(l) = max(l, 0) and b(l) = max(−l, 0) per axis, flattened */
+      size_t a = 0, b = 0, bj = 0, rest = li;
+      size_t lag[INTERP_MAX_DIM];
+      for (int k = d - 1; k >= 0; k--) lag[k] = rest % SKI_LAGS, rest /= SKI_LAGS;
+      for (int k = 0; k < d; k++) {
+        long lk = (long)lag[k] - SKI_LAG_MAX;
+        size_t ak = lk > 0 ? (size_t)lk : 0, bk = lk < 0 ? (size_t)-lk : 0;
+        a = a * m[k] + ak, b = b * m[k] + bk, bj = bj * (SKI_LAG_MAX + 1) + bk;
+      }
+      /* a lag that occurs fits the grid (it is that of two grid points) */
+      if (S[li] == 0.0) continue;
+      l[a * nb + bj] += S[li];
+      rr[b * nb + bj] = 1.0;
+    }
+    lt_cotangent w = ltg_lowrank(L, R);
+    rc = lt_bilinear_derivative(ctx, K, &w, grads);
+  }
+  lt_release(ctx, L);
+  lt_release(ctx, R);
+  return rc;
+}
+
 int lt_register_interp_rules(lt_context *ctx) {
   const int P = LT_TYPE_PRODUCT;
   if (lt_register_rule(ctx, LT_OP_DENSE, P, LT_TYPE_ANY,
