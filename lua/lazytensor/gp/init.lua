@@ -244,11 +244,38 @@ local function residual(self)
   return self.y - self.mean_value
 end
 
+-- Structures whose solves below max_cholesky_size are a Cholesky factor of
+-- Ky's dense form (the others have their own exact solves: Toeplitz,
+-- Kronecker eigendecompositions).
+local FACTORED = {kernel = true, dense = true}
+
+-- Ky's lower Cholesky factor L (an operator), kept while the hyperparameters
+-- and noise stay, when Ky's exact solves would factor it anyway: α and the
+-- predictive variances then share one factorisation (issue 25: prediction
+-- at n = 4000 factored Ky twice). nil on the iterative path and for the
+-- structures with their own solves.
+local function factor_of(self, Ky)
+  if self.n > lt.settings.max_cholesky_size or not FACTORED[self:covariance().kind] then
+    return nil
+  end
+  local now = state(self, true)
+  if not fresh(self.chol_state, now) then
+    self.chol = (Ky or noisy(self, self:covariance())):cholesky()
+    self.chol_state = now
+  end
+  return self.chol
+end
+
 -- α = Ky⁻¹(y − m), kept while the hyperparameters, noise and mean stay.
 local function alpha_of(self, Ky)
   local now = state(self, true, self.mean_value)
   if not fresh(self.alpha_state, now) then
-    self.alpha = (Ky or noisy(self, self:covariance())):solve(residual(self))
+    local L = factor_of(self, Ky)
+    if L then -- two triangular solves (lt.chol(L) would copy the factor first)
+      self.alpha = L:t():solve((L:solve(residual(self))))
+    else
+      self.alpha = (Ky or noisy(self, self:covariance())):solve(residual(self))
+    end
     self.alpha_state = now
   end
   return self.alpha
@@ -372,7 +399,9 @@ end
 -- triangular solves a product, where exact methods run; a lazy inverse (CG
 -- a product) above max_cholesky_size.
 local function noisy_inverse(self, Ky)
-  if self.n <= lt.settings.max_cholesky_size then return lt.chol(Ky:cholesky()):inverse() end
+  if self.n <= lt.settings.max_cholesky_size then
+    return lt.chol(factor_of(self, Ky) or Ky:cholesky()):inverse()
+  end
   return Ky:inverse()
 end
 
@@ -457,14 +486,20 @@ local function times_love_root(Kst, R)
   return (R:t() * KsT):t()
 end
 
--- The explained variance k*ᵀ Ky⁻¹ k* of each test point (a 1-d tensor), by
--- one block solve (exact) or from the LOVE root.
+-- The explained variance k*ᵀ Ky⁻¹ k* of each test point (a 1-d tensor): from
+-- the shared Cholesky factor L as ‖L⁻¹k*‖² (one triangular solve), by one
+-- block solve, or from the LOVE root.
 local function explained_variance(self, Ky, Kst, love)
   if love then
     local W = times_love_root(Kst, self:love_root()) -- n* × k
     return W:cmul(W):sum(2):reshape(W:size(1))
   end
   local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
+  local L = factor_of(self, Ky)
+  if L then
+    local V = L:solve(KsT)
+    return (V:cmul(V):sum(1))
+  end
   local V = Ky:solve(KsT)
   return KsT:cmul(V):sum(1)
 end
