@@ -343,16 +343,44 @@ function Model:mll_and_grad()
   return value, grad, info
 end
 
+-- A seed from the context's generator (lt.manual_seed's stream): 31 bits of
+-- one uniform draw.
+local function draw_seed()
+  return math.floor(lt.rand({1})[1] * 2147483647)
+end
+
 --- Maximises the MLL over the hyperparameters (L-BFGS by default).
--- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), callback(iter, mll, model).
+-- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), gtol,
+-- callback(iter, mll, model), fixed_probes (default true).
 -- lt.settings.progress, when set, also hears of every iteration.
+-- Above max_cholesky_size the MLL and its gradient are stochastic estimates
+-- (probe vectors); L-BFGS's line search and curvature pairs assume one
+-- objective, and fresh probes at every evaluation made it stall (issue 25:
+-- KISS-GP at n = 100,000, 6 iterations in 119 evaluations). So the probes
+-- are fixed during a fit: every evaluation reseeds the generator with one
+-- seed drawn before the fit, making the estimate a deterministic function of
+-- the hyperparameters (the sample-average approximation of the MLL), and
+-- after the fit the generator is reseeded from a second draw, so that what
+-- follows does not depend on how many evaluations the fit took; L-BFGS
+-- then searches by backtracking on the value (see below). The result says
+-- what was done: stochastic (whether any evaluation was an estimate),
+-- probes ("fixed", with probe_seed, or "fresh" with fixed_probes = false),
+-- line_search ("backtracking" when L-BFGS used it).
 function Model:fit(opts)
-  opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback"})
+  opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback", "fixed_probes"})
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
+  if opts.fixed_probes ~= nil and type(opts.fixed_probes) ~= "boolean" then
+    fail("fit: fixed_probes must be a boolean, got %s", type(opts.fixed_probes))
+  end
+  local fixed = opts.fixed_probes ~= false
+  local probe_seed, after_seed
+  if fixed then probe_seed, after_seed = draw_seed(), draw_seed() end
+  local stochastic = false
   local function objective(v)
     self:set_vector(v)
-    local ok, value, grad = pcall(self.mll_and_grad, self)
+    if fixed then lt.manual_seed(probe_seed) end
+    local ok, value, grad, info = pcall(self.mll_and_grad, self)
     if not ok then
       -- A failed factorisation (too small a noise, say) is a bad point, not
       -- the end of the fit: report it as −∞ so the optimiser steps back.
@@ -363,15 +391,35 @@ function Model:fit(opts)
       end
       error(value, 0)
     end
+    if type(info) == "table" and info.method == "slq" then stochastic = true end
     return value, grad
   end
   local progress = lt.settings.progress
   local x0 = self:get_vector()
-  local best, value, info = optim[method](objective, x0, {
+  -- The start is evaluated here, to know whether the objective is a
+  -- stochastic estimate; the optimiser's own first call gets that result.
+  local first = {pcall(objective, x0)}
+  local function start_then_objective(v)
+    if first then
+      local r = first
+      first = nil
+      if not r[1] then error(r[2], 0) end
+      return r[2], r[3]
+    end
+    return objective(v)
+  end
+  -- L-BFGS on a stochastic estimate: its gradient is not the exact
+  -- derivative of its value (a trace estimate against SLQ's log
+  -- determinant), and the Wolfe line search stalled on it (bench/
+  -- stochastic_fit.lua): backtracking on the value instead, which the fixed
+  -- probes make sound (with fresh ones a decrease may be the probes' noise).
+  local search = method == "lbfgs" and stochastic and fixed and "backtracking" or nil
+  local run_ok, best, value, info = pcall(optim[method], start_then_objective, x0, {
     maximize = true,
     max_iter = opts.max_iter or 100,
     lr = opts.lr,
     gtol = opts.gtol,
+    line_search = search,
     callback = function(iter, v, _, gnorm)
       if progress then
         progress{method = "gp." .. method, iteration = iter, value = v, gradnorm = gnorm}
@@ -379,9 +427,13 @@ function Model:fit(opts)
       if opts.callback then return opts.callback(iter, v, self, gnorm) end
     end,
   })
+  if fixed then lt.manual_seed(after_seed) end
+  if not run_ok then error(best, 0) end
   self:set_vector(best)
   return {mll = value, iterations = info.iterations, converged = info.converged,
-          reason = info.reason, evaluations = info.evaluations}
+          reason = info.reason, evaluations = info.evaluations, stochastic = stochastic,
+          probes = stochastic and (fixed and "fixed" or "fresh") or nil,
+          probe_seed = stochastic and fixed and probe_seed or nil, line_search = search}
 end
 
 ------------------------------------------------------------ prediction --
