@@ -71,3 +71,44 @@ describe("gp.exact prediction (exact path)", function()
     assert.is_true((it_var - exact_var):abs():max() < 1e-4)
   end)
 end)
+
+describe("gp.exact prediction on the iterative path", function()
+  it("gives SKI's variances from block solves over the test points, in its structure", function()
+    local P = ref.scattered(300, 1, 21, 10)
+    local y = ref.sine_targets(P)
+    local S = ref.scattered(23, 1, 5, 9, 0.5)
+    local m = gp.exact{x = lt.tensor(P), y = lt.tensor(y), noise = 0.05, mean = "zero",
+                       kernel = gp.kernels.rbf{lengthscale = 1.3}, structure = "ski", grid = 60}
+    local cov = m:covariance()
+    -- the plain-Lua reference on SKI's own matrices (dense forms)
+    local K = cov.K:dense():totable()
+    local Ks = cov.cross(S):dense():totable()
+    -- the cross-covariance's dense form (W*·K_grid·Wᵀ from its smaller side)
+    -- against its products with the unit vectors (Wᵀ·E, K_grid, W*)
+    local E = lt.zeros(#P, #P)
+    for i = 1, #P do E:set(i, i, 1) end
+    local Kp = (cov.cross(S) * E):totable()
+    for s = 1, #S do
+      for i = 1, #P do ref.close(Ks[s][i], Kp[s][i], 1e-12, "cross", 1e-14) end
+    end
+    for i = 1, #P do K[i][i] = K[i][i] + 0.05 end
+    local explained = {}
+    for s = 1, #S do
+      local v = ref.solve(K, Ks[s])
+      explained[s] = 0
+      for i = 1, #P do explained[s] = explained[s] + Ks[s][i] * v[i] end
+    end
+    local prior = gp.structure.prior_variance(m.kernel, S)
+    m.solve_block_doubles = 5 * #P -- blocks of 5 test points: 5 solves
+    local _, var, _ = lt.with_settings({max_cholesky_size = 100}, function()
+      return m:predict(lt.tensor(S))
+    end)
+    for s = 1, #S do
+      ref.close(var[s], prior[s] - explained[s], 1e-5, "variance " .. s, 1e-9)
+    end
+    -- the exact path (SKI has no shared factor: its dense form's own solve)
+    local _, evar = m:predict(lt.tensor(S))
+    assert.is_nil(m.chol)
+    for s = 1, #S do ref.close(evar[s], prior[s] - explained[s], 1e-8, "exact " .. s, 1e-12) end
+  end)
+end)

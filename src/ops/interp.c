@@ -17,6 +17,7 @@
  * rule).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/grad.h"
@@ -125,9 +126,10 @@ const lt_type lt_interp_type = {
 
 /* ------------------------------------------------------ W·K·Wᵀ diagonal */
 
-/* The parts of (W1·K)·W2ᵀ (W1, W2 interp, K any operator), or 0. */
+/* The parts of (W1·K)·W2ᵀ (W1, W2 interp, K any operator), or 0; square or
+ * not (a cross-covariance W*·K·Wᵀ). */
 static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_tensor **w2) {
-  if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return 0;
+  if (prod->nchildren != 2) return 0;
   const lt_tensor *left = prod->children[0], *t = prod->children[1];
   if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1 ||
       t->children[0]->type != &lt_interp_type)
@@ -139,22 +141,39 @@ static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_te
   return 1;
 }
 
-/* The dense (W1·K)·W2ᵀ as W1·(K·W2ᵀ): K only ever multiplies the g×n
- * dense W2ᵀ, where the generic rule would form K itself (g×g: 800 MB for a
- * 100×100 grid's Kronecker product). */
+/* Wᵀ as a dense g×n matrix, scattered from W's rows (a product with the
+ * n×n identity would cost n² memory). */
+static lt_tensor *interp_dense_t(lt_context *ctx, const lt_tensor *w) {
+  const interp_payload *p = payload_of(w);
+  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){p->g, p->n});
+  if (out == NULL) return NULL;
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < p->n; i++)
+    for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++) o[p->cols[q] * p->n + i] += p->vals[q];
+  return out;
+}
+
+/* The dense (W1·K)·W2ᵀ (n1×n2) from the smaller side: W1·(K·W2ᵀ) when
+ * n2 ≤ n1, else (W2·(Kᵀ·W1ᵀ))ᵀ — K only ever multiplies a g×min(n1, n2)
+ * dense Wᵀ, where the generic rule would form K itself (g×g: 800 MB for a
+ * 100×100 grid's Kronecker product), and a cross-covariance of a few test
+ * points against n training points never makes a g×n matrix. */
 static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *w1, *K, *w2;
   if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
-  lt_tensor *eye = lt_dense_eye(ctx, w2->shape[0]);
-  lt_tensor *w2t = eye ? lt_apply_t(ctx, w2, eye) : NULL; /* g×n */
-  lt_release(ctx, eye);
-  lt_tensor *kw = w2t ? lt_apply(ctx, K, w2t) : NULL;
-  lt_release(ctx, w2t);
-  lt_tensor *out = kw ? lt_apply(ctx, w1, kw) : NULL;
+  int flip = w1->shape[0] < w2->shape[0];
+  lt_tensor *wt = interp_dense_t(ctx, flip ? w1 : w2); /* g × min(n1, n2) */
+  lt_tensor *kw = wt ? (flip ? lt_apply_t(ctx, K, wt) : lt_apply(ctx, K, wt)) : NULL;
+  lt_release(ctx, wt);
+  lt_tensor *side = kw ? lt_apply(ctx, flip ? w2 : w1, kw) : NULL;
   lt_release(ctx, kw);
-  res->t[0] = out;
-  return out ? LT_OK : LT_ERR;
+  lt_tensor *out = side == NULL ? NULL : flip ? lt_dense_transpose(ctx, side) : lt_retain(side);
+  lt_release(ctx, side);
+  lt_tensor *c = out ? lt_dense_contiguous(ctx, out) : NULL;
+  lt_release(ctx, out);
+  res->t[0] = c;
+  return c ? LT_OK : LT_ERR;
 }
 
 /* The diagonal of (W1·K)·W2ᵀ, SKI's covariance, from the rows of W1 and W2:
@@ -163,7 +182,7 @@ static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
 static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *w1, *K, *w2;
-  if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  if (!lt_is_square(args->a) || !ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
   const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
   int (*entry)(lt_context *, lt_tensor *, size_t, size_t, double *) = K->type->entry;
   if (entry == NULL) return LT_NOT_IMPLEMENTED;
@@ -189,7 +208,8 @@ static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *re
 
 int lt_is_ski_product(const lt_tensor *prod) {
   lt_tensor *w1, *K, *w2;
-  return prod->type_id == LT_TYPE_PRODUCT && ski_parts(prod, &w1, &K, &w2) && K->type->row != NULL;
+  return prod->type_id == LT_TYPE_PRODUCT && lt_is_square(prod) && ski_parts(prod, &w1, &K, &w2) &&
+         K->type->row != NULL;
 }
 
 /* Row i of (W1·K)·W2ᵀ is W2·v with v = Σ_a W1_ia·K[a, :] (the 4^d rows of K
@@ -260,7 +280,8 @@ int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta
                            lt_paramset *grads) {
   lt_tensor *w1, *K, *w2;
   size_t m[INTERP_MAX_DIM];
-  if (prod->type_id != LT_TYPE_PRODUCT || !ski_parts(prod, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  if (prod->type_id != LT_TYPE_PRODUCT || !lt_is_square(prod) || !ski_parts(prod, &w1, &K, &w2))
+    return LT_NOT_IMPLEMENTED;
   int d = grid_axes_of(K, m);
   if (d == 0) return LT_NOT_IMPLEMENTED;
   const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
