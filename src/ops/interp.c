@@ -176,6 +176,58 @@ static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
   return c ? LT_OK : LT_ERR;
 }
 
+/* ------------------------------------------------- K_grid's lag structure */
+
+/* The points per axis of a K_grid whose entries depend on a − b only (the
+ * grid indices' difference, axis by axis): a Toeplitz matrix, or a
+ * Kronecker product of them (first axis slowest, as interp numbers the
+ * grid). Returns the number of axes, or 0 when K is not of that form. */
+static int grid_axes_of(const lt_tensor *K, size_t m[INTERP_MAX_DIM]) {
+  if (K->type_id == LT_TYPE_TOEPLITZ) {
+    m[0] = K->shape[0];
+    return 1;
+  }
+  if (K->type_id != LT_TYPE_KRON || K->nchildren > INTERP_MAX_DIM) return 0;
+  for (int k = 0; k < K->nchildren; k++) {
+    const lt_tensor *f = K->children[k];
+    if (f->type_id != LT_TYPE_TOEPLITZ || f->shape[0] != f->shape[1]) return 0;
+    m[k] = f->shape[0];
+  }
+  return K->nchildren;
+}
+
+/* Lags per axis between two of one row's interpolation points: −3...3. */
+#define SKI_LAGS 7
+#define SKI_LAG_MAX 3
+
+/* The lag of grid points a and b, axis by axis, as an index into 7^d lags
+ * (the last axis fastest); 0 when some axis's lag exceeds 3 (not two
+ * weights of one point). */
+static int lag_of(size_t a, size_t b, int d, const size_t *m, size_t *li) {
+  *li = 0;
+  size_t stride = 1;
+  for (int k = d - 1; k >= 0; k--, stride *= SKI_LAGS) {
+    long l = (long)(a % m[k]) - (long)(b % m[k]);
+    a /= m[k], b /= m[k];
+    if (l < -SKI_LAG_MAX || l > SKI_LAG_MAX) return 0;
+    *li += (size_t)(l + SKI_LAG_MAX) * stride;
+  }
+  return 1;
+}
+
+/* Lag index li's pair a(l) = max(l, 0), b(l) = max(−l, 0) per axis
+ * (flattened grid indices), and b's index among the 4^d such b. */
+static void lag_pair(size_t li, int d, const size_t *m, size_t *a, size_t *b, size_t *bj) {
+  size_t lag[INTERP_MAX_DIM];
+  for (int k = d - 1; k >= 0; k--) lag[k] = li % SKI_LAGS, li /= SKI_LAGS;
+  *a = *b = *bj = 0;
+  for (int k = 0; k < d; k++) {
+    long lk = (long)lag[k] - SKI_LAG_MAX;
+    size_t ak = lk > 0 ? (size_t)lk : 0, bk = lk < 0 ? (size_t)-lk : 0;
+    *a = *a * m[k] + ak, *b = *b * m[k] + bk, *bj = *bj * (SKI_LAG_MAX + 1) + bk;
+  }
+}
+
 /* The diagonal of (W1·K)·W2ᵀ, SKI's covariance, from the rows of W1 and W2:
  * d_i = Σ_ab W1_ia·W2_ib·K_ab, (4^d)² entries of K per row, where the
  * generic rule would multiply by every unit vector (n products). */
@@ -186,21 +238,37 @@ static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *re
   const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
   int (*entry)(lt_context *, lt_tensor *, size_t, size_t, double *) = K->type->entry;
   if (entry == NULL) return LT_NOT_IMPLEMENTED;
+  /* K_grid's entries at the 7^d lags a row's pairs can have, when they
+   * depend on the lag only: one table, where entry by entry a Kronecker
+   * product dispatches a lookup per factor ((4^d)² entries a row) */
+  size_t m[INTERP_MAX_DIM], a, b, bj;
+  double tab[SKI_LAGS * SKI_LAGS * SKI_LAGS];
+  int d = grid_axes_of(K, m);
+  size_t nlag = 1;
+  for (int k = 0; k < d; k++) nlag *= SKI_LAGS;
+  for (size_t li = 0; d > 0 && li < nlag; li++) {
+    lag_pair(li, d, m, &a, &b, &bj);
+    tab[li] = NAN; /* a lag the grid cannot hold never occurs */
+    if (a < K->shape[0] && b < K->shape[0] && entry(ctx, K, a, b, &tab[li]) != LT_OK) return LT_ERR;
+  }
   lt_tensor *out = lt_dense_vector(ctx, p1->n);
   if (out == NULL) return LT_ERR;
-  double *d = lt_dense_data(out);
+  double *dv = lt_dense_data(out);
   for (size_t i = 0; i < p1->n; i++) {
     double s = 0.0;
     for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
       for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
         double kab;
-        if (entry(ctx, K, p1->cols[q], p2->cols[r], &kab) != LT_OK) {
+        size_t li;
+        if (d > 0 && lag_of(p1->cols[q], p2->cols[r], d, m, &li)) {
+          kab = tab[li];
+        } else if (entry(ctx, K, p1->cols[q], p2->cols[r], &kab) != LT_OK) {
           lt_release(ctx, out);
           return LT_ERR;
         }
         s += p1->vals[q] * p2->vals[r] * kab;
       }
-    d[i] = s;
+    dv[i] = s;
   }
   res->t[0] = out;
   return LT_OK;
@@ -246,28 +314,6 @@ int lt_ski_row(lt_context *ctx, lt_tensor *prod, size_t i, double *out) {
 
 /* ------------------------------------ W·K·Wᵀ against a diagonal cotangent */
 
-/* The points per axis of a K_grid whose entries depend on a − b only (the
- * grid indices' difference, axis by axis): a Toeplitz matrix, or a
- * Kronecker product of them (first axis slowest, as interp numbers the
- * grid). Returns the number of axes, or 0 when K is not of that form. */
-static int grid_axes_of(const lt_tensor *K, size_t m[INTERP_MAX_DIM]) {
-  if (K->type_id == LT_TYPE_TOEPLITZ) {
-    m[0] = K->shape[0];
-    return 1;
-  }
-  if (K->type_id != LT_TYPE_KRON || K->nchildren > INTERP_MAX_DIM) return 0;
-  for (int k = 0; k < K->nchildren; k++) {
-    const lt_tensor *f = K->children[k];
-    if (f->type_id != LT_TYPE_TOEPLITZ || f->shape[0] != f->shape[1]) return 0;
-    m[k] = f->shape[0];
-  }
-  return K->nchildren;
-}
-
-/* Lags per axis between two of one row's interpolation points: −3...3. */
-#define SKI_LAGS 7
-#define SKI_LAG_MAX 3
-
 /* <diag(δ), (W1·K)·W2ᵀ> = <M, K> with M = W1ᵀ·diag(δ)·W2, and for a K whose
  * entries depend on a − b only that is Σ_l S_l·f(l), S_l the sum of M's
  * entries at lag l (|l| ≤ 3 per axis: a row's weights span 4 points). The
@@ -292,16 +338,9 @@ int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta
     if (delta[i] == 0.0) continue;
     for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
       for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
-        /* the lag of grid points cols[q] and cols[r], axis by axis */
-        size_t a = p1->cols[q], b = p2->cols[r], li = 0;
-        int far = 0;
-        for (int k = d - 1, stride = 1; k >= 0; k--, stride *= SKI_LAGS) {
-          long l = (long)(a % m[k]) - (long)(b % m[k]);
-          a /= m[k], b /= m[k];
-          if (l < -SKI_LAG_MAX || l > SKI_LAG_MAX) far = 1;
-          li += (size_t)((l + SKI_LAG_MAX) * stride);
-        }
-        if (far) return LT_NOT_IMPLEMENTED; /* not the cubic weights of one point */
+        size_t li;
+        if (!lag_of(p1->cols[q], p2->cols[r], d, m, &li))
+          return LT_NOT_IMPLEMENTED; /* not the cubic weights of one point */
         S[li] += delta[i] * p1->vals[q] * p2->vals[r];
       }
   }
@@ -311,17 +350,10 @@ int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta
   if (R != NULL) {
     double *l = lt_dense_data(L), *rr = lt_dense_data(R);
     for (size_t li = 0; li < nlag; li++) {
-      /* a(l) = max(l, 0) and b(l) = max(−l, 0) per axis, flattened */
-      size_t a = 0, b = 0, bj = 0, rest = li;
-      size_t lag[INTERP_MAX_DIM];
-      for (int k = d - 1; k >= 0; k--) lag[k] = rest % SKI_LAGS, rest /= SKI_LAGS;
-      for (int k = 0; k < d; k++) {
-        long lk = (long)lag[k] - SKI_LAG_MAX;
-        size_t ak = lk > 0 ? (size_t)lk : 0, bk = lk < 0 ? (size_t)-lk : 0;
-        a = a * m[k] + ak, b = b * m[k] + bk, bj = bj * (SKI_LAG_MAX + 1) + bk;
-      }
       /* a lag that occurs fits the grid (it is that of two grid points) */
       if (S[li] == 0.0) continue;
+      size_t a, b, bj;
+      lag_pair(li, d, m, &a, &b, &bj);
       l[a * nb + bj] += S[li];
       rr[b * nb + bj] = 1.0;
     }
