@@ -61,6 +61,18 @@ describe("the preconditioner of structured sums", function()
     end
   end)
 
+  it("takes SKI's diagonal from K_grid's lags, as its dense form has it", function()
+    for _, case in ipairs({{1, 50}, {2, 12}}) do
+      local d, m = case[1], case[2]
+      local K = ski(300, d, m, {0.3, 0.4})
+      local Kd = ski(300, d, m, {0.3, 0.4}, {true, true}) -- dense factors: entry by entry
+      local want = K:dense():diagonal()
+      assert.is_true((K:diagonal() - want):abs():max() <= 1e-12 * want:abs():max())
+      assert.is_true((Kd:diagonal() - want):abs():max() <= 1e-12 * want:abs():max())
+      assert.is_true(want:min() > 0)
+    end
+  end)
+
   it("that cannot be built says why in info, and the solve is still right", function()
     local n = 300
     local K = ski(n, 1, 40, {0.3})
