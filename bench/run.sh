@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/run.sh [W1 ... W7 W9]: build the C baselines, run each workload's
+# bench/run.sh [W1 ... W7 W9 R3]: build the C baselines, run each workload's
 # baseline and then its Lua script, single-threaded, print every JSON line
 # (also kept in bench/last_run.jsonl), then the summary of ratios. Run from anywhere; it
 # works in the repository root, where `make` leaves lazytensor.so.
@@ -10,6 +10,10 @@
 #   BENCH_TIMEOUT=s    per program (default 200)
 #   BENCH_OUT=file     where the JSON lines go (default bench/last_run.jsonl)
 #   CC, LUA            compiler (cc) and interpreter (lua5.4)
+#
+# R3 (only when named: several minutes) is issue 25's before/after set:
+# kernel_flops, gp_predict, bo_loop, ski_precond, ski_predict, cv_default
+# (n = 2000, 3 seeds) and stochastic_fit (bench/RESULTS.md, "Issue 25").
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,8 +30,8 @@ WORKLOADS=${*:-W1 W2 W3 W4 W5 W6 W7 W9}
 
 for w in $WORKLOADS; do
   case $w in
-    W[1-7] | W9) ;;
-    *) echo "bench/run.sh: unknown workload $w (W1 ... W7, W9)" >&2; exit 1 ;;
+    W[1-7] | W9 | R3) ;;
+    *) echo "bench/run.sh: unknown workload $w (W1 ... W7, W9, R3)" >&2; exit 1 ;;
   esac
 done
 
@@ -75,6 +79,16 @@ round=0
 while [ "$round" -lt "$ROUNDS" ]; do
   round=$((round + 1))
   for w in $WORKLOADS; do
+    if [ "$w" = R3 ]; then
+      run R3 lazytensor "$LUA" bench/kernel_flops.lua
+      run R3 lazytensor "$LUA" bench/gp_predict.lua
+      run R3 lazytensor "$LUA" bench/bo_loop.lua
+      run R3 lazytensor "$LUA" bench/ski_precond.lua 20000 1 2000
+      run R3 lazytensor "$LUA" bench/ski_predict.lua
+      run R3 lazytensor env CV_SEEDS=3 "$LUA" bench/cv_default.lua 2000
+      run R3 lazytensor "$LUA" bench/stochastic_fit.lua
+      continue
+    fi
     case $w in
       W1) s=w1_overhead ;;
       W2) s=w2_kron ;;

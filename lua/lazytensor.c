@@ -461,6 +461,18 @@ void ltb_push_info(lua_State *L, const lt_info *info) {
     lua_pushinteger(L, info->preconditioner_rank);
     lua_setfield(L, -2, "preconditioner_rank");
   }
+  if (info->method && info->no_preconditioner) {
+    lua_pushstring(L, info->no_preconditioner);
+    lua_setfield(L, -2, "no_preconditioner");
+  }
+  if (info->method && info->control_variate_rank > 0) {
+    lua_pushinteger(L, info->control_variate_rank);
+    lua_setfield(L, -2, "control_variate_rank");
+  }
+  if (info->method && info->no_control_variate) {
+    lua_pushstring(L, info->no_control_variate);
+    lua_setfield(L, -2, "no_control_variate");
+  }
   ltb_check_pending(L);
 }
 

@@ -184,6 +184,21 @@ describe("optim.lbfgs", function()
     assert.is_false(info.converged)
   end)
 
+  it("searches by backtracking on the value when asked (line_search)", function()
+    local values = {}
+    local x, v, info = optim.lbfgs(rosenbrock, { -1.2, 1 }, {
+      line_search = "backtracking", max_iter = 500,
+      callback = function(_, fx) values[#values + 1] = fx end,
+    })
+    assert.is_true(info.converged, info.reason)
+    assert_all_near({ 1, 1 }, x, 1e-4)
+    assert.is_true(v < 1e-8)
+    -- every accepted step lowers f
+    for i = 2, #values do assert.is_true(values[i] < values[i - 1]) end
+    local xq = optim.lbfgs(quadratic, { 0, 0, 0, 0 }, { line_search = "backtracking" })
+    assert_all_near(xstar, xq, 1e-5)
+  end)
+
   it("raises lazytensor errors on bad input", function()
     local function err_of(fn)
       local ok, e = pcall(fn)
@@ -202,6 +217,8 @@ describe("optim.lbfgs", function()
       err_of(function() optim.lbfgs(rosenbrock, { 1, 1 }, { history = 0 }) end))
     assert.matches("^lazytensor: lbfgs: opts.c1 must be smaller than opts.c2",
       err_of(function() optim.lbfgs(rosenbrock, { 1, 1 }, { c1 = 0.5, c2 = 0.4 }) end))
+    assert.matches("^lazytensor: lbfgs: opts.line_search must be 'strong_wolfe' or 'backtracking'",
+      err_of(function() optim.lbfgs(rosenbrock, { 1, 1 }, { line_search = "wolfe" }) end))
     assert.matches("^lazytensor: adam: opts.lr must be a number > 0",
       err_of(function() optim.adam(rosenbrock, { 1, 1 }, { lr = -1 }) end))
     assert.matches("^lazytensor: adam: opts.callback must be a function",

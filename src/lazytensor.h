@@ -528,12 +528,17 @@ typedef struct lt_info {
   const char *method; /* static string: "cholesky", "lu", "cg", "slq", ... */
   int iterations;
   double residual;
-  int converged;           /* 1 or 0 */
-  double jitter;           /* cholesky: what was added to the diagonal (0 when none) */
-  double std_error;        /* stochastic estimates (SLQ logdet): standard error of
-                              the mean over probes; 0 for deterministic results */
-  int preconditioner_rank; /* CG / SLQ with a pivoted-Cholesky preconditioner:
-                              its rank (0: none) */
+  int converged;                  /* 1 or 0 */
+  double jitter;                  /* cholesky: what was added to the diagonal (0 when none) */
+  double std_error;               /* stochastic estimates (SLQ logdet): standard error of
+                                     the mean over probes; 0 for deterministic results */
+  int preconditioner_rank;        /* CG / SLQ with a pivoted-Cholesky preconditioner:
+                                     its rank (0: none) */
+  const char *no_preconditioner;  /* CG / SLQ asked for a preconditioner and got none:
+                                     why (a static string), else NULL */
+  int control_variate_rank;       /* stochastic gradients: the control variate's rank
+                                     (0: none used) */
+  const char *no_control_variate; /* one was asked for and not used: why (static) */
 } lt_info;
 
 typedef struct lt_args {

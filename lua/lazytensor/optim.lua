@@ -187,6 +187,22 @@ local function wolfe_search(obj, x, d, phi0, dphi0, alpha1, ls)
   return nil
 end
 
+-- Backtracking on the value alone: the first of alpha1, alpha1/2, ... (at
+-- most ls.max_steps) where f decreases. For objectives whose gradient is an
+-- estimate rather than the value's exact derivative (a stochastic MLL with
+-- fixed probes: the gradient's trace estimate is not the derivative of the
+-- SLQ log-determinant), where the Wolfe conditions, which compare slopes
+-- with values, can fail at every step length although f decreases.
+local function backtracking_search(obj, x, d, phi0, alpha1, ls)
+  local alpha = alpha1
+  for _ = 1, ls.max_steps do
+    local t = trial(obj, x, d, alpha)
+    if t.ok and t.value < phi0 then return t end
+    alpha = 0.5 * alpha
+  end
+  return nil
+end
+
 -------------------------------------------------------------------------------
 -- L-BFGS
 
@@ -270,6 +286,11 @@ local function lbfgs_options(opts)
   if (opts.c1 or 1e-4) >= (opts.c2 or 0.9) then
     error("lazytensor: lbfgs: opts.c1 must be smaller than opts.c2", 0)
   end
+  local search = opts.line_search or "strong_wolfe"
+  if search ~= "strong_wolfe" and search ~= "backtracking" then
+    error("lazytensor: lbfgs: opts.line_search must be 'strong_wolfe' or 'backtracking', got "
+          .. tostring(search), 0)
+  end
   return {
     m = opts.history or 10,
     max_iter = opts.max_iter or 200,
@@ -278,6 +299,7 @@ local function lbfgs_options(opts)
     ftol = opts.ftol or 1e-12,
     xtol = opts.xtol or 1e-12,
     ls = { c1 = opts.c1 or 1e-4, c2 = opts.c2 or 0.9, max_steps = opts.max_ls or 25 },
+    backtracking = search == "backtracking",
   }
 end
 
@@ -285,7 +307,10 @@ end
 -- opts: maximize, history (10), max_iter (200), max_eval (unlimited),
 -- gtol (1e-6, on the gradient's Euclidean norm), ftol (1e-12, relative change
 -- of the value), xtol (1e-12, largest change of a coordinate relative to
--- max(1, |x|)), c1 (1e-4), c2 (0.9), max_ls (25 evaluations per search), callback.
+-- max(1, |x|)), c1 (1e-4), c2 (0.9), max_ls (25 evaluations per search),
+-- line_search ("strong_wolfe", or "backtracking": the first of 1, 1/2, ...
+-- times the step where f decreases, for a gradient that is only an estimate
+-- of f's derivative), callback.
 -- Stopping on ftol leaves x about sqrt(ftol) from the minimiser (f is flat
 -- there); lower ftol for more accurate x. When f no longer changes in floating
 -- point, no step can decrease it and the run ends with reason "line_search".
@@ -315,10 +340,14 @@ function optim.lbfgs(f, x0, opts)
     end
     -- Without curvature information, a first step of unit length in x.
     local alpha1 = (#hist == 0) and math.min(1, 1 / inf_norm(g)) or 1
-    local t = wolfe_search(obj, x, d, fx, dphi0, alpha1, o.ls)
+    local function search(dir, slope, a1)
+      if o.backtracking then return backtracking_search(obj, x, dir, fx, a1, o.ls) end
+      return wolfe_search(obj, x, dir, fx, slope, a1, o.ls)
+    end
+    local t = search(d, dphi0, alpha1)
     if not t and #hist > 0 then -- retry once along steepest descent
       hist, d = {}, lbfgs_direction(g, {})
-      t = wolfe_search(obj, x, d, fx, dot(g, d), math.min(1, 1 / inf_norm(g)), o.ls)
+      t = search(d, dot(g, d), math.min(1, 1 / inf_norm(g)))
     end
     if not t then reason = "line_search" break end
 

@@ -199,6 +199,9 @@ typedef struct lt_precond {
   double *d; /* n */
   double *C; /* k×k lower Cholesky factor of I + LᵀD⁻¹L */
   double logdet;
+  double residual_trace; /* tr(K − L·Lᵀ) the factor leaves of K (A = K + D), set by
+                            who builds P from a factorisation; NAN when unknown */
+  const char *missing;   /* no P could be built: why (a static string), else NULL */
 } lt_precond;
 
 /* Copies L (n×k, leading dimension ldl) and d. */

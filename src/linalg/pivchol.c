@@ -131,6 +131,7 @@ static int precond_factor(lt_context *ctx, lt_precond *P) {
 int lt_precond_init(lt_context *ctx, lt_precond *P, size_t n, int k, const double *L, size_t ldl,
                     const double *d) {
   memset(P, 0, sizeof *P);
+  P->residual_trace = NAN;
   if (k < 0) return lt_error(ctx, "preconditioner: negative rank");
   for (size_t i = 0; i < n; i++)
     if (!(d[i] > 0.0) || !isfinite(d[i]))

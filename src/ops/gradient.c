@@ -172,7 +172,7 @@ static int solve_all(lt_context *ctx, lt_tensor *a, estimate *e, const lt_tensor
     return LT_ERR;
   }
   if (e->have_p) *logdet += e->P.logdet;
-  info->preconditioner_rank = e->have_p ? e->P.k : 0;
+  lt_precond_info(info, &e->P, e->have_p);
   double q = 0.0;
   for (size_t i = 0; i < e->n; i++)
     for (size_t j = 0; j < e->kb; j++) q += e->R[i * e->k + j] * e->X[i * e->k + j];
@@ -306,7 +306,14 @@ static int stochastic_weights(lt_context *ctx, lt_tensor *a, lt_tensor *B, int c
   if (!e.R || !e.X || !e.T || lt_tridiag_alloc(ctx, e.T, e.t, e.max_iter) != LT_OK) goto done;
   e.have_t = 1;
   if (solve_all(ctx, a, &e, B, inv_quad, logdet, info) != LT_OK) goto done;
-  if (weights(ctx, a, &e, cv_rank > 0 && e.have_p, w) != LT_OK) goto done;
+  /* the control variate only where it cuts the variance (iterative.c) */
+  int use_cv = cv_rank > 0 && e.have_p && lt_control_variate_useful(&e.P);
+  info->control_variate_rank = use_cv ? e.P.k : 0;
+  if (cv_rank > 0 && !use_cv)
+    info->no_control_variate = e.have_p
+                                   ? "the factor leaves more than a tenth of the noise's trace of K"
+                                   : "no preconditioner to make it of";
+  if (weights(ctx, a, &e, use_cv, w) != LT_OK) goto done;
   /* A⁻¹b: the first kb columns of X */
   lt_tensor *Xb = lt_dense_matrix(ctx, e.n, e.kb);
   if (Xb == NULL) goto done;

@@ -17,6 +17,7 @@
  * rule).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../core/grad.h"
@@ -125,9 +126,10 @@ const lt_type lt_interp_type = {
 
 /* ------------------------------------------------------ W·K·Wᵀ diagonal */
 
-/* The parts of (W1·K)·W2ᵀ (W1, W2 interp, K any operator), or 0. */
+/* The parts of (W1·K)·W2ᵀ (W1, W2 interp, K any operator), or 0; square or
+ * not (a cross-covariance W*·K·Wᵀ). */
 static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_tensor **w2) {
-  if (prod->nchildren != 2 || prod->shape[0] != prod->shape[1]) return 0;
+  if (prod->nchildren != 2) return 0;
   const lt_tensor *left = prod->children[0], *t = prod->children[1];
   if (t->type_id != LT_TYPE_TRANSPOSE || t->nchildren != 1 ||
       t->children[0]->type != &lt_interp_type)
@@ -139,22 +141,91 @@ static int ski_parts(const lt_tensor *prod, lt_tensor **w1, lt_tensor **K, lt_te
   return 1;
 }
 
-/* The dense (W1·K)·W2ᵀ as W1·(K·W2ᵀ): K only ever multiplies the g×n
- * dense W2ᵀ, where the generic rule would form K itself (g×g: 800 MB for a
- * 100×100 grid's Kronecker product). */
+/* Wᵀ as a dense g×n matrix, scattered from W's rows (a product with the
+ * n×n identity would cost n² memory). */
+static lt_tensor *interp_dense_t(lt_context *ctx, const lt_tensor *w) {
+  const interp_payload *p = payload_of(w);
+  lt_tensor *out = lt_dense_zeros(ctx, 2, (size_t[]){p->g, p->n});
+  if (out == NULL) return NULL;
+  double *o = lt_dense_data(out);
+  for (size_t i = 0; i < p->n; i++)
+    for (size_t q = p->rowptr[i]; q < p->rowptr[i + 1]; q++) o[p->cols[q] * p->n + i] += p->vals[q];
+  return out;
+}
+
+/* The dense (W1·K)·W2ᵀ (n1×n2) from the smaller side: W1·(K·W2ᵀ) when
+ * n2 ≤ n1, else (W2·(Kᵀ·W1ᵀ))ᵀ — K only ever multiplies a g×min(n1, n2)
+ * dense Wᵀ, where the generic rule would form K itself (g×g: 800 MB for a
+ * 100×100 grid's Kronecker product), and a cross-covariance of a few test
+ * points against n training points never makes a g×n matrix. */
 static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *w1, *K, *w2;
   if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
-  lt_tensor *eye = lt_dense_eye(ctx, w2->shape[0]);
-  lt_tensor *w2t = eye ? lt_apply_t(ctx, w2, eye) : NULL; /* g×n */
-  lt_release(ctx, eye);
-  lt_tensor *kw = w2t ? lt_apply(ctx, K, w2t) : NULL;
-  lt_release(ctx, w2t);
-  lt_tensor *out = kw ? lt_apply(ctx, w1, kw) : NULL;
+  int flip = w1->shape[0] < w2->shape[0];
+  lt_tensor *wt = interp_dense_t(ctx, flip ? w1 : w2); /* g × min(n1, n2) */
+  lt_tensor *kw = wt ? (flip ? lt_apply_t(ctx, K, wt) : lt_apply(ctx, K, wt)) : NULL;
+  lt_release(ctx, wt);
+  lt_tensor *side = kw ? lt_apply(ctx, flip ? w2 : w1, kw) : NULL;
   lt_release(ctx, kw);
-  res->t[0] = out;
-  return out ? LT_OK : LT_ERR;
+  lt_tensor *out = side == NULL ? NULL : flip ? lt_dense_transpose(ctx, side) : lt_retain(side);
+  lt_release(ctx, side);
+  lt_tensor *c = out ? lt_dense_contiguous(ctx, out) : NULL;
+  lt_release(ctx, out);
+  res->t[0] = c;
+  return c ? LT_OK : LT_ERR;
+}
+
+/* ------------------------------------------------- K_grid's lag structure */
+
+/* The points per axis of a K_grid whose entries depend on a − b only (the
+ * grid indices' difference, axis by axis): a Toeplitz matrix, or a
+ * Kronecker product of them (first axis slowest, as interp numbers the
+ * grid). Returns the number of axes, or 0 when K is not of that form. */
+static int grid_axes_of(const lt_tensor *K, size_t m[INTERP_MAX_DIM]) {
+  if (K->type_id == LT_TYPE_TOEPLITZ) {
+    m[0] = K->shape[0];
+    return 1;
+  }
+  if (K->type_id != LT_TYPE_KRON || K->nchildren > INTERP_MAX_DIM) return 0;
+  for (int k = 0; k < K->nchildren; k++) {
+    const lt_tensor *f = K->children[k];
+    if (f->type_id != LT_TYPE_TOEPLITZ || f->shape[0] != f->shape[1]) return 0;
+    m[k] = f->shape[0];
+  }
+  return K->nchildren;
+}
+
+/* Lags per axis between two of one row's interpolation points: −3...3. */
+#define SKI_LAGS 7
+#define SKI_LAG_MAX 3
+
+/* The lag of grid points a and b, axis by axis, as an index into 7^d lags
+ * (the last axis fastest); 0 when some axis's lag exceeds 3 (not two
+ * weights of one point). */
+static int lag_of(size_t a, size_t b, int d, const size_t *m, size_t *li) {
+  *li = 0;
+  size_t stride = 1;
+  for (int k = d - 1; k >= 0; k--, stride *= SKI_LAGS) {
+    long l = (long)(a % m[k]) - (long)(b % m[k]);
+    a /= m[k], b /= m[k];
+    if (l < -SKI_LAG_MAX || l > SKI_LAG_MAX) return 0;
+    *li += (size_t)(l + SKI_LAG_MAX) * stride;
+  }
+  return 1;
+}
+
+/* Lag index li's pair a(l) = max(l, 0), b(l) = max(−l, 0) per axis
+ * (flattened grid indices), and b's index among the 4^d such b. */
+static void lag_pair(size_t li, int d, const size_t *m, size_t *a, size_t *b, size_t *bj) {
+  size_t lag[INTERP_MAX_DIM];
+  for (int k = d - 1; k >= 0; k--) lag[k] = li % SKI_LAGS, li /= SKI_LAGS;
+  *a = *b = *bj = 0;
+  for (int k = 0; k < d; k++) {
+    long lk = (long)lag[k] - SKI_LAG_MAX;
+    size_t ak = lk > 0 ? (size_t)lk : 0, bk = lk < 0 ? (size_t)-lk : 0;
+    *a = *a * m[k] + ak, *b = *b * m[k] + bk, *bj = *bj * (SKI_LAG_MAX + 1) + bk;
+  }
 }
 
 /* The diagonal of (W1·K)·W2ᵀ, SKI's covariance, from the rows of W1 and W2:
@@ -163,28 +234,135 @@ static int rule_ski_dense(lt_context *ctx, const lt_args *args, lt_result *res, 
 static int rule_ski_diagonal(lt_context *ctx, const lt_args *args, lt_result *res, void *ud) {
   (void)ud;
   lt_tensor *w1, *K, *w2;
-  if (!ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
+  if (!lt_is_square(args->a) || !ski_parts(args->a, &w1, &K, &w2)) return LT_NOT_IMPLEMENTED;
   const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
   int (*entry)(lt_context *, lt_tensor *, size_t, size_t, double *) = K->type->entry;
   if (entry == NULL) return LT_NOT_IMPLEMENTED;
+  /* K_grid's entries at the 7^d lags a row's pairs can have, when they
+   * depend on the lag only: one table, where entry by entry a Kronecker
+   * product dispatches a lookup per factor ((4^d)² entries a row) */
+  size_t m[INTERP_MAX_DIM], a, b, bj;
+  double tab[SKI_LAGS * SKI_LAGS * SKI_LAGS];
+  int d = grid_axes_of(K, m);
+  size_t nlag = 1;
+  for (int k = 0; k < d; k++) nlag *= SKI_LAGS;
+  for (size_t li = 0; d > 0 && li < nlag; li++) {
+    lag_pair(li, d, m, &a, &b, &bj);
+    tab[li] = NAN; /* a lag the grid cannot hold never occurs */
+    if (a < K->shape[0] && b < K->shape[0] && entry(ctx, K, a, b, &tab[li]) != LT_OK) return LT_ERR;
+  }
   lt_tensor *out = lt_dense_vector(ctx, p1->n);
   if (out == NULL) return LT_ERR;
-  double *d = lt_dense_data(out);
+  double *dv = lt_dense_data(out);
   for (size_t i = 0; i < p1->n; i++) {
     double s = 0.0;
     for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
       for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
         double kab;
-        if (entry(ctx, K, p1->cols[q], p2->cols[r], &kab) != LT_OK) {
+        size_t li;
+        if (d > 0 && lag_of(p1->cols[q], p2->cols[r], d, m, &li)) {
+          kab = tab[li];
+        } else if (entry(ctx, K, p1->cols[q], p2->cols[r], &kab) != LT_OK) {
           lt_release(ctx, out);
           return LT_ERR;
         }
         s += p1->vals[q] * p2->vals[r] * kab;
       }
-    d[i] = s;
+    dv[i] = s;
   }
   res->t[0] = out;
   return LT_OK;
+}
+
+int lt_is_ski_product(const lt_tensor *prod) {
+  lt_tensor *w1, *K, *w2;
+  return prod->type_id == LT_TYPE_PRODUCT && lt_is_square(prod) && ski_parts(prod, &w1, &K, &w2) &&
+         K->type->row != NULL;
+}
+
+/* Row i of (W1·K)·W2ᵀ is W2·v with v = Σ_a W1_ia·K[a, :] (the 4^d rows of K
+ * that W1's row i weighs): 4^d rows of K and one pass over W2's nonzeros,
+ * where a product with the unit vector e_i would pass over W2 and W1 and
+ * multiply by all of K. */
+int lt_ski_row(lt_context *ctx, lt_tensor *prod, size_t i, double *out) {
+  lt_tensor *w1, *K, *w2;
+  if (!lt_is_ski_product(prod)) return lt_error(ctx, "ski row: not a W·K·Wᵀ product");
+  const interp_payload *p1 = payload_of(w1 = prod->children[0]->children[0]);
+  (void)w1;
+  K = prod->children[0]->children[1];
+  w2 = prod->children[1]->children[0];
+  const interp_payload *p2 = payload_of(w2);
+  size_t g = K->shape[1];
+  double *v = lt_calloc(ctx, 2 * g, sizeof *v);
+  if (v == NULL) return LT_ERR;
+  double *krow = v + g;
+  int rc = LT_OK;
+  for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1] && rc == LT_OK; q++) {
+    if ((rc = K->type->row(ctx, K, p1->cols[q], krow)) != LT_OK) break;
+    double w = p1->vals[q];
+    for (size_t c = 0; c < g; c++) v[c] += w * krow[c];
+  }
+  if (rc == LT_OK)
+    for (size_t j = 0; j < p2->n; j++) {
+      double s = 0.0;
+      for (size_t q = p2->rowptr[j]; q < p2->rowptr[j + 1]; q++) s += p2->vals[q] * v[p2->cols[q]];
+      out[j] = s;
+    }
+  lt_free(ctx, v, 2 * g * sizeof *v);
+  return rc;
+}
+
+/* ------------------------------------ W·K·Wᵀ against a diagonal cotangent */
+
+/* <diag(δ), (W1·K)·W2ᵀ> = <M, K> with M = W1ᵀ·diag(δ)·W2, and for a K whose
+ * entries depend on a − b only that is Σ_l S_l·f(l), S_l the sum of M's
+ * entries at lag l (|l| ≤ 3 per axis: a row's weights span 4 points). The
+ * cotangent handed to K is then Σ_l S_l·e_a(l)·e_b(l)ᵀ with a(l) − b(l) = l
+ * (b per axis max(−l, 0), 4^d values): the same inner product with every
+ * such K, hence with every derivative of K's parameters, as a low-rank
+ * L·Rᵀ of 4^d columns, where the dense n×n diagonal would cost n² (the
+ * control variate of a stochastic gradient brings one, gradient.c). */
+int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta,
+                           lt_paramset *grads) {
+  lt_tensor *w1, *K, *w2;
+  size_t m[INTERP_MAX_DIM];
+  if (prod->type_id != LT_TYPE_PRODUCT || !lt_is_square(prod) || !ski_parts(prod, &w1, &K, &w2))
+    return LT_NOT_IMPLEMENTED;
+  int d = grid_axes_of(K, m);
+  if (d == 0) return LT_NOT_IMPLEMENTED;
+  const interp_payload *p1 = payload_of(w1), *p2 = payload_of(w2);
+  size_t nlag = 1, nb = 1, g = K->shape[0];
+  for (int k = 0; k < d; k++) nlag *= SKI_LAGS, nb *= SKI_LAG_MAX + 1;
+  double S[SKI_LAGS * SKI_LAGS * SKI_LAGS] = {0};
+  for (size_t i = 0; i < p1->n; i++) {
+    if (delta[i] == 0.0) continue;
+    for (size_t q = p1->rowptr[i]; q < p1->rowptr[i + 1]; q++)
+      for (size_t r = p2->rowptr[i]; r < p2->rowptr[i + 1]; r++) {
+        size_t li;
+        if (!lag_of(p1->cols[q], p2->cols[r], d, m, &li))
+          return LT_NOT_IMPLEMENTED; /* not the cubic weights of one point */
+        S[li] += delta[i] * p1->vals[q] * p2->vals[r];
+      }
+  }
+  lt_tensor *L = lt_dense_zeros(ctx, 2, (size_t[]){g, nb});
+  lt_tensor *R = L ? lt_dense_zeros(ctx, 2, (size_t[]){g, nb}) : NULL;
+  int rc = LT_ERR;
+  if (R != NULL) {
+    double *l = lt_dense_data(L), *rr = lt_dense_data(R);
+    for (size_t li = 0; li < nlag; li++) {
+      /* a lag that occurs fits the grid (it is that of two grid points) */
+      if (S[li] == 0.0) continue;
+      size_t a, b, bj;
+      lag_pair(li, d, m, &a, &b, &bj);
+      l[a * nb + bj] += S[li];
+      rr[b * nb + bj] = 1.0;
+    }
+    lt_cotangent w = ltg_lowrank(L, R);
+    rc = lt_bilinear_derivative(ctx, K, &w, grads);
+  }
+  lt_release(ctx, L);
+  lt_release(ctx, R);
+  return rc;
 }
 
 int lt_register_interp_rules(lt_context *ctx) {

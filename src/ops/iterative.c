@@ -132,11 +132,13 @@ static int diag_of(lt_context *ctx, lt_tensor *t, double *d) {
   return rc;
 }
 
-/* Row i of one summand: its own row function, or a product with e_i
- * (column i, which is row i for the symmetric summands we precondition). */
+/* Row i of one summand: its own row function, SKI's from its parts, or a
+ * product with e_i (column i, which is row i for the symmetric summands we
+ * precondition). */
 static int part_row(lt_context *ctx, lt_tensor *t, size_t i, double *out) {
   size_t n = t->shape[0];
   if (t->type->row) return t->type->row(ctx, t, i, out);
+  if (lt_is_ski_product(t)) return lt_ski_row(ctx, t, i, out);
   lt_tensor *e = lt_dense_zeros(ctx, 2, (size_t[2]){n, 1});
   if (e == NULL) return LT_ERR;
   lt_dense_data(e)[i] = 1.0;
@@ -162,19 +164,34 @@ static int sum_row(lt_context *ctx, void *ud, size_t i, double *row) {
   return LT_OK;
 }
 
+/* Whether the pivoted Cholesky can have a summand's rows and diagonal at
+ * O(n) or so each: from its entries, or SKI's W·K·Wᵀ from its parts. */
+static int factorable(const lt_tensor *t) { return t->type->entry != NULL || lt_is_ski_product(t); }
+
 /* Fills d with D and s->parts with K's summands. LT_NOT_IMPLEMENTED when A
- * is not of that shape (no preconditioner then). */
-static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double *d, double *kdiag) {
+ * is not of that shape (no preconditioner then; *why says which part of
+ * the shape is missing). */
+static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double *d, double *kdiag,
+                            const char **why) {
   size_t n = a->shape[0];
+  *why = "not a sum K + D of operators and a positive diagonal D";
   if (a->type_id != LT_TYPE_SUM || a->nchildren < 2) return LT_NOT_IMPLEMENTED;
   int ndiag = 0;
   s->nparts = 0;
   for (int c = 0; c < a->nchildren; c++) {
     lt_tensor *t = a->children[c];
     if (!lt_is_square(t) || t->shape[0] != n) return LT_NOT_IMPLEMENTED;
-    if (is_diagonal_op(t)) ndiag++;
-    else if (s->nparts == 8 || t->type->entry == NULL) return LT_NOT_IMPLEMENTED;
-    else s->parts[s->nparts++] = t;
+    if (is_diagonal_op(t)) {
+      ndiag++;
+    } else if (s->nparts == 8) {
+      *why = "K has more than 8 summands";
+      return LT_NOT_IMPLEMENTED;
+    } else if (!factorable(t)) {
+      *why = "a summand of K gives neither entries nor rows cheaply (a lazy product?)";
+      return LT_NOT_IMPLEMENTED;
+    } else {
+      s->parts[s->nparts++] = t;
+    }
   }
   if (ndiag == 0 || s->nparts == 0) return LT_NOT_IMPLEMENTED;
   for (size_t i = 0; i < n; i++) d[i] = kdiag[i] = 0.0;
@@ -184,8 +201,10 @@ static int split_added_diag(lt_context *ctx, lt_tensor *a, split_sum *s, double 
     if (diag_of(ctx, t, s->row_tmp) != LT_OK) return LT_ERR;
     for (size_t i = 0; i < n; i++) acc[i] += s->row_tmp[i];
   }
+  *why = "the diagonal part D is not positive and finite";
   for (size_t i = 0; i < n; i++)
     if (!(d[i] > 0.0) || !isfinite(d[i])) return LT_NOT_IMPLEMENTED;
+  *why = NULL;
   return LT_OK;
 }
 
@@ -263,13 +282,12 @@ static int auto_stop_now(void *ud, int rank, double trace) {
  * K, and each CG step 4·n·k flops a column for M⁻¹ against the n² of a
  * product with A, so k up to AUTO_CAP_SQRT·√n keeps the set-up within a
  * few products and M⁻¹ a small part of each step; the n·k factor stays
- * within AUTO_CAP_DOUBLES (128 MiB), whatever n. When the factor is also
- * a stochastic gradient's control variate, each of its columns is one
- * more column in the gradient's pass over ∂K (about a CG step's column
- * of work, once): AUTO_CAP_SQRT_CV·√n, measured best there (n = 4000,
- * Matérn-5/2 d = 2: rank 128 0.95 s of CPU, 200 1.11 s, 353 1.33 s). */
+ * within AUTO_CAP_DOUBLES (128 MiB), whatever n. The same cap holds when
+ * the factor is also a stochastic gradient's control variate: a lower one
+ * (2·√n, once the default there) cost more CG steps than the control
+ * variate's columns save (bench/cv_default.lua, issue 25: Matérn-5/2 ARD
+ * in 3-d at n = 2000, rank 90 and 134 steps against 269 and 49). */
 #define AUTO_CAP_SQRT 6.0
-#define AUTO_CAP_SQRT_CV 2.0
 #define AUTO_CAP_DOUBLES ((size_t)1 << 24)
 
 static int auto_rank_cap(size_t n, double per_sqrt_n) {
@@ -282,14 +300,13 @@ static int auto_rank_cap(size_t n, double per_sqrt_n) {
 
 /* request ≥ 0: that rank; LT_PRECOND_AUTO: adaptive up to the cap. With
  * cv_rank > 0 the factor is a control variate too: at least cv_rank
- * pivots (unless the trace rule ends it first) and the lower cap. Never
- * more than n. */
+ * pivots (unless the trace rule ends it first). Never more than n. */
 static rank_plan plan_rank(size_t n, int request, int cv_rank) {
   rank_plan p = {request, 0, 0};
   if (request == LT_PRECOND_AUTO) {
     p.adaptive = 1;
     p.min = cv_rank > AUTO_MIN_RANK ? cv_rank : AUTO_MIN_RANK;
-    p.max = auto_rank_cap(n, cv_rank > 0 ? AUTO_CAP_SQRT_CV : AUTO_CAP_SQRT);
+    p.max = auto_rank_cap(n, AUTO_CAP_SQRT);
     if (p.max < p.min) p.max = p.min;
   }
   if ((size_t)p.max > n) p.max = (int)n;
@@ -297,11 +314,12 @@ static rank_plan plan_rank(size_t n, int request, int cv_rank) {
 }
 
 /* The pivoted Cholesky of K (diagonal kdiag, rows by row) as the plan
- * says, for A = K + D. */
+ * says, for A = K + D; *resid gets tr(K − L·Lᵀ). */
 static int planned_factor(lt_context *ctx, const rank_plan *plan, size_t n, const double *d,
-                          const double *kdiag, lt_row_fn row, void *row_ud, double *L, int *rank) {
+                          const double *kdiag, lt_row_fn row, void *row_ud, double *L, int *rank,
+                          double *resid) {
   if (!plan->adaptive)
-    return lt_pivoted_cholesky(ctx, n, kdiag, row, row_ud, plan->max, 0.0, L, rank, NULL);
+    return lt_pivoted_cholesky(ctx, n, kdiag, row, row_ud, plan->max, 0.0, L, rank, resid);
   size_t len = (size_t)plan->max + 1;
   auto_stop st = {n, plan->min, INFINITY, lt_linalg_alloc(ctx, "preconditioner", len)};
   if (st.history == NULL) return LT_ERR;
@@ -312,7 +330,7 @@ static int planned_factor(lt_context *ctx, const rank_plan *plan, size_t n, cons
   }
   st.history[0] = total;
   int rc = lt_pivoted_cholesky_until(ctx, n, kdiag, row, row_ud, plan->max, auto_stop_now, &st, L,
-                                     rank, NULL);
+                                     rank, resid);
   lt_linalg_free(ctx, st.history, len);
   return rc;
 }
@@ -366,12 +384,15 @@ static double pivot_block_min_eig(lt_context *ctx, size_t n, size_t r, int rank,
  * pivots). Any s > 0 gives a valid (SPD) M; a close one gives CG about the
  * iterations of the kernel form. Fills d and L (plan->max columns). */
 static int dense_precond_parts(lt_context *ctx, lt_tensor *a, const rank_plan *plan, double *d,
-                               double *L, int *rank, double *tail) {
+                               double *L, int *rank, double *tail, double *resid,
+                               const char **why) {
   size_t n = a->shape[0];
   *rank = 0;
   if (diag_of(ctx, a, d) != LT_OK) return LT_ERR;
+  *why = "the dense matrix's diagonal is not positive and finite";
   for (size_t i = 0; i < n; i++)
     if (!(d[i] > 0.0) || !isfinite(d[i])) return LT_NOT_IMPLEMENTED;
+  *why = "the dense matrix is too small for a factor of its own";
   size_t base = plan->adaptive && plan->max > SHIFT_BASE_RANK ? SHIFT_BASE_RANK : (size_t)plan->max;
   size_t r1 = base * SHIFT_RANK_FACTOR;
   if (r1 > PIVOT_BLOCK_MAX) r1 = PIVOT_BLOCK_MAX;
@@ -392,17 +413,20 @@ static int dense_precond_parts(lt_context *ctx, lt_tensor *a, const rank_plan *p
   }
   lt_linalg_free(ctx, L1, n * r1);
   if (rc != LT_OK) return LT_ERR;
+  *why = "the dense matrix shows no K + σ²I (no positive residual after pivoting)";
   if (!(s < INFINITY)) return LT_NOT_IMPLEMENTED;
+  *why = NULL;
   rows.shift = s;
   for (size_t i = 0; i < n; i++) tail[i] = d[i] - s; /* A − sI's diagonal */
   for (size_t i = 0; i < n; i++) d[i] = s;
-  return planned_factor(ctx, plan, n, d, tail, shifted_row, &rows, L, rank);
+  return planned_factor(ctx, plan, n, d, tail, shifted_row, &rows, L, rank, resid);
 }
 
 int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int cv_rank,
                                 lt_precond *P, int *have) {
   size_t n = a->shape[0];
   *have = 0;
+  memset(P, 0, sizeof *P);
   rank_plan plan = plan_rank(n, request, cv_rank);
   if (plan.max <= 0) return LT_OK;
   size_t kmax = (size_t)plan.max;
@@ -413,18 +437,24 @@ int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int 
   double *L = lt_linalg_alloc(ctx, "preconditioner", n * kmax);
   s.row_tmp = lt_linalg_alloc(ctx, "preconditioner", n);
   int rc = LT_ERR, rank = 0;
+  double resid = NAN;
+  const char *why = NULL;
   if (d && kdiag && L && s.row_tmp) {
     if (a->type_id == LT_TYPE_DENSE) {
-      rc = dense_precond_parts(ctx, a, &plan, d, L, &rank, kdiag);
+      rc = dense_precond_parts(ctx, a, &plan, d, L, &rank, kdiag, &resid, &why);
     } else {
-      rc = split_added_diag(ctx, a, &s, d, kdiag);
-      if (rc == LT_OK) rc = planned_factor(ctx, &plan, n, d, kdiag, sum_row, &s, L, &rank);
+      rc = split_added_diag(ctx, a, &s, d, kdiag, &why);
+      if (rc == LT_OK) rc = planned_factor(ctx, &plan, n, d, kdiag, sum_row, &s, L, &rank, &resid);
     }
   }
   if (rc == LT_OK) {
     rc = lt_precond_init(ctx, P, n, rank, L, kmax, d);
-    if (rc == LT_OK) *have = 1;
+    if (rc == LT_OK) {
+      P->residual_trace = resid;
+      *have = 1;
+    }
   } else if (rc == LT_NOT_IMPLEMENTED) {
+    P->missing = why ? why : "the operator has no K + D structure to factor";
     rc = LT_OK;
   }
   lt_linalg_free(ctx, d, n);
@@ -432,6 +462,26 @@ int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int 
   lt_linalg_free(ctx, L, n * kmax);
   lt_linalg_free(ctx, s.row_tmp, n);
   return rc;
+}
+
+/* A control variate Q = L·Lᵀ + D + τI made of the factor cuts a stochastic
+ * gradient's variance only while L holds nearly all of K: measured
+ * (bench/cv_default.lua, n = 2000, six kernels and noises) with what the
+ * factor leaves of K's trace at 0.0003, 0.025 and 0.46 times the noise's
+ * trace tr(D), the lengthscale gradient's error shrank 100, 6 and 1.3
+ * times; at 1.2, 4.6 and 13 times it grew 1.6, 1.3 and 2 times (the τI
+ * that stands for the rest then is far from K − L·Lᵀ). */
+#define CV_MAX_RESIDUAL_RATIO 0.1
+
+void lt_precond_info(lt_info *info, const lt_precond *P, int have) {
+  info->preconditioner_rank = have ? P->k : 0;
+  info->no_preconditioner = have ? NULL : P->missing;
+}
+
+int lt_control_variate_useful(const lt_precond *P) {
+  double noise = 0.0;
+  for (size_t i = 0; i < P->n; i++) noise += P->d[i];
+  return P->k > 0 && P->residual_trace <= CV_MAX_RESIDUAL_RATIO * noise;
 }
 
 /* The preconditioner the settings ask for (see lt_iterative_preconditioner). */
@@ -489,7 +539,7 @@ static int solve_columns(lt_context *ctx, const char *op, lt_tensor *a, op_kind 
     if (have) Minv = lt_precond_linop(&P);
     lt_cg_opts o = lt_cg_options(ctx);
     rc = lt_mbcg(ctx, &A, have ? &Minv : NULL, k, B, X, &o, NULL, info);
-    info->preconditioner_rank = have ? P.k : 0;
+    lt_precond_info(info, &P, have);
     if (have) lt_precond_free(ctx, &P);
     if (rc == LT_INDEFINITE && kind == KIND_SYMMETRIC && !need_pd) {
       lt_clear_error(ctx);
@@ -611,7 +661,7 @@ static int inv_quad_logdet(lt_context *ctx, const char *op, lt_tensor *a, const 
     goto done;
   }
   if (have) *logdet += P.logdet;
-  info->preconditioner_rank = have ? P.k : 0;
+  lt_precond_info(info, &P, have);
   double q = 0.0;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < kb; j++) q += R[i * k + j] * X[i * k + j];

@@ -42,8 +42,11 @@
 #define TILE (BLOCK_ROWS * TILE_COLS)
 /* Panel buffers may hold this many doubles (128 MB) in all. */
 #define PANEL_BUDGET ((size_t)16 << 20)
-/* Up to this many columns, kernel_tilemul.c's loops; beyond, BLAS. */
-#define COLUMN_MAX 32
+/* Up to this many columns, kernel_tilemul.c's loops; beyond, BLAS
+ * (bench/kernel_flops.lua, n = 4000, one thread, ns an entry of K·X,
+ * loops / dgemm: d = 2, k = 12 1.33 / 1.33, 16 1.80 / 1.49, 24 2.51 / 1.85,
+ * 32 3.35 / 2.40; d = 10, k = 12 1.70 / 1.61, 16 1.95 / 1.61). */
+#define COLUMN_MAX 12
 /* Fewer entries than this are made on one thread. */
 #define PARALLEL_MIN_ENTRIES ((size_t)1 << 16)
 

@@ -22,11 +22,31 @@
  * of rank `request` (≥ 0), or with request = LT_PRECOND_AUTO of the rank
  * the spectrum asks for. cv_rank > 0: P is a stochastic gradient's control
  * variate too, of at least that rank unless K is captured to below the
- * noise first, and the adaptive cap is lower. P->k is the rank used; *have = 0 when A has no such
- * structure or the rank is 0 (ops/iterative.c). */
+ * noise first. P->k is the rank used; *have = 0 when A has no such
+ * structure (P->missing then says why) or the rank asked for is 0
+ * (ops/iterative.c). */
 struct lt_precond;
 int lt_iterative_preconditioner(lt_context *ctx, lt_tensor *a, int request, int cv_rank,
                                 struct lt_precond *P, int *have);
+
+/* Whether a stochastic gradient's control variate made of P's factor
+ * would cut its variance: P's factor holds K to within half the noise's
+ * trace (ops/iterative.c, CV_MAX_RESIDUAL_RATIO). */
+int lt_control_variate_useful(const struct lt_precond *P);
+/* info's preconditioner fields from P (have: whether P was built): its rank,
+ * or why there is none (P->missing). */
+void lt_precond_info(lt_info *info, const struct lt_precond *P, int have);
+
+/* SKI's (W1·K)·W2ᵀ (W1, W2 interp, K with a row function; ops/interp.c):
+ * whether prod is one, and its row i (n numbers) from 4^d rows of K. */
+int lt_is_ski_product(const lt_tensor *prod);
+int lt_ski_row(lt_context *ctx, lt_tensor *prod, size_t i, double *out);
+/* The bilinear derivative of such a product against diag(delta) (n
+ * numbers) when K's entries depend on the grid lag only (Toeplitz, or a
+ * Kronecker product of them): LT_NOT_IMPLEMENTED otherwise. */
+struct lt_paramset;
+int lt_ski_diag_derivative(lt_context *ctx, lt_tensor *prod, const double *delta,
+                           struct lt_paramset *grads);
 
 /* The signed log-determinant (ops/slogdet.c): the generic and dense rules
  * of LT_OP_SLOGDET. A slogdet rule sets res->x[0] = sign (-1, 0, 1; NaN

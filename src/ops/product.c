@@ -73,6 +73,9 @@ static int product_derivative(lt_context *ctx, lt_tensor *self, const lt_cotange
   switch (ltg_kind_of(w)) {
     case LTG_LOWRANK: return product_lowrank(ctx, a, b, w, grads);
     case LTG_DENSE: return product_dense(ctx, a, b, w, grads);
+    /* SKI's W·K·Wᵀ against a diagonal from the interpolation weights (the
+     * dense fallback would be n×n) */
+    case LTG_DIAG: return lt_ski_diag_derivative(ctx, self, lt_dense_data(w->d), grads);
     default: return LT_NOT_IMPLEMENTED;
   }
 }

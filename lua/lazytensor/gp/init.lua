@@ -218,12 +218,40 @@ local function fresh(entry, now)
          and rawequal(entry.noise, now.noise) and entry.extra == now.extra
 end
 
+-- The structure = "auto" resolves to (gp/structure.lua's kinds, as the
+-- names build takes), kept for the same kernel object: the choice depends
+-- on the points and the kernel's kinds, not on its hyperparameters, and
+-- making it again at every change of them cost more than the MLL (issue 25's
+-- BO loop: 2-d scattered points at n ≤ 50 pass the grid test, and each
+-- rebuild computed a Kronecker candidate in Lua before rejecting it — 16 ms
+-- against 0.17 ms for the MLL and gradient at n = 50).
+local RESOLVED = {toeplitz = "toeplitz", kron = "kron", kron_masked = "kron", kernel = "kernel",
+                  dense = "dense"}
+
 function Model:covariance()
   local now = state(self, false)
   if not fresh(self.cov_state, now) then
-    self.cov = structure.build(self.kernel, self.points,
-                               {structure = self.structure_choice, grid = self.grid,
-                                make_kernel = self.make_kernel})
+    local opts = {structure = self.structure_choice, grid = self.grid,
+                  make_kernel = self.make_kernel}
+    local known = self.resolved_structure
+    local cov
+    if self.structure_choice == "auto" and known and rawequal(known.kernel, self.kernel) then
+      opts.structure = known.kind
+      local ok, built = pcall(structure.build, self.kernel, self.points, opts)
+      if ok then
+        cov = built
+        cov.explain = known.explain -- auto's own words
+      end
+      opts.structure = "auto" -- the kind no longer fits (numerical tests): choose again
+    end
+    if cov == nil then
+      cov = structure.build(self.kernel, self.points, opts)
+      if self.structure_choice == "auto" and RESOLVED[cov.kind] then
+        self.resolved_structure = {kernel = self.kernel, kind = RESOLVED[cov.kind],
+                                   explain = cov.explain}
+      end
+    end
+    self.cov = cov
     self.cov_state = now
   end
   return self.cov
@@ -247,11 +275,38 @@ local function residual(self)
   return self.y - self.mean_value
 end
 
+-- Structures whose solves below max_cholesky_size are a Cholesky factor of
+-- Ky's dense form (the others have their own exact solves: Toeplitz,
+-- Kronecker eigendecompositions).
+local FACTORED = {kernel = true, dense = true}
+
+-- Ky's lower Cholesky factor L (an operator), kept while the hyperparameters
+-- and noise stay, when Ky's exact solves would factor it anyway: α and the
+-- predictive variances then share one factorisation (issue 25: prediction
+-- at n = 4000 factored Ky twice). nil on the iterative path and for the
+-- structures with their own solves.
+local function factor_of(self, Ky)
+  if self.n > lt.settings.max_cholesky_size or not FACTORED[self:covariance().kind] then
+    return nil
+  end
+  local now = state(self, true)
+  if not fresh(self.chol_state, now) then
+    self.chol = (Ky or noisy(self, self:covariance())):cholesky()
+    self.chol_state = now
+  end
+  return self.chol
+end
+
 -- α = Ky⁻¹(y − m), kept while the hyperparameters, noise and mean stay.
 local function alpha_of(self, Ky)
   local now = state(self, true, self.mean_value)
   if not fresh(self.alpha_state, now) then
-    self.alpha = (Ky or noisy(self, self:covariance())):solve(residual(self))
+    local L = factor_of(self, Ky)
+    if L then -- two triangular solves (lt.chol(L) would copy the factor first)
+      self.alpha = L:t():solve((L:solve(residual(self))))
+    else
+      self.alpha = (Ky or noisy(self, self:covariance())):solve(residual(self))
+    end
     self.alpha_state = now
   end
   return self.alpha
@@ -320,16 +375,44 @@ function Model:mll_and_grad()
   return value, grad, info
 end
 
+-- A seed from the context's generator (lt.manual_seed's stream): 31 bits of
+-- one uniform draw.
+local function draw_seed()
+  return math.floor(lt.rand({1})[1] * 2147483647)
+end
+
 --- Maximises the MLL over the hyperparameters (L-BFGS by default).
--- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), callback(iter, mll, model).
+-- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), gtol,
+-- callback(iter, mll, model), fixed_probes (default true).
 -- lt.settings.progress, when set, also hears of every iteration.
+-- Above max_cholesky_size the MLL and its gradient are stochastic estimates
+-- (probe vectors); L-BFGS's line search and curvature pairs assume one
+-- objective, and fresh probes at every evaluation made it stall (issue 25:
+-- KISS-GP at n = 100,000, 6 iterations in 119 evaluations). So the probes
+-- are fixed during a fit: every evaluation reseeds the generator with one
+-- seed drawn before the fit, making the estimate a deterministic function of
+-- the hyperparameters (the sample-average approximation of the MLL), and
+-- after the fit the generator is reseeded from a second draw, so that what
+-- follows does not depend on how many evaluations the fit took; L-BFGS
+-- then searches by backtracking on the value (see below). The result says
+-- what was done: stochastic (whether any evaluation was an estimate),
+-- probes ("fixed", with probe_seed, or "fresh" with fixed_probes = false),
+-- line_search ("backtracking" when L-BFGS used it).
 function Model:fit(opts)
-  opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback"})
+  opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback", "fixed_probes"})
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
+  if opts.fixed_probes ~= nil and type(opts.fixed_probes) ~= "boolean" then
+    fail("fit: fixed_probes must be a boolean, got %s", type(opts.fixed_probes))
+  end
+  local fixed = opts.fixed_probes ~= false
+  local probe_seed, after_seed
+  if fixed then probe_seed, after_seed = draw_seed(), draw_seed() end
+  local stochastic = false
   local function objective(v)
     self:set_vector(v)
-    local ok, value, grad = pcall(self.mll_and_grad, self)
+    if fixed then lt.manual_seed(probe_seed) end
+    local ok, value, grad, info = pcall(self.mll_and_grad, self)
     if not ok then
       -- A failed factorisation (too small a noise, say) is a bad point, not
       -- the end of the fit: report it as −∞ so the optimiser steps back.
@@ -340,15 +423,35 @@ function Model:fit(opts)
       end
       error(value, 0)
     end
+    if type(info) == "table" and info.method == "slq" then stochastic = true end
     return value, grad
   end
   local progress = lt.settings.progress
   local x0 = self:get_vector()
-  local best, value, info = optim[method](objective, x0, {
+  -- The start is evaluated here, to know whether the objective is a
+  -- stochastic estimate; the optimiser's own first call gets that result.
+  local first = {pcall(objective, x0)}
+  local function start_then_objective(v)
+    if first then
+      local r = first
+      first = nil
+      if not r[1] then error(r[2], 0) end
+      return r[2], r[3]
+    end
+    return objective(v)
+  end
+  -- L-BFGS on a stochastic estimate: its gradient is not the exact
+  -- derivative of its value (a trace estimate against SLQ's log
+  -- determinant), and the Wolfe line search stalled on it (bench/
+  -- stochastic_fit.lua): backtracking on the value instead, which the fixed
+  -- probes make sound (with fresh ones a decrease may be the probes' noise).
+  local search = method == "lbfgs" and stochastic and fixed and "backtracking" or nil
+  local run_ok, best, value, info = pcall(optim[method], start_then_objective, x0, {
     maximize = true,
     max_iter = opts.max_iter or 100,
     lr = opts.lr,
     gtol = opts.gtol,
+    line_search = search,
     callback = function(iter, v, _, gnorm)
       if progress then
         progress{method = "gp." .. method, iteration = iter, value = v, gradnorm = gnorm}
@@ -356,9 +459,13 @@ function Model:fit(opts)
       if opts.callback then return opts.callback(iter, v, self, gnorm) end
     end,
   })
+  if fixed then lt.manual_seed(after_seed) end
+  if not run_ok then error(best, 0) end
   self:set_vector(best)
   return {mll = value, iterations = info.iterations, converged = info.converged,
-          reason = info.reason, evaluations = info.evaluations}
+          reason = info.reason, evaluations = info.evaluations, stochastic = stochastic,
+          probes = stochastic and (fixed and "fixed" or "fresh") or nil,
+          probe_seed = stochastic and fixed and probe_seed or nil, line_search = search}
 end
 
 ------------------------------------------------------------ prediction --
@@ -376,7 +483,9 @@ end
 -- triangular solves a product, where exact methods run; a lazy inverse (CG
 -- a product) above max_cholesky_size.
 local function noisy_inverse(self, Ky)
-  if self.n <= lt.settings.max_cholesky_size then return lt.chol(Ky:cholesky()):inverse() end
+  if self.n <= lt.settings.max_cholesky_size then
+    return lt.chol(factor_of(self, Ky) or Ky:cholesky()):inverse()
+  end
   return Ky:inverse()
 end
 
@@ -461,16 +570,51 @@ local function times_love_root(Kst, R)
   return (R:t() * KsT):t()
 end
 
--- The explained variance k*ᵀ Ky⁻¹ k* of each test point (a 1-d tensor), by
--- one block solve (exact) or from the LOVE root.
-local function explained_variance(self, Ky, Kst, love)
+-- Test points per block solve on the iterative path: a block of n × c
+-- doubles within SOLVE_BLOCK_DOUBLES (16 MiB), so that CG's blocks stay
+-- few and small (one solve with 500 columns at n = 20,000 spent 57 % of its
+-- time in the kernel zeroing fresh pages for its 80 MB blocks).
+local SOLVE_BLOCK_DOUBLES = 2 ^ 21
+
+-- The explained variance k*ᵀ Ky⁻¹ k* of each test point (a 1-d tensor): from
+-- the shared Cholesky factor L as ‖L⁻¹k*‖² (one triangular solve), by block
+-- solves over the test points (the cross-covariance made dense a block of
+-- rows at a time: SKI's W*·K_grid·Wᵀ never n × n* at once), or from the
+-- LOVE root. (model.solve_block_doubles overrides the block's size.)
+local function explained_variance(self, Ky, Kst, love, cov, star)
   if love then
     local W = times_love_root(Kst, self:love_root()) -- n* × k
     return W:cmul(W):sum(2):reshape(W:size(1))
   end
-  local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
-  local V = Ky:solve(KsT)
-  return KsT:cmul(V):sum(1)
+  local L = factor_of(self, Ky)
+  if L then
+    local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
+    local V = L:solve(KsT)
+    return (V:cmul(V):sum(1))
+  end
+  local ns = Kst:size(1)
+  local c = math.max(1, math.floor((self.solve_block_doubles or SOLVE_BLOCK_DOUBLES) / self.n))
+  local out = {}
+  for lo = 1, ns, c do
+    local len = math.min(c, ns - lo + 1)
+    local rows = Kst
+    if len < ns then
+      -- rows lo ... lo + len − 1 of Kst: a lazy one is made anew from
+      -- those test points (in its own structure), a dense one narrowed
+      if lt.is_lazy(Kst) then
+        local part = {}
+        for j = 1, len do part[j] = star[lo + j - 1] end
+        rows = cov.cross(part)
+      else
+        rows = Kst:narrow(1, lo, len)
+      end
+    end
+    local KsT = (lt.is_lazy(rows) and rows:dense() or rows):t():contiguous()
+    local V = Ky:solve(KsT)
+    local e = KsT:cmul(V):sum(1)
+    for j = 1, len do out[lo + j - 1] = e[j] end
+  end
+  return lt.tensor(out)
 end
 
 --- Posterior mean and (with opts.variance ~= false) variance of f at xstar
@@ -486,7 +630,7 @@ function Model:predict(xstar, opts)
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
   if opts.variance == false then return mean end
   local var = structure.prior_variance(self.kernel, star)
-              - explained_variance(self, Ky, Kst, opts.love)
+              - explained_variance(self, Ky, Kst, opts.love, cov, star)
   if opts.love then return mean, var, self.love.info end
   return mean, var
 end
