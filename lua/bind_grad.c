@@ -148,7 +148,9 @@ static int l_bilinear_derivative(lua_State *L) {
   lt_cotangent w;
   read_cotangent(L, &w);
   lt_paramset *grads = push_paramset(L, S);
-  if (lt_bilinear_derivative(S->ctx, a, &w, grads) != LT_OK) return ltb_raise(L);
+  if (lt_bilinear_derivative(S->ctx, a, &w, grads) != LT_OK ||
+      lt_paramset_check_folds(S->ctx, grads, "bilinear_derivative") != LT_OK)
+    return ltb_raise(L);
   push_by_leaf(L, S, grads);
   ltb_check_pending(L);
   ltb_gc_nudge(L, S);
@@ -256,6 +258,7 @@ static int l_inv_quad_logdet(lua_State *L) {
   lt_grad_opts opts = {cv};
   int rc = lt_inv_quad_logdet_grad(S->ctx, a, b, &opts, &q, &ld, grads, &info);
   ltb_restore_settings(L, &saved);
+  if (rc == LT_OK) rc = lt_paramset_check_folds(S->ctx, grads, "inv_quad_logdet");
   if (rc != LT_OK) return ltb_raise(L);
   lua_settop(L, set);
   lua_pushnumber(L, q);

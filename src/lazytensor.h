@@ -934,6 +934,12 @@ int lt_bilinear_derivative(lt_context *ctx, lt_tensor *a, const lt_cotangent *w,
  * that name). */
 lt_tensor *lt_with_params(lt_context *ctx, lt_tensor *a, const lt_paramset *values);
 
+/* LT_ERR (error set, naming op) when a leaf of s is an operand a structure
+ * rule folded into another leaf of s (2·K beside K): that key's value would
+ * be its direct share only. The tape-free forms (bilinear_derivative,
+ * inv_quad_logdet with grad) refuse such a table instead of returning it. */
+int lt_paramset_check_folds(lt_context *ctx, const lt_paramset *s, const char *op);
+
 /* Stops for a recording differentiator (lt.grad): operators the caller
  * follows itself. Below the top, lt_bilinear_derivative on a set with
  * stops does not derive through a stop it reaches: it captures the

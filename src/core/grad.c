@@ -157,6 +157,42 @@ int lt_params(lt_context *ctx, lt_tensor *a, lt_paramset *out) {
   return a->type->params(ctx, a, out);
 }
 
+/* ----------------------------------------------------- partial keys */
+
+static int has_leaf(const lt_paramset *s, const lt_tensor *leaf) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->items[i].leaf == leaf) return 1;
+  return 0;
+}
+
+/* The first operand folded into t (transitively, a bounded walk) that is
+ * also a leaf of s, or NULL. */
+static const lt_tensor *folded_key(const lt_paramset *s, const lt_tensor *t, int depth) {
+  if (depth > 64) return NULL;
+  for (int i = 0; i < 2; i++) {
+    const lt_tensor *f = t->folded[i];
+    if (f == NULL) continue;
+    if (has_leaf(s, f)) return f;
+    const lt_tensor *deeper = folded_key(s, f, depth + 1);
+    if (deeper) return deeper;
+  }
+  return NULL;
+}
+
+int lt_paramset_check_folds(lt_context *ctx, const lt_paramset *s, const char *op) {
+  for (size_t i = 0; i < s->n; i++) {
+    const lt_tensor *leaf = s->items[i].leaf;
+    const lt_tensor *key = leaf->type_id == LT_TYPE_DENSE ? NULL : folded_key(s, leaf, 0);
+    if (key != NULL)
+      return lt_error(ctx,
+                      "%s: a structure rule folded a %s operator under this one into a new %s "
+                      "(as 2·K makes a new kernel), so its key would hold only its direct share "
+                      "of the gradient; differentiate with lt.grad, which follows the fold",
+                      op, key->type->name, leaf->type->name);
+  }
+  return LT_OK;
+}
+
 /* ----------------------------------------------------- stops and captures */
 
 static int address_order(const void *x, const void *y) {

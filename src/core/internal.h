@@ -48,6 +48,10 @@ struct lt_tensor {
   uint64_t stamp;           /* latest write time of the dense data beneath */
   uint64_t promise_stamp;   /* the stamp when the promises were made */
   lt_tensor *payload_owner; /* a marked copy (lt_psd): the node whose payload it shares */
+  /* lazy: the operands a structure rule folded into this new leaf (2·K, a
+   * new kernel, folded K) and did not keep as children; references. The
+   * tape-free gradients use them to refuse a partial key (grad.c). */
+  lt_tensor *folded[2];
   /* dense */
   lt_storage *storage;
   size_t offset;                 /* elements */

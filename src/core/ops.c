@@ -404,6 +404,36 @@ RUN_INLINE int check_results(lt_context *ctx, const lt_op_row *row, const lt_arg
   return LT_OK;
 }
 
+/* --------------------------------------------------------- folds */
+
+static int is_child(const lt_tensor *t, const lt_tensor *x) {
+  for (int i = 0; i < t->nchildren; i++)
+    if (t->children[i] == x) return 1;
+  return 0;
+}
+
+/* A rule that answered with a new lazy leaf of its own parameters (2·K: a
+ * new kernel; D1 + D2: a new diag) folded the operands it did not keep as
+ * children into it: the leaf remembers them (t->folded), so that the
+ * tape-free gradients can tell when a key's share is partial. Operands
+ * without parameters of their own and not folded themselves (composites,
+ * dense matrices, numbers) are not remembered. */
+static void note_folds(const lt_args *args, lt_result *res) {
+  lt_tensor *const operands[2] = {args->a, args->b};
+  for (int k = 0; k < LT_MAX_RESULTS; k++) {
+    lt_tensor *t = res->t[k];
+    if (t == NULL || t->type_id == LT_TYPE_DENSE || t->type->params == NULL) continue;
+    if (t->folded[0] != NULL || t->refcount > 1) continue; /* not a new node */
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+      lt_tensor *x = operands[i];
+      if (x == NULL || x == t || x->type_id == LT_TYPE_DENSE || is_child(t, x)) continue;
+      if (x->type->params == NULL && x->folded[0] == NULL) continue;
+      t->folded[n++] = lt_retain(x);
+    }
+  }
+}
+
 /* --------------------------------------------------------- lt_call */
 
 /* Operations added at run time: a is required; a rule must answer. */
@@ -461,6 +491,7 @@ RUN_INLINE int run(lt_context *ctx, const lt_args *in, lt_result *res) {
     release_results(ctx, res);
     rc = LT_ERR;
   }
+  if (rc == LT_OK) note_folds(args, res);
   if (dense_b) lt_release(ctx, dense_b);
   return rc;
 }

@@ -84,6 +84,8 @@ static void release_lazy(lt_context *ctx, lt_tensor *t) {
   if (t->children != t->inline_children)
     lt_free(ctx, t->children, sizeof *t->children * (size_t)t->nchildren);
   lt_release(ctx, t->payload_owner);
+  lt_release(ctx, t->folded[0]);
+  lt_release(ctx, t->folded[1]);
   if (block_child) lt_release(ctx, block_child);
   else lt_free(ctx, t, sizeof *t);
 }
