@@ -174,6 +174,31 @@ describe("lt.grad", function()
     close(g.s, want, 1e-12, "broadcast share")
   end)
 
+  it("makes the tape-free forms refuse a partial key (the issue's example)", function()
+    local K = lt.kernel(lt.tensor{{0.1}, {0.5}, {0.9}}, {kind = "rbf", lengthscale = 0.7})
+    raises("bilinear_derivative: a structure rule folded a kernel operator", function()
+      return (2 * K + K):bilinear_derivative(lt.ones(3), lt.ones(3))
+    end)
+    raises("inv_quad_logdet: a structure rule folded a kernel operator", function()
+      return (2 * K + K:add_diag(0.5)):inv_quad_logdet(lt.tensor{1, 2, 3}, {grad = true})
+    end)
+    -- a fold whose operand is not also a key is whole under the new leaf
+    local K2 = 2 * K
+    local g = K2:bilinear_derivative(lt.ones(3), lt.ones(3))
+    local want = lt.grad(function(p)
+      return lt.ones(3):dot(lt.kernel(lt.tensor{{0.1}, {0.5}, {0.9}}, {kind = "rbf",
+        lengthscale = 0.7, variance = p}) * lt.ones(3))
+    end)(2.0)
+    close(g[K2].variance, want, 1e-12, "2·K's variance")
+    -- lt.grad gives the whole gradient where the tape-free form refuses
+    local whole = lt.grad(function(p)
+      local Kp = lt.kernel(lt.tensor{{0.1}, {0.5}, {0.9}}, {kind = "rbf", lengthscale = 0.7,
+        variance = p})
+      return lt.ones(3):dot((2 * Kp + Kp) * lt.ones(3))
+    end)(1.0)
+    close(whole, 22.315090524944, 1e-9, "(2K + K)'s variance gradient")
+  end)
+
   it("differentiates lt.mvn: log_prob, entropy, kl, reparameterised rsample", function()
     local X = lt.tensor{{1, 0.2, 0.1}, {0.3, 1.2, -0.2}, {0.1, 0.4, 0.9}}
     local function cov(p) return p.X * p.X:t() + lt.eye(3) end
