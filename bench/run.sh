@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/run.sh [W1 ... W7 W9 R3]: build the C baselines, run each workload's
+# bench/run.sh [W1 ... W7 W9 W10 R3]: build the C baselines, run each workload's
 # baseline and then its Lua script, single-threaded, print every JSON line
 # (also kept in bench/last_run.jsonl), then the summary of ratios. Run from anywhere; it
 # works in the repository root, where `make` leaves lazytensor.so.
@@ -26,12 +26,12 @@ CC=${CC:-cc}
 LUA=${LUA:-lua5.4}
 TIMEOUT=${BENCH_TIMEOUT:-200}
 OUT=${BENCH_OUT:-bench/last_run.jsonl}
-WORKLOADS=${*:-W1 W2 W3 W4 W5 W6 W7 W9}
+WORKLOADS=${*:-W1 W2 W3 W4 W5 W6 W7 W9 W10}
 
 for w in $WORKLOADS; do
   case $w in
-    W[1-7] | W9 | R3) ;;
-    *) echo "bench/run.sh: unknown workload $w (W1 ... W7, W9, R3)" >&2; exit 1 ;;
+    W[1-7] | W9 | W10 | R3) ;;
+    *) echo "bench/run.sh: unknown workload $w (W1 ... W7, W9, W10, R3)" >&2; exit 1 ;;
   esac
 done
 
@@ -98,10 +98,12 @@ while [ "$round" -lt "$ROUNDS" ]; do
       W6) s=w6_toeplitz ;;
       W7) s=w7_mvn ;;
       W9) s=w9_batch ;;
+      W10) s=w10_grad ;;
     esac
-    # W1's baseline (plain Lua tables) and W9's (a Lua loop over the
-    # members) are inside their scripts
-    [ "$w" != W1 ] && [ "$w" != W9 ] && run "$w" openblas ./bench/baseline "$w"
+    # W1's baseline (plain Lua tables), W9's (a Lua loop over the members)
+    # and W10's (the untaped calls, gp.exact's hand-wired gradient) are
+    # inside their scripts
+    [ "$w" != W1 ] && [ "$w" != W9 ] && [ "$w" != W10 ] && run "$w" openblas ./bench/baseline "$w"
     run "$w" lazytensor "$LUA" "bench/$s.lua"
   done
 done

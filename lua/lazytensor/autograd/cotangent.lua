@@ -176,25 +176,36 @@ function cot.apply(parts, X, m, n)
   return Y
 end
 
---- The parts with every unmasked low-rank part folded into the dense W
--- when there is one: the W is stored already, and a leaf then derives one
--- part (one pass over a kernel's entries) instead of two.
+--- The parts as few as they can be for a leaf's derivative, which passes
+-- over the operator's entries once per part (a kernel evaluates them all
+-- each time): with a dense W, every unmasked low-rank part folded into it
+-- (the W is stored already); without one, the unmasked low-rank parts
+-- joined column-wise into one L·Rᵀ.
 function cot.compact(parts)
-  local W
-  for _, p in ipairs(parts) do if p.W then W = p.W end end
-  if W == nil then return parts end
-  local out, sum = {}, nil
+  local W, lowrank = nil, 0
+  for _, p in ipairs(parts) do
+    if p.W then W = p.W elseif p.L and not p.M then lowrank = lowrank + 1 end
+  end
+  if W == nil and lowrank < 2 then return parts end
+  local out, sum, Ls, Rs = {}, nil, {}, {}
   for _, p in ipairs(parts) do
     if p.W then
       sum = sum and sum + p.W or p.W
     elseif p.L and not p.M then
-      local X = column(p.L) * column(p.R):t()
-      sum = sum and sum + X or X
+      if W then
+        local X = column(p.L) * column(p.R):t()
+        sum = sum and sum + X or X
+      else
+        Ls[#Ls + 1], Rs[#Rs + 1] = column(p.L), column(p.R)
+      end
     else
       out[#out + 1] = p
     end
   end
-  out[#out + 1] = {W = sum}
+  if sum then out[#out + 1] = {W = sum} end
+  if #Ls > 0 then
+    out[#out + 1] = {L = lt.cat(Ls, 2):dense():contiguous(), R = lt.cat(Rs, 2):dense():contiguous()}
+  end
   return out
 end
 
