@@ -61,6 +61,14 @@ local function to_points(x, what)
   local d = #points[1]
   for i, p in ipairs(points) do
     if #p ~= d then fail("%s[%d] has %d coordinates, expected %d", what, i, #p, d) end
+    -- a NaN coordinate would give a kernel of NaN entries that some
+    -- structures (Toeplitz, grids) never look at: refuse it here
+    for j = 1, d do
+      local c = p[j]
+      if type(c) ~= "number" or c ~= c or c == math.huge or c == -math.huge then
+        fail("%s[%d][%d] must be a finite number, got %s", what, i, j, tostring(c))
+      end
+    end
   end
   return points
 end
@@ -84,6 +92,14 @@ local function to_vector(y, n, what)
   end
   if y:dim() ~= 1 or y:size(1) ~= n then
     fail("%s must be a vector of %d values", what, n)
+  end
+  -- NaN or ±inf: the model's mll and gradients would be NaN (or the
+  -- default noise, from var(y), would be)
+  for i = 1, n do
+    local v = y:get(i)
+    if v ~= v or v == math.huge or v == -math.huge then
+      fail("%s[%d] must be a finite number, got %s", what, i, tostring(v))
+    end
   end
   return y
 end
