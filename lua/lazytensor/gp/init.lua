@@ -83,7 +83,9 @@ local function test_points_tensor(xstar, d)
   return star
 end
 
-local function to_vector(y, n, what)
+-- finite: refuse NaN and ±inf entries too (targets; noise has its own
+-- check, with its own message).
+local function to_vector(y, n, what, finite)
   if not lt.is_tensor(y) then
     if type(y) ~= "table" then
       fail("%s must be a vector of %d values, got %s", what, n, type(y))
@@ -95,7 +97,7 @@ local function to_vector(y, n, what)
   end
   -- NaN or ±inf: the model's mll and gradients would be NaN (or the
   -- default noise, from var(y), would be)
-  for i = 1, n do
+  for i = 1, finite and n or 0 do
     local v = y:get(i)
     if v ~= v or v == math.huge or v == -math.huge then
       fail("%s[%d] must be a finite number, got %s", what, i, tostring(v))
@@ -163,7 +165,7 @@ function gp.exact(spec)
     fail("the kernel reads input dimension %d but x has %d dimension%s", top, d,
          d == 1 and "" or "s")
   end
-  local y = to_vector(spec.y, #points, "y")
+  local y = to_vector(spec.y, #points, "y", true)
   local fixed = options("exact fixed", spec.fixed, {"noise", "mean"})
   local self = setmetatable({
     points = points,

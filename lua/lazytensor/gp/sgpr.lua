@@ -110,7 +110,7 @@ function sgpr.constructor(h)
       h.fail("sgpr needs a kernel lt.kernel computes (its kinds, and sums, products and scales "
              .. "of them), got %s", why)
     end
-    local y = h.to_vector(spec.y, n, "y")
+    local y = h.to_vector(spec.y, n, "y", true)
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
     if spec.mean ~= nil and spec.mean ~= "constant" and spec.mean ~= "zero" then
       h.fail("mean must be 'constant' or 'zero', got %s", tostring(spec.mean))
