@@ -337,10 +337,21 @@ end
 --- Maximises the MLL over the hyperparameters (L-BFGS by default).
 -- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), callback(iter, mll, model).
 -- lt.settings.progress, when set, also hears of every iteration.
+-- lr is Adam's step on the log-hyperparameters; L-BFGS takes its steps
+-- from a line search and has none: an lr given to it would be silently
+-- ignored (a GPyTorch user's lr = 0.1 with the default method), so say so.
+local function check_fit_lr(method, lr)
+  if lr ~= nil and method ~= "adam" then
+    fail("fit: lr is the step of method = 'adam' (on the log-hyperparameters); "
+         .. "method = '%s' chooses its steps by line search and takes no lr", method)
+  end
+end
+
 function Model:fit(opts)
   opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback"})
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
+  check_fit_lr(method, opts.lr)
   local function objective(v)
     self:set_vector(v)
     local ok, value, grad = pcall(self.mll_and_grad, self)
