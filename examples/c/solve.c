@@ -38,8 +38,8 @@ int main(void) {
       lt_dense_get(ctx, xd, 1, &i, &xdi);
       err = fmax(err, fabs(xi - xdi));
     }
-    printf("%s + %s: solve error %.3g, logdet %.12g (dense %.12g)\n",
-           lt_tensor_type_name(ctx, D), lt_type_name(ctx, lt_tensor_type_id(R)), err, ld, ldd);
+    printf("%s + %s: solve error %.3g, logdet %.12g (dense %.12g)\n", lt_tensor_type_name(ctx, D),
+           lt_type_name(ctx, lt_tensor_type_id(R)), err, ld, ldd);
     rc = err < 1e-12 && fabs(ld - ldd) < 1e-12 ? 0 : 1;
   }
   lt_tensor *all[] = {dv, U, bv, D, R, A, Ad, x, xd};

@@ -410,8 +410,7 @@ static int normalise(lt_context *ctx, lt_tensor *a, const lt_cotangent *w, lt_co
                OP, lt_type_name(ctx, w->W->type_id));
       goto fail;
     }
-    if (w->W->ndim != 2 || w->W->shape[0] != m ||
-        w->W->shape[1] != n) {
+    if (w->W->ndim != 2 || w->W->shape[0] != m || w->W->shape[1] != n) {
       shape_error(ctx, "W", a, w->W, "a dense matrix of the operator's shape");
       goto fail;
     }

@@ -112,9 +112,7 @@ const char *lt_tensor_type_name(lt_context *ctx, const lt_tensor *t) {
 }
 /* the deprecated names (lazytensor.h) */
 int lt_typeid(const lt_tensor *t) { return lt_tensor_type_id(t); }
-const char *lt_typename(lt_context *ctx, const lt_tensor *t) {
-  return lt_tensor_type_name(ctx, t);
-}
+const char *lt_typename(lt_context *ctx, const lt_tensor *t) { return lt_tensor_type_name(ctx, t); }
 int lt_is_dense(const lt_tensor *t) { return t->type_id == LT_TYPE_DENSE; }
 int lt_ndim(const lt_tensor *t) { return t->ndim; }
 size_t lt_size(const lt_tensor *t, int dim) {

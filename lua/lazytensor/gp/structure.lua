@@ -731,7 +731,7 @@ local MAX_SKI_CELLS = 1e6
 -- structure = "ski": grid = m points per dimension, m^d cells at most
 -- MAX_SKI_CELLS (the other checks on m are ski.lua's).
 local function check_ski_grid(m, d)
-  if type(m) ~= "number" or not (m >= 4) then return end
+  if type(m) ~= "number" or not (m >= 4) then return end -- luacheck: ignore 581 (NaN)
   local cells = m ^ d
   if cells > MAX_SKI_CELLS then
     error(string.format("lazytensor: gp: structure = 'ski' with grid = %s in %d-d is %.4g grid "
