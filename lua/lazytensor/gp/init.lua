@@ -185,7 +185,10 @@ function gp.exact(spec)
   end
   local ymean = y:mean()
   self.mean_value = self.mean_kind == "zero" and 0 or (spec.mean_value or ymean)
-  if type(self.mean_value) ~= "number" then fail("mean_value must be a number") end
+  local mv = self.mean_value
+  if type(mv) ~= "number" or mv ~= mv or mv == math.huge or mv == -math.huge then
+    fail("mean_value must be a finite number, got %s", tostring(mv))
+  end
   local yvar = ((y - ymean):pow(2)):mean()
   self.noise = check_noise(spec.noise or math.max(0.01 * yvar, 1e-6), self.n)
   if lt.is_tensor(self.noise) then
