@@ -280,7 +280,16 @@ static int l_clone(lua_State *L) {
     return 1;
   }
   ltb_box *box = ltb_new_box(L);
-  return ltb_fill(L, box, lt_dense_clone(ctx, t));
+  /* The same matrix, so t's symmetric and PSD flags hold (API.md: A:clone()
+   * of a PSD tensor is PSD); lt_dense_clone, the C core's scratch copy,
+   * drops them. */
+  lt_tensor *c = lt_dense_clone(ctx, t);
+  if (c != NULL) {
+    lt_prop props[2] = {LT_PROP_SYMMETRIC, LT_PROP_PSD};
+    for (int i = 0; i < 2; i++)
+      if (lt_prop_get(t, props[i]) == LT_YES) lt_prop_set(c, props[i], LT_YES);
+  }
+  return ltb_fill(L, box, c);
 }
 
 static int l_contiguous(lua_State *L) {

@@ -1002,8 +1002,42 @@ static void progress_trampoline(void *ud, const char *method, int iteration, dou
   S->L = L;
 }
 
+/* After with_settings' fn: the settings named in the table at tbl go back
+ * to their values in saved; any other setting fn changed stays as fn left
+ * it (lt.settings.x = v inside fn is a write like any other, as with
+ * GPyTorch's per-setting context managers). Never raises: every name was
+ * checked when the table was applied. */
+static void restore_named(lua_State *L, int tbl, const ltb_saved *saved) {
+  ltb_state *S = ltb_get_state(L);
+  lt_settings *set = lt_settings_of(S->ctx);
+  if (!lua_checkstack(L, 3)) { /* no room to walk the table: put back all */
+    ltb_restore_settings(L, saved);
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, tbl) != 0) {
+    lua_pop(L, 1);
+    const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (name && strcmp(name, "progress") == 0) {
+      lua_pushvalue(L, saved->progress);
+      lua_rawseti(L, LUA_REGISTRYINDEX, S->progress);
+      set->progress = saved->settings.progress;
+      set->progress_ud = saved->settings.progress_ud;
+    } else if (name) {
+      /* the old value read from the saved copy, written through the setter */
+      lt_settings now = *set;
+      double v;
+      *set = saved->settings;
+      int known = lt_setting_get(S->ctx, name, &v) == LT_OK;
+      *set = now;
+      if (known) (void)lt_setting_set(S->ctx, name, v);
+    }
+  }
+}
+
 /* lt.with_settings(tbl, fn, ...): runs fn with the settings in tbl and
- * restores the previous ones afterwards, also when fn raises. */
+ * puts those settings back afterwards, also when fn raises (restore_named:
+ * only those). */
 static int l_with_settings(lua_State *L) {
   if (!lua_istable(L, 1))
     return ltb_error(L, "with_settings", "expected a table of settings, got %s",
@@ -1019,7 +1053,7 @@ static int l_with_settings(lua_State *L) {
   saved.progress = 3;
   int base = 3;
   int rc = lua_pcall(L, nargs, LUA_MULTRET, 0);
-  ltb_restore_settings(L, &saved);
+  restore_named(L, 1, &saved);
   if (rc != LUA_OK) return lua_error(L);
   return lua_gettop(L) - base;
 }

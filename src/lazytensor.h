@@ -318,6 +318,15 @@ const lt_type *lt_type_descriptor(const lt_context *ctx, int type_id); /* NULL i
 lt_tensor *lt_retain(lt_tensor *t);
 void lt_release(lt_context *ctx, lt_tensor *t); /* NULL is fine */
 
+/* A tensor's type: lt_tensor_type_id its id, lt_tensor_type_name its
+ * name ("diag", ...; a batch: its members' type when they share one). The
+ * registry's side takes no tensor: lt_type_id (a name's id) and
+ * lt_type_name (an id's name). */
+int lt_tensor_type_id(const lt_tensor *t);
+const char *lt_tensor_type_name(lt_context *ctx, const lt_tensor *t);
+/* Deprecated aliases of the two above, kept for existing programs (same
+ * behaviour, same ABI): lt_typeid = lt_tensor_type_id, lt_typename =
+ * lt_tensor_type_name. */
 int lt_typeid(const lt_tensor *t);
 const char *lt_typename(lt_context *ctx, const lt_tensor *t);
 int lt_is_dense(const lt_tensor *t);

@@ -51,6 +51,47 @@ else
   cat "$dest/cc.log"; fail "building the host from the installed files"
 fi
 
+# A private prefix, used exactly as the README's "The C library from a
+# private prefix" says: make install PREFIX=DIR (no DESTDIR), pkg-config
+# through PKG_CONFIG_PATH, then an rpath, LD_LIBRARY_PATH or the static
+# library. examples/c/solve.c checks its own answers (exit 0).
+priv=$dest/private
+if make --no-print-directory -s install LUA="$lua" PREFIX="$priv" > "$dest/private.log" 2>&1
+then ok; else cat "$dest/private.log"; fail "make install PREFIX=<private>"; finish; fi
+libdir=$(PKG_CONFIG_PATH="$priv/lib/pkgconfig" pkg-config --variable=libdir lazytensor)
+if [ "$libdir" = "$priv/lib" ]; then ok; else fail "private prefix: libdir is '$libdir'"; fi
+cc_private() { # output, extra flags...
+  out=$1
+  shift
+  # shellcheck disable=SC2046
+  PKG_CONFIG_PATH="$priv/lib/pkgconfig" ${CC:-cc} -std=c11 -Wall -Wextra -Werror \
+    examples/c/solve.c -o "$out" "$@" -lm 2> "$dest/cc-private.log"
+}
+pc() { PKG_CONFIG_PATH="$priv/lib/pkgconfig" pkg-config "$@"; }
+# shellcheck disable=SC2046
+if cc_private "$dest/solve-rpath" $(pc --cflags --libs lazytensor) -Wl,-rpath,"$libdir" &&
+   env -u LD_LIBRARY_PATH "$dest/solve-rpath" > "$dest/run.log" 2>&1; then ok
+else cat "$dest/cc-private.log" "$dest/run.log" 2>/dev/null; fail "private prefix: rpath"; fi
+# shellcheck disable=SC2046
+if cc_private "$dest/solve-plain" $(pc --cflags --libs lazytensor); then
+  # without an rpath the loader cannot find it (the error the README quotes) ...
+  if env -u LD_LIBRARY_PATH "$dest/solve-plain" > "$dest/run.log" 2>&1; then
+    fail "private prefix: ran without rpath or LD_LIBRARY_PATH (the README says it cannot)"
+  elif grep -q 'liblazytensor.so.0: cannot open shared object file' "$dest/run.log"; then ok
+  else cat "$dest/run.log"; fail "private prefix: unexpected error without rpath"; fi
+  # ... and LD_LIBRARY_PATH is the other way
+  if LD_LIBRARY_PATH="$libdir" "$dest/solve-plain" > "$dest/run.log" 2>&1; then ok
+  else cat "$dest/run.log"; fail "private prefix: LD_LIBRARY_PATH"; fi
+else
+  cat "$dest/cc-private.log"; fail "private prefix: building against the shared library"
+fi
+# shellcheck disable=SC2046
+if cc_private "$dest/solve-static" $(pc --cflags lazytensor) "$libdir/liblazytensor.a" \
+     $(pc --static --libs lazytensor) &&
+   ! readelf -d "$dest/solve-static" | grep -q 'NEEDED.*liblazytensor' &&
+   env -u LD_LIBRARY_PATH "$dest/solve-static" > "$dest/run.log" 2>&1; then ok
+else cat "$dest/cc-private.log" "$dest/run.log" 2>/dev/null; fail "private prefix: static"; fi
+
 v=$(if [ "$lua" = luajit ]; then echo 5.1; else echo "${lua#lua}"; fi)
 if LUA_PATH="$root/share/lua/$v/?.lua" LUA_CPATH="$root/lib/lua/$v/?.so" \
     "$lua" -e 'local lt = require "lazytensor"; assert(lt.zeros(2, 2):numel() == 4)' 2>&1; then ok

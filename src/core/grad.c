@@ -516,8 +516,12 @@ static int normalise(lt_context *ctx, lt_tensor *a, const lt_cotangent *w, lt_co
     goto fail;
   }
   if (w->W) {
-    if (w->W->type_id != LT_TYPE_DENSE || w->W->ndim != 2 || w->W->shape[0] != m ||
-        w->W->shape[1] != n) {
+    if (w->W->type_id != LT_TYPE_DENSE) { /* not a shape problem: say what was given */
+      lt_error(ctx, "%s: W must be a dense matrix, got a lazy %s operator (W:dense() gives one)",
+               OP, lt_type_name(ctx, w->W->type_id));
+      goto fail;
+    }
+    if (w->W->ndim != 2 || w->W->shape[0] != m || w->W->shape[1] != n) {
       shape_error(ctx, "W", a, w->W, "a dense matrix of the operator's shape");
       goto fail;
     }

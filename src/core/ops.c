@@ -451,6 +451,19 @@ static int fail_early(lt_result *res) {
   return LT_ERR;
 }
 
+/* A:dense() of an operator known PSD is known PSD too, whichever rule
+ * computed it (API.md, second round): a rule that does
+ * not mark its result is covered here. Only a fresh result is marked — one
+ * nothing else holds — so no flag reaches a tensor shared with another
+ * operator. */
+static void dense_keeps_flags(lt_context *ctx, lt_tensor *a, lt_tensor *out) {
+  if (out == NULL || out == a || out->refcount != 1) return;
+  if (lt_prop_get(a, LT_PROP_PSD) != LT_YES || lt_prop_get(out, LT_PROP_PSD) != LT_UNKNOWN) return;
+  /* the entries decide symmetry (a scan, cached; cheaper than the dense
+   * form itself): a rounding-asymmetric result stays unknown */
+  if (lt_is_symmetric(ctx, out) == LT_YES) lt_prop_mark(out, LT_PROP_PSD, LT_YES);
+}
+
 /* lt_call for a built-in operation. Inlined into each typed function below,
  * where the row is a constant: its check and shape rules become direct
  * calls and the loops over its results unroll, so the table costs the hot
@@ -492,6 +505,7 @@ RUN_INLINE int run(lt_context *ctx, const lt_args *in, lt_result *res) {
     rc = LT_ERR;
   }
   if (rc == LT_OK) note_folds(args, res);
+  if (rc == LT_OK && in->op == LT_OP_DENSE) dense_keeps_flags(ctx, args->a, res->t[0]);
   if (dense_b) lt_release(ctx, dense_b);
   return rc;
 }

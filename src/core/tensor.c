@@ -107,11 +107,14 @@ void lt_release(lt_context *ctx, lt_tensor *t) {
   if (!own_block) lt_free(ctx, t, sizeof *t);
 }
 
-int lt_typeid(const lt_tensor *t) { return t->type_id; }
-const char *lt_typename(lt_context *ctx, const lt_tensor *t) {
+int lt_tensor_type_id(const lt_tensor *t) { return t->type_id; }
+const char *lt_tensor_type_name(lt_context *ctx, const lt_tensor *t) {
   /* A batched operator keeps its members' type (batch_node.c). */
   return lt_type_name(ctx, lt_batch_member_type(t));
 }
+/* the deprecated names (lazytensor.h) */
+int lt_typeid(const lt_tensor *t) { return lt_tensor_type_id(t); }
+const char *lt_typename(lt_context *ctx, const lt_tensor *t) { return lt_tensor_type_name(ctx, t); }
 int lt_is_dense(const lt_tensor *t) { return t->type_id == LT_TYPE_DENSE; }
 int lt_ndim(const lt_tensor *t) { return t->ndim; }
 size_t lt_size(const lt_tensor *t, int dim) {

@@ -278,7 +278,13 @@ done:
 static int stochastic_weights(lt_context *ctx, lt_tensor *a, lt_tensor *B, int cv_rank,
                               double *inv_quad, double *logdet, lt_cotangent *w, lt_tensor **solved,
                               lt_info *info) {
-  if (lt_is_psd(ctx, a) != LT_YES && lt_is_symmetric(ctx, a) != LT_YES)
+  lt_tristate sym = lt_is_psd(ctx, a) == LT_YES ? LT_YES : lt_is_symmetric(ctx, a);
+  if (sym == LT_NO) /* known: no wrapper can help (the value path says the same) */
+    return lt_error(ctx,
+                    "%s: the operator is not symmetric; the stochastic gradient (n = %zu > "
+                    "max_cholesky_size = %zu) needs a symmetric positive definite one",
+                    OP, a->shape[0], ctx->settings.max_cholesky_size);
+  if (sym != LT_YES)
     return lt_error(ctx,
                     "%s: the operator's symmetry is unknown and the stochastic gradient (n = %zu "
                     "> max_cholesky_size = %zu) needs a symmetric positive definite one; wrap it "
@@ -351,6 +357,17 @@ static lt_tensor *rhs_matrix(lt_context *ctx, lt_tensor *a, lt_tensor *b) {
              "%s: the right-hand side must be a vector or matrix of %zu rows (got %s "
              "for a %s operator)",
              OP, a->shape[0], lt_shape_string(b, bb, sizeof bb), lt_shape_string(a, ba, sizeof ba));
+    return NULL;
+  }
+  /* The same refusal as the value path's (core/ops.c's check_rhs): a NaN
+   * or infinity would otherwise pass through the Cholesky factor or the CG
+   * run into NaN results, or be reported as a symmetry failure. */
+  if (lt_inputs_finite(a) == LT_NO) {
+    lt_error(ctx, "%s: matrix has NaN or infinite entries", OP);
+    return NULL;
+  }
+  if (lt_inputs_finite(b) == LT_NO) {
+    lt_error(ctx, "%s: right-hand side has NaN or infinite entries", OP);
     return NULL;
   }
   lt_tensor *bd = lt_to_dense(ctx, b); /* a lazy b: its leaves get b's gradient */

@@ -49,6 +49,7 @@ typedef struct toeplitz_payload {
   size_t L;           /* FFT length >= m + n - 1 */
   double *c;          /* first column, m */
   double *r;          /* first row, n (r[0] == c[0]); r == c when symmetric */
+  int has_row;        /* the caller gave r: params() has a row even when r == c */
   fftw_complex *spec; /* FFT of the embedding, L/2 + 1 (aligned in spec_block) */
   void *spec_block;
 } toeplitz_payload;
@@ -292,13 +293,15 @@ static void set_props(lt_tensor *t, const toeplitz_payload *p) {
 }
 
 /* A Toeplitz operator from raw arrays (copied): c of m, r of n, with
- * c[0] == r[0] already checked. */
+ * c[0] == r[0] already checked; has_row: r is a parameter of its own (the
+ * caller's lt.toeplitz(c, r)), even when it equals c. */
 static lt_tensor *toeplitz_from(lt_context *ctx, const double *c, size_t m, const double *r,
-                                size_t n) {
+                                size_t n, int has_row) {
   toeplitz_payload *p = lt_calloc(ctx, 1, sizeof *p);
   if (p == NULL) return NULL;
   p->m = m;
   p->n = n;
+  p->has_row = has_row;
   p->L = fft_length(m + n - 1);
   if (p->L == 0) {
     lt_free(ctx, p, sizeof *p);
@@ -392,7 +395,9 @@ static size_t toeplitz_payload_bytes(const lt_tensor *self) {
 
 /* ---------------------------------------------------------- gradients */
 
-/* {column = c, row = r}; a symmetric T (one vector) has only the column.
+/* {column = c, row = r}; a T made without r (lt.toeplitz(c), symmetric)
+ * has only the column, one made with r has both, even when r == c (a 1×1
+ * T always has): with_params may then give the row its own values.
  * T_ij = c[i-j] (i >= j), r[j-i] (i < j): the gradient of <W, T> sums W
  * along diagonals — the column the lower ones (and the main one), the row
  * the upper ones (its first entry is the column's: gradient 0); a
@@ -401,7 +406,7 @@ static int toeplitz_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   const toeplitz_payload *p = self->payload;
   lt_tensor *c = lt_dense_from(ctx, 1, &p->m, p->c);
   if (c == NULL || lt_paramset_add_owned(ctx, out, self, "column", c) != LT_OK) return LT_ERR;
-  if (p->r == p->c) return LT_OK;
+  if (p->r == p->c && !p->has_row) return LT_OK;
   lt_tensor *r = lt_dense_from(ctx, 1, &p->n, p->r);
   return r ? lt_paramset_add_owned(ctx, out, self, "row", r) : LT_ERR;
 }
@@ -474,7 +479,7 @@ static int toeplitz_derivative(lt_context *ctx, lt_tensor *self, const lt_cotang
     default: lower[0] = ltg_trace(w);
   }
   upper[0] = 0.0;
-  if (rc == LT_OK && p->r == p->c) { /* symmetric: c[d] sits on both sides */
+  if (rc == LT_OK && p->r == p->c && !p->has_row) { /* c[d] sits on both sides */
     for (size_t d = 1; d < p->n; d++) lower[d] += upper[d];
     lt_release(ctx, gr);
     gr = NULL;
@@ -501,7 +506,7 @@ static lt_tensor *toeplitz_rebuild(lt_context *ctx, lt_tensor *self, lt_tensor *
   lt_tensor *c0 = lt_dense_from(ctx, 1, &p->m, p->c);
   lt_tensor *c = c0 ? ltg_tensor_value(ctx, values, self, "column", c0) : NULL;
   lt_tensor *cc = c ? lt_dense_contiguous(ctx, c) : NULL, *out = NULL;
-  if (cc && p->r == p->c) {
+  if (cc && p->r == p->c && !p->has_row) {
     out = lt_toeplitz_new(ctx, cc, NULL);
   } else if (cc) {
     lt_tensor *r0 = lt_dense_from(ctx, 1, &p->n, p->r);
@@ -582,7 +587,7 @@ lt_tensor *lt_toeplitz_new(lt_context *ctx, lt_tensor *c, lt_tensor *r) {
     lt_error(ctx, "toeplitz: the first entries of c (%g) and r (%g) must be equal", cv[0], rv[0]);
     goto done;
   }
-  t = toeplitz_from(ctx, cv, m, rv, n);
+  t = toeplitz_from(ctx, cv, m, rv, n, r != NULL);
 done:
   if (rv != cv) lt_free(ctx, rv, n * sizeof(double));
   lt_free(ctx, cv, m * sizeof(double));
@@ -597,7 +602,7 @@ static int rule_transpose(lt_context *ctx, const lt_args *args, lt_result *res, 
   const toeplitz_payload *p = args->a->payload;
   if (lt_prop_get(args->a, LT_PROP_SYMMETRIC) == LT_YES)
     return lt_result_tensor(res, lt_retain(args->a));
-  return lt_result_tensor(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m));
+  return lt_result_tensor(res, toeplitz_from(ctx, p->r, p->n, p->c, p->m, p->has_row));
 }
 
 /* The diagonal is constant: c[0]. */
@@ -649,7 +654,7 @@ static lt_tensor *combine(lt_context *ctx, const toeplitz_payload *a, double sa,
       }
       out[0] += shift;
     }
-    t = toeplitz_from(ctx, c, a->m, r, a->n);
+    t = toeplitz_from(ctx, c, a->m, r, a->n, 0); /* a new leaf: a row unless symmetric */
   }
   lt_free(ctx, c, a->m * sizeof(double));
   lt_free(ctx, r, a->n * sizeof(double));

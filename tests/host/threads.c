@@ -48,6 +48,26 @@ static const char *const workload =
     "  assert(not ok and tostring(err):find('lazytensor:'), 'shape error expected')\n"
     "  total = total + (A:t() * A):trace()\n"
     "  if r % 50 == 0 then collectgarbage() end\n"
+    /* Every 25 rounds: a kernel operator on two worker threads of its own
+     * (num_threads = 2), its products twice (the second from the kernel
+     * store, whose blocks the workers fill), and the exact and the
+     * stochastic gradient of inv_quad_logdet over it. */
+    "  if r % 25 == 0 then\n"
+    "    lt.settings.num_threads = 2\n"
+    "    local X = lt.randn(48, 2)\n"
+    "    local K = lt.kernel(X, {kind = 'rbf', lengthscale = 0.8})\n"
+    "    local V = lt.ones(48, 3)\n"
+    "    local a, b = (K * V):sum(), (K * V):sum()\n"
+    "    close(a, b, 'kernel store')\n"
+    "    local Ky = K:add_diag(0.5)\n"
+    "    local q, ld, g = Ky:inv_quad_logdet(lt.ones(48), {grad = true})\n"
+    "    assert(g[K] and g[K].lengthscale, 'kernel gradient')\n"
+    "    local qs, lds = lt.with_settings({max_cholesky_size = 16}, function()\n"
+    "      return Ky:inv_quad_logdet(lt.ones(48), {grad = true})\n"
+    "    end)\n"
+    "    assert(math.abs(qs - q) < 1e-4 * (1 + math.abs(q)), 'stochastic inv_quad')\n"
+    "    total = total + a + q + ld + lds\n"
+    "  end\n"
     "end\n"
     "assert(hits == rounds, 'rule calls ' .. hits)\n"
     "return total\n";

@@ -159,6 +159,10 @@ function BatchModel:fit(opts)
   if method ~= "lbfgs" and method ~= "adam" then
     fail("unknown fit method '%s'", tostring(method))
   end
+  if opts.lr ~= nil and method ~= "adam" then -- as a member's fit: lbfgs has no step size
+    fail("fit: lr is the step of method = 'adam' (on the log-hyperparameters); "
+         .. "method = '%s' chooses its steps by line search and takes no lr", method)
+  end
   local function objective(v)
     self:set_vector(v)
     local ok, value, grad = pcall(self.mll_and_grad, self)

@@ -62,6 +62,14 @@ local function to_points(x, what)
   local d = #points[1]
   for i, p in ipairs(points) do
     if #p ~= d then fail("%s[%d] has %d coordinates, expected %d", what, i, #p, d) end
+    -- a NaN coordinate would give a kernel of NaN entries that some
+    -- structures (Toeplitz, grids) never look at: refuse it here
+    for j = 1, d do
+      local c = p[j]
+      if type(c) ~= "number" or c ~= c or c == math.huge or c == -math.huge then
+        fail("%s[%d][%d] must be a finite number, got %s", what, i, j, tostring(c))
+      end
+    end
   end
   return points
 end
@@ -76,7 +84,9 @@ local function test_points_tensor(xstar, d)
   return star
 end
 
-local function to_vector(y, n, what)
+-- finite: refuse NaN and ±inf entries too (targets; noise has its own
+-- check, with its own message).
+local function to_vector(y, n, what, finite)
   if not lt.is_tensor(y) then
     if type(y) ~= "table" then
       fail("%s must be a vector of %d values, got %s", what, n, type(y))
@@ -85,6 +95,14 @@ local function to_vector(y, n, what)
   end
   if y:dim() ~= 1 or y:size(1) ~= n then
     fail("%s must be a vector of %d values", what, n)
+  end
+  -- NaN or ±inf: the model's mll and gradients would be NaN (or the
+  -- default noise, from var(y), would be)
+  for i = 1, finite and n or 0 do
+    local v = y:get(i)
+    if v ~= v or v == math.huge or v == -math.huge then
+      fail("%s[%d] must be a finite number, got %s", what, i, tostring(v))
+    end
   end
   return y
 end
@@ -148,7 +166,7 @@ function gp.exact(spec)
     fail("the kernel reads input dimension %d but x has %d dimension%s", top, d,
          d == 1 and "" or "s")
   end
-  local y = to_vector(spec.y, #points, "y")
+  local y = to_vector(spec.y, #points, "y", true)
   local fixed = options("exact fixed", spec.fixed, {"noise", "mean"})
   local self = setmetatable({
     points = points,
@@ -168,7 +186,10 @@ function gp.exact(spec)
   end
   local ymean = y:mean()
   self.mean_value = self.mean_kind == "zero" and 0 or (spec.mean_value or ymean)
-  if type(self.mean_value) ~= "number" then fail("mean_value must be a number") end
+  local mv = self.mean_value
+  if type(mv) ~= "number" or mv ~= mv or mv == math.huge or mv == -math.huge then
+    fail("mean_value must be a finite number, got %s", tostring(mv))
+  end
   local yvar = ((y - ymean):pow(2)):mean()
   self.noise = check_noise(spec.noise or math.max(0.01 * yvar, 1e-6), self.n)
   if lt.is_tensor(self.noise) then
@@ -381,6 +402,16 @@ local function draw_seed()
   return math.floor(lt.rand({1})[1] * 2147483647)
 end
 
+-- lr is Adam's step on the log-hyperparameters; L-BFGS takes its steps
+-- from a line search and has none: an lr given to it would be silently
+-- ignored (a GPyTorch user's lr = 0.1 with the default method), so say so.
+local function check_fit_lr(method, lr)
+  if lr ~= nil and method ~= "adam" then
+    fail("fit: lr is the step of method = 'adam' (on the log-hyperparameters); "
+         .. "method = '%s' chooses its steps by line search and takes no lr", method)
+  end
+end
+
 --- Maximises the MLL over the hyperparameters (L-BFGS by default).
 -- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), gtol,
 -- callback(iter, mll, model), fixed_probes (default true).
@@ -402,6 +433,7 @@ function Model:fit(opts)
   opts = options("fit", opts, {"max_iter", "method", "lr", "gtol", "callback", "fixed_probes"})
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
+  check_fit_lr(method, opts.lr)
   if opts.fixed_probes ~= nil and type(opts.fixed_probes) ~= "boolean" then
     fail("fit: fixed_probes must be a boolean, got %s", type(opts.fixed_probes))
   end

@@ -110,7 +110,7 @@ function sgpr.constructor(h)
       h.fail("sgpr needs a kernel lt.kernel computes (its kinds, and sums, products and scales "
              .. "of them), got %s", why)
     end
-    local y = h.to_vector(spec.y, n, "y")
+    local y = h.to_vector(spec.y, n, "y", true)
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
     if spec.mean ~= nil and spec.mean ~= "constant" and spec.mean ~= "zero" then
       h.fail("mean must be 'constant' or 'zero', got %s", tostring(spec.mean))
@@ -240,13 +240,31 @@ local function symmetrize(A)
   return (A + A:t()) * 0.5
 end
 
+-- The lower Cholesky factor of a PSD matrix of the bound; a failure names
+-- the matrix and the cure. B = I + Lz⁻¹·Kzx·Kxz·Lz⁻ᵀ/σ² is ≥ I exactly, so
+-- it fails only when Kzz was numerically singular and its factor Lz is
+-- wrong: the fault is then Kzz's, and the message says so.
+local function bound_cholesky(self, A, which)
+  local ok, L = pcall(function() return lt.psd(A):cholesky():dense() end)
+  if ok then return L end
+  local why = tostring(L):gsub("^lazytensor: ", "")
+  if which == "Kzz" then
+    self.h.fail("sgpr: Kzz + jitter·I (the inducing points' kernel matrix, jitter = %g) is not "
+                .. "positive definite (%s); raise jitter or spread the inducing points",
+                self.jitter, why)
+  end
+  self.h.fail("sgpr: Kzz + jitter·I (the inducing points' kernel matrix, jitter = %g) is "
+              .. "numerically singular: the factor of I + Lz⁻¹·Kzx·Kxz·Lz⁻ᵀ/σ² built on it "
+              .. "failed (%s); raise jitter or spread the inducing points", self.jitter, why)
+end
+
 -- Everything the bound, its gradient and predictions need, from one pass
 -- over Kxz: P = Kzx·Kxz, c = Kzx·r, M = Lz⁻¹·P·Lz⁻ᵀ and the factors Lz, LB.
 local function factor(self)
   local comps = components(self)
   local m = self.m
   local Kzz = kernel_op(comps, self.Z):dense():add_diag(self.jitter)
-  local Lz = lt.psd(Kzz):cholesky():dense()
+  local Lz = bound_cholesky(self, Kzz, "Kzz")
   local r = self.y - self.mean_value
   local P, c = lt.zeros(m, m), lt.zeros(m)
   each_block(self, r, function(Xb, rb)
@@ -259,7 +277,7 @@ local function factor(self)
   P = symmetrize(P)
   local M = symmetrize(lower_solve(Lz, lower_solve(Lz, P):t()))
   local B = lt.eye(m) + M * (1 / self.noise)
-  local LB = lt.psd(B):cholesky():dense()
+  local LB = bound_cholesky(self, B, "B")
   return {comps = comps, Lz = Lz, c = c, M = M, LB = LB, r = r}
 end
 

@@ -165,9 +165,14 @@ local function grid_of(points)
     lookup[k] = {}
     for i, v in ipairs(vals) do lookup[k][v] = i end
   end
-  local size = 1
-  for k = 1, d do size = size * #axes[k] end
-  if size > 50 * #points then return nil end -- too sparse to be a grid worth using
+  -- Too sparse to be a grid worth using past 50 cells a point. The test is
+  -- made after each factor, so size stays below 50·n² and never wraps
+  -- (Lua 5.3+ integers do: 30 points in 13-d have 30^13 cells).
+  local size, limit = 1, 50 * #points
+  for k = 1, d do
+    size = size * #axes[k]
+    if size > limit then return nil end
+  end
   local index = {}
   for i = 1, #points do
     local lin = 0
@@ -716,6 +721,25 @@ end
 
 ----------------------------------------------------------------- choice --
 
+-- The most grid cells SKI may use (m^d for m points in each of d
+-- dimensions). Its grid is built and interpolated onto in full, so a huge
+-- grid would run for minutes before running out of memory (grid = 1e7 in
+-- 1-d: 31 s, then "not enough memory"): refuse it at once. A million cells
+-- is 200 times the 1-d default and 36 times the 3-d one.
+local MAX_SKI_CELLS = 1e6
+
+-- structure = "ski": grid = m points per dimension, m^d cells at most
+-- MAX_SKI_CELLS (the other checks on m are ski.lua's).
+local function check_ski_grid(m, d)
+  if type(m) ~= "number" or not (m >= 4) then return end -- luacheck: ignore 581 (NaN)
+  local cells = m ^ d
+  if cells > MAX_SKI_CELLS then
+    error(string.format("lazytensor: gp: structure = 'ski' with grid = %s in %d-d is %.4g grid "
+                        .. "cells, more than the %.4g SKI allows; take a smaller grid", tostring(m),
+                        d, cells, MAX_SKI_CELLS), 0)
+  end
+end
+
 --- Builds the covariance for `kernel` over `points` (an array of coordinate
 -- arrays). opts.structure forces "toeplitz", "kron", "kernel", "dense" (or
 -- "auto").
@@ -742,7 +766,10 @@ function structure.build(kernel, points, opts)
     want = "kernel"
   end
   local want_grads = opts.gradients ~= false
-  if want == "ski" then return require("lazytensor.gp.ski").build(kernel, points, opts) end
+  if want == "ski" then
+    check_ski_grid(opts.grid, #points[1])
+    return require("lazytensor.gp.ski").build(kernel, points, opts)
+  end
   if want == "auto" or want == "toeplitz" then
     local x0, h = regular_spacing(points)
     if x0 and kernel:is_stationary() then
