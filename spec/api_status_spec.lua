@@ -88,6 +88,12 @@ local PROBES = {
     return math.abs(lp + math.log(2 * math.pi)) < 1e-12 and type(g) == "table"
   end,
   ["lt.grad"] = function() return lt.grad ~= nil end,
+  ["lt.gradcheck"] = function() return lt.gradcheck(function(p) return p * p end, 1.5) end,
+  ["gp.kernels.custom"] = function()
+    local k = require("lazytensor.gp").kernels.custom{params = {l = 1},
+      k = function(x1, x2, p) return lt.kernel(x1, x2, {kind = "rbf", lengthscale = p.l}) end}
+    return k.kind == "custom"
+  end,
   ["lazytensor.gp"] = function() return type(gp.exact) == "function" end,
   ["gp.exact"] = function() return mll_of(gp.exact(model())) end,
   scale = function() return mll_of(gp.exact(model{kernel = gp.kernels.scale(gp.kernels.rbf{})})) end,
