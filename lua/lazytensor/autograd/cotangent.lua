@@ -42,9 +42,14 @@ function cot.dense_of(parts, m, n)
       local X = column(p.L) * column(p.R):t()
       if p.M then X = lt.cmul(X, p.M:dense()) end
       add(X)
-    else
-      local X = lt.zeros(m, n)
-      for i = 1, p.d:size(1) do X:set(i, i, p.d[i]) end
+    else -- diag(d) in the leading k×k block (k = min(m, n))
+      local k = p.d:size(1)
+      local X = lt.diag(p.d):dense()
+      if k ~= m or k ~= n then
+        local Y = lt.zeros(m, n)
+        Y:narrow(1, 1, k):narrow(2, 1, k):copy(X)
+        X = Y
+      end
       add(X)
     end
   end

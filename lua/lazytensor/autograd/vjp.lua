@@ -518,27 +518,17 @@ end
 
 -- The lower triangle of X with its diagonal halved (Murray's Φ).
 local function phi(X)
-  local n = X:size(1)
-  local out = lt.zeros(n, n)
-  for i = 1, n do
-    for j = 1, i do
-      local v = X:get(i, j)
-      out:set(i, j, i == j and v / 2 or v)
-    end
-  end
-  return out
+  return lt.triangular(X, "lower"):dense() - lt.diag(X:diagonal() * 0.5):dense()
 end
 
 -- The cotangent of A from that of its lower Cholesky factor L (Murray
 -- 2016): Ā = ½·(S + Sᵀ), S = L⁻ᵀ·Φ(Lᵀ·L̄)·L⁻¹.
 local function cholesky_share(Lfactor, Lbar)
   local L = Lfactor:dense()
-  local n = L:size(1)
   local T = lt.triangular(L, "lower")
   local P = phi(L:t() * Lbar)
   local Y = T:t():solve(P)           -- L⁻ᵀ·P
   local S = T:t():solve(Y:t()):t()   -- (L⁻ᵀ·(L⁻ᵀP)ᵀ)ᵀ = L⁻ᵀ·P·L⁻¹
-  local _ = n
   return ((S + S:t()) * 0.5):contiguous()
 end
 
@@ -571,8 +561,7 @@ function vjp.root(r, g)
     -- own column order, whichever order the rule that made it chose
     local Rd = R:dense()
     local s = lt.cmul(Rd, Rd):sum(1):sqrt()
-    local Q = lt.cmul(Rd, lt.full(Rd:shape(), 1):cdiv(lt.cmul(lt.full(Rd:shape(), 1), s:reshape(
-      1, s:size(1)))))
+    local Q = Rd:cdiv(s:reshape(1, s:size(1)))
     local fake = setmetatable({args = r.args, outs = {lt.cmul(s, s), Q}, nargs = 1}, {__index = r})
     return vjp.eigh(fake, {lt.cmul((Q:t() * Rbar):diagonal(), over(0.5, s)),
       Rbar * lt.diag(s)})
@@ -606,20 +595,14 @@ function vjp.eigh(r, g)
   if g[1] ~= nil then inner_m = inner_m + lt.diag(g[1]):dense() end
   if g[2] ~= nil then
     local QtG = Q:t() * cot.as_kind(g[2], "dense", {n, n})
-    local F = lt.zeros(n, n)
-    for i = 1, n do
-      for j = 1, n do
-        if i ~= j then
-          local gap = w[j] - w[i]
-          if gap == 0 then
-            error("lazytensor: grad: eigh with repeated eigenvalues has no derivative for its "
-              .. "eigenvectors", 0)
-          end
-          F:set(i, j, QtG:get(i, j) / gap)
-        end
-      end
+    -- F_ij = 1/(w_j − w_i) off the diagonal: the gaps, with 1 on the diagonal
+    local gaps = lt.ones(n, 1) * w:reshape(1, n) - w:reshape(n, 1) * lt.ones(1, n) + lt.eye(n)
+    if gaps:abs():min() == 0 then
+      error("lazytensor: grad: eigh with repeated eigenvalues has no derivative for its "
+        .. "eigenvectors", 0)
     end
-    inner_m = inner_m + F
+    local F = QtG:cdiv(gaps)
+    inner_m = inner_m + F - lt.diag(F:diagonal()):dense()
   end
   local W = Q * inner_m * Q:t()
   W = ((W + W:t()) * 0.5):contiguous()
