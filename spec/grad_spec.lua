@@ -88,6 +88,16 @@ describe("lt.grad", function()
     assert.is_false(ok2)
   end)
 
+  it("follows lt.tensor{...} of followed numbers (vectors and matrices)", function()
+    local x2 = lt.tensor{{0.1, 0.2}, {0.5, -0.3}, {0.9, 0.1}}
+    assert(lt.gradcheck(function(p)
+      local v = lt.tensor{p.a, p.b, 2}
+      local M = lt.tensor{{p.a, 0}, {p.b, p.a}}
+      return (v * v):sum() * p.a + (M * M):sum()
+        + lt.kernel(x2, {kind = "rbf", lengthscale = lt.tensor{p.a, p.b}}):logdet()
+    end, {a = 0.7, b = 1.3}))
+  end)
+
   it("follows writes into a fresh tensor", function()
     local function f(p)
       local m = lt.zeros(3)

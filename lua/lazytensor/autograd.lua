@@ -428,12 +428,55 @@ local function followed_write(tape, name, orig, n, ...)
   tape:record(name, args, n, pack(args[1]))
 end
 
+-- lt.tensor{...} of a (nested, two levels at most) table holding followed
+-- 0-d tensors: the numbers stacked into a dense tensor, each entry's
+-- cotangent handed back to its tensor. Returns nil when nothing is followed.
+local function followed_stack(tape, orig, t, ...)
+  local entries = {}
+  local function scan(v, i, j)
+    if type(v) == "userdata" then
+      local node = tape:node_of(v)
+      if node then entries[#entries + 1] = {node = node, i = i, j = j} end
+    end
+  end
+  for i, v in ipairs(t) do
+    if type(v) == "table" and not lt.is_tensor(v) then
+      for j, w in ipairs(v) do scan(w, i, j) end
+    else
+      scan(v, i)
+    end
+  end
+  if #entries == 0 then return nil end
+  local numbers = {}
+  local function number(v)
+    if type(v) == "userdata" and lt.is_tensor(v) and not is_lazy(v) and dim_of(v) == 0 then
+      return v:totable()
+    end
+    return v
+  end
+  for i, v in ipairs(t) do
+    if type(v) == "table" and not lt.is_tensor(v) then
+      local row = {}
+      for j, w in ipairs(v) do row[j] = number(w) end
+      numbers[i] = row
+    else
+      numbers[i] = number(v)
+    end
+  end
+  return tape:record("tensor", {t, ...}, 1 + select("#", ...), pack(orig(numbers, ...)),
+    {entries = entries})
+end
+
 local function wrapper(name, orig)
   local writes, forward, known = WRITES[name], FORWARD[name], vjp[name] or CONSTRUCTORS[name]
   return function(...)
     local tape = active
     if tape == nil then return orig(...) end
     local n = select("#", ...)
+    if name == "tensor" and type((...)) == "table" and not lt.is_tensor((...)) then
+      local r = pack(followed_stack(tape, orig, ...))
+      if r.n > 0 and r[1] ~= nil then return unpack(r, 1, r.n) end
+    end
     if not is_followed(tape, n, ...) then return orig(...) end
     if writes then return followed_write(tape, name, orig, n, ...) end
     if name == "call" then

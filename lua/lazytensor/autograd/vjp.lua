@@ -778,6 +778,16 @@ function vjp.kron(r, g)
   end
 end
 
+-- lt.tensor{...} of followed 0-d tensors (autograd.lua's followed_stack):
+-- each entry's cotangent to its tensor.
+function vjp.tensor(r, g)
+  local G = g[1]
+  for _, e in ipairs(r.kept.entries) do
+    local c = e.j and G:get(e.i, e.j) or G:dim() == 1 and G[e.i] or G:get(e.i)
+    r.tape:accumulate(e.node, c)
+  end
+end
+
 -- -------------------------------------------------------------- writes
 
 -- t[i] = v and t:set(i, ..., v): the written entries' cotangent goes to v,
