@@ -199,7 +199,13 @@ end
 vjp.exp = elementwise(function(_, y) return y end)
 vjp.log = elementwise(function(x) return over(1, x) end)
 vjp.sqrt = elementwise(function(_, y) return over(0.5, y) end)
-vjp.abs = elementwise(function(x) return x:cdiv(x:abs()) end)
+-- |x|' = sign(x), and 0 at 0 (a subgradient): x / max(|x|, tiny), the max
+-- as (a + t + |a − t|)/2, exact for every |x| above 1e-284.
+local TINY = 1e-300
+vjp.abs = elementwise(function(x)
+  local a = x:abs()
+  return x:cdiv((a + TINY + (a - TINY):abs()) * 0.5)
+end)
 
 -- The special functions (lazytensor_special.h lists the derivatives):
 -- erf' = 2/√π·e^(−x²) = −erfc', Φ' = φ, φ' = −x·φ, (log Φ)' =
