@@ -567,4 +567,7 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
   fit = Model.fit, test_points_tensor = test_points_tensor,
 }
 
+--- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
+gp.likelihoods = require "lazytensor.gp.likelihoods"
+
 return gp
