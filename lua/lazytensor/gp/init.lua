@@ -570,4 +570,10 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
 --- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
 gp.likelihoods = require "lazytensor.gp.likelihoods"
 
+--- Sparse variational GPs (SVGP) with any likelihood: see gp/variational.lua.
+-- @function gp.variational
+gp.variational = require("lazytensor.gp.variational").constructor{
+  fail = fail, to_points = to_points, options = options, test_points_tensor = test_points_tensor,
+}
+
 return gp
