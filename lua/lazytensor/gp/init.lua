@@ -576,4 +576,10 @@ gp.variational = require("lazytensor.gp.variational").constructor{
   fail = fail, to_points = to_points, options = options, test_points_tensor = test_points_tensor,
 }
 
+--- Exact-GP classification by Laplace's method: see gp/laplace.lua.
+-- @function gp.laplace
+gp.laplace = require("lazytensor.gp.laplace").constructor{
+  fail = fail, to_points = to_points, options = options, test_points_tensor = test_points_tensor,
+}
+
 return gp

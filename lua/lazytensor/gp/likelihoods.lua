@@ -266,7 +266,7 @@ end
 -- gp.laplace (R&W Table 3.1): the inner optimisation, not a model gradient.
 function Likelihood:derivatives(y, f, theta)
   if not self.newton then
-    fail("%s has no Newton derivatives (gp.laplace needs bernoulli)", self.kind)
+    fail("%s has no Newton derivatives (gp.laplace needs bernoulli or poisson)", self.kind)
   end
   return self.newton(y, f, th(self, theta))
 end
@@ -363,6 +363,11 @@ function likelihoods.poisson(spec)
   spec = check_keys("poisson", spec, {"nodes"})
   local self = new("poisson", {}, nil, {nodes = spec.nodes, label_rule = check_counts})
   self.pointwise = function(y, f) return y:cmul(f) - f:exp() - log_factorial(y) end
+  -- d1 = y − e^f, d2 = −e^f
+  self.newton = function(y, f)
+    local rate = f:exp()
+    return y - rate, -rate
+  end
   -- E[y f − e^f] = y·m − e^{m + v/2}
   self.closed_ell = function(y, m, v) return y:cmul(m) - (m + v * 0.5):exp() - log_factorial(y) end
   -- E y = E e^f = e^{m + v/2}; Var y = E e^f + Var e^f = E e^f + (e^v − 1)·e^{2m + v}

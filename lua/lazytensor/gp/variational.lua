@@ -615,4 +615,15 @@ function SVGP:describe()
                        self.distribution, self.whiten and ", whitened" or "")
 end
 
+-- Shared with gp.laplace: the kernel kinds evaluated with followed
+-- hyperparameters, the check, the log-parameter table and the lt.kernel spec.
+variational.KINDS = KINDS
+variational.check_kernel = function(kernel, helpers)
+  h = h or helpers
+  return check_kernel(kernel)
+end
+variational.kernel_spec = function(kernel, logs)
+  return kernel_spec({kernel = kernel}, logs and {kernel = logs})
+end
+
 return variational
