@@ -188,8 +188,9 @@ function Laplace:find_mode()
     local f_new = K * a_new
     local v_new = psi(self, a_new, f_new)
     local halvings = 0
-    -- (NaN counts as a decrease)
-    while not (v_new >= value - 1e-12 * math.abs(value)) and halvings < 30 do -- luacheck: ignore 581
+    -- (written with not so that NaN counts as a decrease)
+    local floor = value - 1e-12 * math.abs(value)
+    while not (v_new >= floor) and halvings < 30 do -- luacheck: ignore 581
       -- a Newton step past the mode: halve it (in a, so that f = K·a stays)
       a_new = (a + a_new) * 0.5
       f_new = K * a_new
