@@ -136,8 +136,9 @@ describe("gp.laplace", function()
         close(g[j], fd, 1e-5, string.format("case %d, parameter %d", c, j), 1e-7)
         worst_explicit = math.max(worst_explicit, math.abs(ex_flat[j] - fd) / math.abs(fd))
       end
-      -- the implicit term matters: without it the gradient is visibly wrong
-      assert.is_true(worst_explicit > 1e-3, "explicit-only error " .. worst_explicit)
+      -- the implicit term matters: without it the gradient is wrong (measured
+      -- worst components: 77%, 77% and 74% for the three cases)
+      assert.is_true(worst_explicit > 0.5, "explicit-only error " .. worst_explicit)
     end
   end)
 

@@ -22,7 +22,7 @@
 --   implicit part is the gradient of bᵀK(θ)â (b, â constants).
 -- One lt.grad of ½ âᵀKâ − ½ log|B| + bᵀKâ gives both. The specs check the
 -- sum against central differences of log q, the mode found again at each
--- point (without the implicit part the gradient is wrong by up to ~10%).
+-- point (without the implicit part some components are wrong by 70% there).
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
