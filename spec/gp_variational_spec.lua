@@ -129,7 +129,7 @@ describe("gp.variational", function()
     local noise = 0.1
     local model = gp.variational{x = x, y = y, kernel = gp.kernels.matern52{lengthscale = 0.8,
       variance = 1.3}, likelihood = gp.likelihoods.gaussian{noise = noise}, inducing = x,
-      mean = "zero", jitter = 1e-9}
+      mean = "zero", jitter = 1e-9, bounds = {noise = {0, math.huge}}} -- log σ², as gp.exact's
     model:set_variational(optimal_q(model, kspec, noise, x, y))
     local exact = gp.exact{x = x, y = y, kernel = gp.kernels.matern52{lengthscale = 0.8,
       variance = 1.3}, noise = noise, mean = "zero"}

@@ -570,6 +570,9 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
 --- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
 gp.likelihoods = require "lazytensor.gp.likelihoods"
 
+--- Priors on hyperparameters (gp.variational, gp.laplace): see gp/priors.lua.
+gp.priors = require "lazytensor.gp.priors"
+
 --- Sparse variational GPs (SVGP) with any likelihood: see gp/variational.lua.
 -- @function gp.variational
 gp.variational = require("lazytensor.gp.variational").constructor{

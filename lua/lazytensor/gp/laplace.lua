@@ -27,15 +27,14 @@ local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
 local variational = require "lazytensor.gp.variational"
+local hyper = require "lazytensor.gp.hyper"
 
 local laplace = {}
-
-local log = math.log
 
 local Laplace = {}
 Laplace.__index = Laplace
 
-local KEYS = {"x", "y", "kernel", "likelihood", "jitter", "max_newton", "tol"}
+local KEYS = {"x", "y", "kernel", "likelihood", "jitter", "max_newton", "tol", "bounds", "priors"}
 
 local h
 
@@ -61,7 +60,9 @@ function laplace.constructor(helpers)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
+    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil)
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
+                         bounds = bounds, priors = prior_set,
                          likelihood = lik, jitter = jitter, max_newton = spec.max_newton or 100,
                          tol = spec.tol or 1e-10}, Laplace)
   end
@@ -69,19 +70,14 @@ end
 
 ------------------------------------------------------------ parameters --
 
---- The free kernel hyperparameters as logs: {log_<name> = number or 1-d tensor}.
+--- The free kernel hyperparameters, unconstrained: {log_<name> = number
+-- or 1-d tensor}, or raw_<name> for a bounded one (gp/hyper.lua).
 function Laplace:parameters()
   local p = {}
   for _, name in ipairs(variational.KINDS[self.kernel.kind]) do
     if not self.kernel.fixed[name] then
-      local v = self.kernel.values[name]
-      if type(v) == "table" then
-        local l = {}
-        for i, x in ipairs(v) do l[i] = log(x) end
-        p["log_" .. name] = lt.tensor(l)
-      else
-        p["log_" .. name] = log(v)
-      end
+      local r = hyper.to_raw(self.bounds, name, self.kernel.values[name])
+      p[hyper.key(self.bounds, name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
   return p
@@ -113,12 +109,12 @@ function Laplace:set_vector(v)
     local key = name:sub(5)
     if lt.is_tensor(p[name]) then
       local l = {}
-      for i = 1, p[name]:size(1) do l[i] = math.exp(v[off + i]) end
+      for i = 1, p[name]:size(1) do l[i] = hyper.from_raw(self.bounds, key, v[off + i]) end
       off = off + #l
       self.kernel.values[key] = l
     else
       off = off + 1
-      self.kernel.values[key] = math.exp(v[off])
+      self.kernel.values[key] = hyper.from_raw(self.bounds, key, v[off])
     end
   end
   self.mode = nil -- the cached f̂ stays as the next Newton start (self.start)
@@ -141,7 +137,7 @@ end
 -- K(A, B) (dense), or K(X, X) + jitter·I when A is nil; logs: followed
 -- log hyperparameters (nil: the kernel's values).
 local function K_of(self, logs, A, B)
-  local spec = variational.kernel_spec(self.kernel, logs)
+  local spec = variational.kernel_spec(self.kernel, logs, self.bounds)
   A = A or self.X
   if B then return lt.kernel(A, B, spec):dense() end
   return lt.kernel(A, spec):dense():add_diag(self.jitter)
@@ -236,9 +232,22 @@ local function logdet_sensitivity(self, md)
   end)(md.f))
 end
 
+-- Σ log prior at the (followed) parameters logs.
+local function log_prior(self, logs)
+  if next(self.priors) == nil then return 0 end
+  local spec = variational.kernel_spec(self.kernel, logs, self.bounds)
+  return hyper.log_prior(self.priors, function(name) return spec[name] end)
+end
+
+--- log q(y | θ) plus the priors' log densities.
+function Laplace:log_posterior()
+  return self:mll() + log_prior(self, nil)
+end
+
 --- The surrogate whose lt.grad is log q's total gradient (see the header):
 -- a function of the log hyperparameters, and its constants. opts.implicit
--- = false leaves the implicit term out (for the specs' comparison).
+-- = false leaves the implicit term out (for the specs' comparison);
+-- opts.posterior = true adds the priors' log densities.
 function Laplace:gradient_objective(opts)
   local md = self:find_mode()
   local a, sW = md.d1, md.sW
@@ -255,17 +264,21 @@ function Laplace:gradient_objective(opts)
     local Ka = K * a
     local value = a:dot(Ka) * 0.5 - logdet
     if b then value = value + b:dot(Ka) end
+    if opts and opts.posterior then value = value + log_prior(self, logs) end
     return value
   end
   return f, self:parameters()
 end
 
 --- log q(y | θ) and its gradient with respect to get_vector() (the log
--- kernel hyperparameters), by lt.grad (see the header).
-function Laplace:mll_and_grad()
+-- kernel hyperparameters), by lt.grad (see the header); with opts.posterior
+-- = true, of the log posterior (priors added).
+function Laplace:mll_and_grad(opts)
   local value, info = self:mll()
-  local f, p = self:gradient_objective()
+  local posterior = opts and opts.posterior
+  local f, p = self:gradient_objective{posterior = posterior}
   local g = lt.grad(f)(p)
+  if posterior then value = value + log_prior(self, nil) end
   return value, grad_vector(p, g), info
 end
 
@@ -278,7 +291,7 @@ function Laplace:fit(opts)
   local x0 = self:get_vector()
   local function objective(v)
     self:set_vector(v)
-    local ok, value, grad = pcall(self.mll_and_grad, self)
+    local ok, value, grad = pcall(self.mll_and_grad, self, {posterior = true})
     if not ok then
       if type(value) == "string" and value:find("lazytensor:", 1, true) then
         local g = {}
@@ -289,7 +302,7 @@ function Laplace:fit(opts)
     end
     return value, grad
   end
-  local ok, best, value, info = pcall(optim[method], objective, x0, {
+  local ok, best, _, info = pcall(optim[method], objective, x0, {
     maximize = true, max_iter = opts.max_iter or 50, lr = opts.lr,
     callback = opts.callback and function(it, v) return opts.callback(it, v, self) end,
   })
@@ -298,7 +311,7 @@ function Laplace:fit(opts)
     error(best, 0)
   end
   self:set_vector(best)
-  return {mll = self:mll(), optimiser_value = value, iterations = info.iterations,
+  return {mll = self:mll(), log_posterior = self:log_posterior(), iterations = info.iterations,
           converged = info.converged, reason = info.reason}
 end
 

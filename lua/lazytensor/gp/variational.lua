@@ -28,16 +28,17 @@ local lt = require "lazytensor"
 local autograd = require "lazytensor.autograd"
 local kernels = require "lazytensor.gp.kernels"
 local likelihoods = require "lazytensor.gp.likelihoods"
+local hyper = require "lazytensor.gp.hyper"
 
 local variational = {}
 
-local log, sqrt = math.log, math.sqrt
+local sqrt = math.sqrt
 
 local SVGP = {}
 SVGP.__index = SVGP
 
 local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
-              "distribution", "num_data", "fixed", "jitter"}
+              "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
 
 -- The kinds lt.kernel evaluates with tensor hyperparameters, and the
 -- hyperparameters each has.
@@ -51,8 +52,6 @@ local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
 
 local function fail(fmt, ...) h.fail("variational: " .. fmt, ...) end
 
--- exp of numbers (outside lt.grad) and of 0-d or 1-d tensors (inside).
-local function ex(x) return type(x) == "number" and math.exp(x) or x:exp() end
 
 ------------------------------------------------------------ construction --
 
@@ -140,8 +139,10 @@ function variational.constructor(helpers)
     if type(mean_value) ~= "number" or mean_value ~= mean_value then
       fail("mean_value must be a number")
     end
+    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
     local self = setmetatable({
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
+      bounds = bounds, priors = prior_set,
       whiten = whiten, distribution = dist, mean_kind = mean, mean_value = mean_value,
       num_data = num_data, jitter = jitter,
       fixed = {inducing = fixed.inducing and true or nil, mean = fixed.mean and true or nil},
@@ -169,18 +170,13 @@ function SVGP:parameters()
   if not self.fixed.inducing then p.Z = self.Z:clone() end
   for _, name in ipairs(KINDS[self.kernel.kind]) do
     if not self.kernel.fixed[name] then
-      local v = self.kernel.values[name]
-      if type(v) == "table" then
-        local l = {}
-        for i, x in ipairs(v) do l[i] = log(x) end
-        p.kernel["log_" .. name] = lt.tensor(l)
-      else
-        p.kernel["log_" .. name] = log(v)
-      end
+      local r = hyper.to_raw(self.bounds, name, self.kernel.values[name])
+      p.kernel[hyper.key(self.bounds, name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
   for _, name in ipairs(self.likelihood:free_names()) do
-    p.likelihood["log_" .. name] = log(self.likelihood.params[name])
+    p.likelihood[hyper.key(self.bounds, name)] =
+      hyper.to_raw(self.bounds, name, self.likelihood.params[name])
   end
   if self.mean_kind == "constant" and not self.fixed.mean then p.constant = self.mean_value end
   return p
@@ -211,18 +207,12 @@ function SVGP:set_parameters(p)
   self.q_chol = p.chol:clone():contiguous()
   if #want == 2 then self.q_chol = self.q_chol:cmul(self.mask) end
   if p.Z then self.Z = p.Z:clone():contiguous() end
-  for name, v in pairs(p.kernel or {}) do
-    local key = name:sub(5)
-    if lt.is_tensor(v) and v:dim() == 1 then
-      local l = {}
-      for i, x in ipairs(v:totable()) do l[i] = math.exp(x) end
-      self.kernel.values[key] = l
-    else
-      self.kernel.values[key] = math.exp(number_of(v))
-    end
+  -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
+  for key, v in pairs(p.kernel or {}) do
+    self.kernel.values[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
   end
-  for name, v in pairs(p.likelihood or {}) do
-    self.likelihood.params[name:sub(5)] = math.exp(number_of(v))
+  for key, v in pairs(p.likelihood or {}) do
+    self.likelihood.params[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
   end
   if p.constant ~= nil then self.mean_value = number_of(p.constant) end
 end
@@ -240,10 +230,11 @@ end
 -- The lt.kernel spec from p (followed) or the kernel object (constants).
 local function kernel_spec(self, p)
   local spec = {kind = self.kernel.kind}
+  local bounds = self.bounds or {}
   for _, name in ipairs(KINDS[self.kernel.kind]) do
-    local free = p and p.kernel and p.kernel["log_" .. name]
+    local free = p and p.kernel and p.kernel[hyper.key(bounds, name)]
     if free ~= nil then
-      spec[name] = ex(free)
+      spec[name] = hyper.from_raw(bounds, name, free)
     else
       local v = self.kernel.values[name]
       spec[name] = type(v) == "table" and lt.tensor(v) or v
@@ -254,7 +245,9 @@ end
 
 local function likelihood_theta(self, p)
   local theta = self.likelihood:theta()
-  for name, v in pairs(p and p.likelihood or {}) do theta[name:sub(5)] = ex(v) end
+  for key, v in pairs(p and p.likelihood or {}) do
+    theta[key:sub(5)] = hyper.from_raw(self.bounds, key:sub(5), v)
+  end
   return theta
 end
 
@@ -327,18 +320,38 @@ local function rows(self, idx)
   return Xr, yr, #idx
 end
 
+-- Σ log prior of the hyperparameters at p (followed where free).
+local function log_prior(self, p)
+  if next(self.priors) == nil then return 0 end
+  local kspec, theta = kernel_spec(self, p), likelihood_theta(self, p)
+  return hyper.log_prior(self.priors, function(name)
+    if kspec[name] ~= nil then return kspec[name] end
+    return theta[name]
+  end)
+end
+
 --- The bound as a function of a parameter table (parameters()'s form) and
 -- the rows idx (nil: all of them): f, for lt.grad, lt.gradcheck or
--- autograd.evaluate, and the current parameters p0.
-function SVGP:objective(idx)
+-- autograd.evaluate, and the current parameters p0. opts.posterior = true
+-- adds the priors' log densities (the log posterior's bound).
+function SVGP:objective(idx, opts)
   local Xr, yr, b = rows(self, idx)
   local scale = self.num_data / b
+  local with_prior = opts and opts.posterior
   local function f(p)
     local mean, var, parts = latent(self, p, Xr)
     local ell = self.likelihood:expected_log_prob(yr, mean, var, likelihood_theta(self, p)):sum()
-    return ell * scale - kl(self, p, parts)
+    local value = ell * scale - kl(self, p, parts)
+    if with_prior then value = value + log_prior(self, p) end
+    return value
   end
   return f, self:parameters()
+end
+
+--- The ELBO plus the priors' log densities (from the rows idx when given).
+function SVGP:log_posterior(idx)
+  local f, p = self:objective(idx, {posterior = true})
+  return autograd.evaluate(f, p)
 end
 
 --- The evidence lower bound (a number), from the rows idx when given
@@ -510,7 +523,7 @@ function SVGP:fit(opts)
       for first = 1, self.n, batch do
         local idx = {}
         for i = first, math.min(first + batch - 1, self.n) do idx[#idx + 1] = perm[i] end
-        local f = self:objective(idx)
+        local f = self:objective(idx, {posterior = true})
         local tries = 0
         while true do
           local grads, value = lt.grad(f)(unflatten(layout, x))
@@ -547,7 +560,8 @@ function SVGP:fit(opts)
     self:set_parameters(start) -- a failed fit leaves the model as it was
     error(err, 0)
   end
-  return {elbo = self:elbo(), epochs = epochs, steps = steps, stopped = stopped, lr = lr}
+  return {elbo = self:elbo(), log_posterior = self:log_posterior(), epochs = epochs,
+          steps = steps, stopped = stopped, lr = lr}
 end
 
 ------------------------------------------------------------ prediction --
@@ -622,8 +636,21 @@ variational.check_kernel = function(kernel, helpers)
   h = h or helpers
   return check_kernel(kernel)
 end
-variational.kernel_spec = function(kernel, logs)
-  return kernel_spec({kernel = kernel}, logs and {kernel = logs})
+variational.kernel_spec = function(kernel, logs, bounds)
+  return kernel_spec({kernel = kernel, bounds = bounds}, logs and {kernel = logs})
+end
+
+-- Bounds and priors of spec (gp/hyper.lua) over the kernel's hyperparameters
+-- of its kind and the likelihood's (lik may be nil); the noise floor by default.
+function variational.parse_hyper(spec, kernel, lik)
+  local names = {}
+  for _, name in ipairs(KINDS[kernel.kind]) do names[name] = kernel.values[name] end
+  local defaults = {}
+  if lik then
+    for _, name in ipairs(lik.names) do names[name] = lik.params[name] end
+    if lik.kind == "gaussian" then defaults.noise = {hyper.NOISE_FLOOR, math.huge} end
+  end
+  return hyper.parse(fail, names, spec.bounds, spec.priors, defaults)
 end
 
 return variational
