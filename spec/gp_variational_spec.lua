@@ -206,6 +206,13 @@ describe("gp.variational", function()
           r.idx = {}
           for i = 1, 12 do r.idx[i] = i end
           close(model:elbo(), ref_elbo(r), 1e-11, what .. " all rows")
+          -- and over blocks of 5, 5 and 2 rows
+          local module = require "lazytensor.gp.variational"
+          local saved = module.block_entries
+          module.block_entries = 5 * 4
+          local blocked = model:elbo()
+          module.block_entries = saved
+          close(blocked, ref_elbo(r), 1e-11, what .. " all rows, in blocks")
         end
       end
     end

@@ -37,6 +37,10 @@ local sqrt = math.sqrt
 local SVGP = {}
 SVGP.__index = SVGP
 
+-- model:elbo() over all rows evaluates k(Z, x) for block_entries / m rows at
+-- a time (32 MB); a field so that the specs can check the sum over blocks.
+variational.block_entries = 4194304
+
 local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
               "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
 
@@ -350,15 +354,30 @@ end
 
 --- The ELBO plus the priors' log densities (from the rows idx when given).
 function SVGP:log_posterior(idx)
-  local f, p = self:objective(idx, {posterior = true})
-  return autograd.evaluate(f, p)
+  local p = self:parameters()
+  return self:elbo(idx) + autograd.evaluate(function(q) return log_prior(self, q) end, p)
 end
 
 --- The evidence lower bound (a number), from the rows idx when given
 -- (scaled by num_data/|idx|), from every row otherwise.
 function SVGP:elbo(idx)
-  local f, p = self:objective(idx)
-  return autograd.evaluate(f, p)
+  if idx ~= nil or self.n * self.m <= variational.block_entries then
+    local f, p = self:objective(idx)
+    return autograd.evaluate(f, p)
+  end
+  -- All rows, a block at a time (k(Z, x) of every row at once would be m×n).
+  local p = self:parameters()
+  local rows_per = math.max(1, math.floor(variational.block_entries / self.m))
+  local total = 0
+  for first = 1, self.n, rows_per do
+    local len = math.min(rows_per, self.n - first + 1)
+    local Xr, yr = self.X:narrow(1, first, len), self.y:narrow(1, first, len)
+    local mean, var = latent(self, p, Xr)
+    local theta = likelihood_theta(self, p)
+    total = total + self.likelihood:expected_log_prob(yr, mean, var, theta):sum()
+  end
+  local _, _, parts = latent(self, p, self.X:narrow(1, 1, 1))
+  return total * (self.num_data / self.n) - kl(self, p, parts)
 end
 
 --- The bound and its gradient (a table of parameters()'s form), by lt.grad.
