@@ -2,8 +2,9 @@
 -- 569 fine-needle aspirates, 30 features, benign (1) or malignant (0)
 -- (examples/data/breast_cancer.csv; see examples/data/README.md).
 --
--- Two classifiers on the same split, both with an RBF kernel over the 30
--- standardised features and a probit likelihood, every gradient by lt.grad:
+-- Classifiers on the same split, each with an RBF kernel over the 30
+-- standardised features and a probit likelihood (and the Laplace one again
+-- with the logit link, as scikit-learn's), every gradient by lt.grad:
 -- - gp.laplace: the exact GP by Laplace's method, its kernel hyperparameters
 --   fitted by L-BFGS on the approximate log marginal likelihood;
 -- - gp.variational: an SVGP with 40 inducing points (learnt), q(u) and the
@@ -87,6 +88,19 @@ local acc_lap, nlpd_lap = score(p_lap)
 print(string.format("laplace: log q(y) %.4f after %d L-BFGS iterations (%s), %s (%.1f s)", fit.mll,
                     fit.iterations, fit.reason, lap.kernel:describe(), clock() - t0))
 print(string.format("laplace held-out: accuracy %.4f, NLPD %.4f", acc_lap, nlpd_lap))
+
+-- gp.laplace with the logit link: the model of scikit-learn's
+-- GaussianProcessClassifier (bench/peers/breast_cancer_sklearn.py)
+t0 = clock()
+local logit = gp.laplace{x = xt, y = yt,
+                         kernel = gp.kernels.rbf{lengthscale = math.sqrt(#features)},
+                         likelihood = gp.likelihoods.bernoulli{link = "logit"}}
+local fit_logit = logit:fit{max_iter = 50}
+local acc_logit, nlpd_logit = score(logit:predict_y(xs):totable())
+print(string.format("laplace (logit): log q(y) %.4f after %d L-BFGS iterations (%s), %s (%.1f s)",
+                    fit_logit.mll, fit_logit.iterations, fit_logit.reason,
+                    logit.kernel:describe(), clock() - t0))
+print(string.format("laplace (logit) held-out: accuracy %.4f, NLPD %.4f", acc_logit, nlpd_logit))
 
 -- gp.variational
 t0 = clock()

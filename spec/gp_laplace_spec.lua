@@ -158,6 +158,45 @@ describe("gp.laplace", function()
     assert.is_true(right >= 30, right .. " of 40")
   end)
 
+  it("equals scikit-learn's GaussianProcessClassifier (logit Laplace) on breast cancer", function()
+    -- the split of examples/breast_cancer.lua; the reference numbers are
+    -- sklearn 1.2.1's (bench/peers/breast_cancer_sklearn.py)
+    local cols, header = require("lazytensor.data").read_csv("examples/data/breast_cancer.csv")
+    local features = {}
+    for _, name in ipairs(header) do
+      if name ~= "benign" then features[#features + 1] = name end
+    end
+    local n, seed = #cols.benign, 2026
+    local order = {}
+    for i = 1, n do order[i] = i end
+    for i = n, 2, -1 do
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      local j = math.floor(seed / 2147483648 * i) + 1
+      order[i], order[j] = order[j], order[i]
+    end
+    local x, y = {}, {}
+    for k = 1, math.floor(0.8 * n + 0.5) do
+      x[k] = {}
+      for j, f in ipairs(features) do x[k][j] = cols[f][order[k]] end
+      y[k] = cols.benign[order[k]]
+    end
+    for j = 1, #features do
+      local m, s = 0, 0
+      for _, r in ipairs(x) do m = m + r[j] end
+      m = m / #x
+      for _, r in ipairs(x) do s = s + (r[j] - m) ^ 2 end
+      for _, r in ipairs(x) do r[j] = (r[j] - m) / math.sqrt(s / #x) end
+    end
+    local model = gp.laplace{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 5, variance = 2},
+                             likelihood = gp.likelihoods.bernoulli{link = "logit"}, jitter = 0}
+    local value, g = model:mll_and_grad()
+    close(value, -92.5783154161217, 1e-11, "LML at (2, 5)")
+    close(g[1], 4.79788391792, 1e-9, "d/dlog lengthscale")
+    close(g[2], 22.7544519528, 1e-9, "d/dlog variance")
+    model:set_vector{math.log(11.37799859), math.log(385.1816426)} -- sklearn's optimum
+    close(model:mll(), -49.9540879227, 1e-10, "LML at sklearn's optimum")
+  end)
+
   it("bad input is a clear error", function()
     local x, y = data(10)
     local k = gp.kernels.rbf{}
