@@ -16,7 +16,9 @@ local function rnd()
   seed = (seed * 1103515245 + 12345) % 2147483648
   return seed / 2147483648
 end
-local function gauss() return math.sqrt(-2 * math.log(1 - rnd())) * math.cos(2 * math.pi * rnd()) end
+local function gauss()
+  return math.sqrt(-2 * math.log(1 - rnd())) * math.cos(2 * math.pi * rnd())
+end
 local function f(a, b) return math.sin(a) * math.cos(0.7 * b) end
 
 local X, Y = lt.zeros(n, 2), lt.zeros(n)
