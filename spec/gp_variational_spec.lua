@@ -165,6 +165,36 @@ describe("gp.variational", function()
     end
   end)
 
+  it("one natural-gradient step of size 1 (Gaussian, all rows) lands on the optimal q", function()
+    local x, y = data(40)
+    local Z = {{0.3}, {1.7}, {3.1}, {4.4}, {6.0}, {7.9}}
+    local sgpr = gp.sgpr{x = x, y = y, kernel = gp.kernels.matern52{lengthscale = 0.8,
+      variance = 1.3}, noise = 0.05, mean = "zero", inducing = Z, jitter = 1e-6}
+    for _, whiten in ipairs{true, false} do
+      local k = gp.kernels.matern52{lengthscale = 0.8, variance = 1.3,
+                                    fixed = {lengthscale = true, variance = true}}
+      local model = gp.variational{x = x, y = y, kernel = k, inducing = Z, mean = "zero",
+        likelihood = gp.likelihoods.gaussian{noise = 0.05, fixed = {noise = true}},
+        jitter = 1e-6, whiten = whiten, fixed = {inducing = true}}
+      assert.is_true(model:elbo() < sgpr:mll() - 100)
+      model:fit{natural_gradient = true, natural_lr = 1, epochs = 1}
+      close(model:elbo(), sgpr:mll(), 1e-10, "after one step (whiten " .. tostring(whiten) .. ")")
+    end
+    -- with the hyperparameters learnt by Adam beside it, minibatches of 10
+    local model = gp.variational{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 0.5},
+                                 likelihood = gp.likelihoods.gaussian{noise = 0.5}, inducing = 8}
+    local before = model:elbo()
+    local res = model:fit{natural_gradient = true, natural_lr = 0.2, lr = 0.05, epochs = 30,
+                          batch_size = 10}
+    assert.is_true(res.elbo > before + 20, string.format("%g -> %g", before, res.elbo))
+    fails(function()
+      gp.variational{x = x, y = y, kernel = gp.kernels.rbf{}, inducing = 4,
+                     likelihood = gp.likelihoods.gaussian{}, distribution = "meanfield"}
+        :fit{natural_gradient = true}
+    end, "cholesky")
+    fails(function() model:fit{natural_gradient = true, natural_lr = 2} end, "natural_lr")
+  end)
+
   it("the bound at a given q equals a plain-Lua computation", function()
     local X = ref.scattered(12, 2, 7, 3)
     local Z = ref.scattered(4, 2, 11, 3)

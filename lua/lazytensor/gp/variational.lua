@@ -275,6 +275,11 @@ local function chol_of(self, chol)
   return chol:cmul(self.mask)
 end
 
+-- L with S = L·Lᵀ from a symmetric S (natural gradients parameterise q by S).
+local function factor_S(S)
+  return lt.psd((S + S:t()) * 0.5):cholesky():dense()
+end
+
 -- Everything q(f) at the rows Xr needs from p: the latent means and
 -- variances (1-d tensors), and the pieces for the KL term.
 local function latent(self, p, Xr)
@@ -283,7 +288,7 @@ local function latent(self, p, Xr)
   local Lz = inducing_factor(self, Z, kspec)
   local Kzx = lt.kernel(Z, Xr, kspec):dense()
   local A = lower_solve(Lz, Kzx) -- m×b
-  local L = chol_of(self, p.chol)
+  local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
   local T = L:t() * proj
   local prior = lt.full({Xr:size(1)}, 1) * kspec.variance -- k(x, x) of a stationary kind
@@ -394,6 +399,7 @@ end
 local function flatten(p)
   local flat, layout = {}, {}
   local function put(path, v)
+    if v == nil then return end
     if type(v) == "number" then
       layout[#layout + 1] = {path = path, kind = "number", at = #flat + 1}
       flat[#flat + 1] = v
@@ -500,6 +506,45 @@ end
 
 local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 
+-- One natural-gradient step on q (Hensman et al. 2013; Salimbeni et al.
+-- 2018): with natural parameters θ₁ = S⁻¹μ, θ₂ = −½S⁻¹ and expectation
+-- parameters η₁ = μ, η₂ = S + μμᵀ, the natural gradient is ∂F/∂η:
+-- ∂F/∂η₁ = ∂F/∂μ − 2(∂F/∂S)μ, ∂F/∂η₂ = ∂F/∂S (∂F/∂μ and ∂F/∂S by lt.grad of
+-- the bound with q given as (μ, S)), and θ ← θ + ρ·∂F/∂η. For a Gaussian
+-- likelihood on all rows, ρ = 1 lands on the optimal q. A step whose new
+-- precision is not positive definite is halved.
+local function natural_step(self, f, rho)
+  local m = self.m
+  local mu = self.q_mean
+  local L = chol_of(self, self.q_chol)
+  local S = L * L:t()
+  local base = self:parameters()
+  local grads = lt.grad(function(q)
+    base.mean, base.chol, base.S = q.mean, nil, q.S
+    return f(base)
+  end)({mean = mu, S = S})
+  local Gm, GS = grads.mean, (grads.S + grads.S:t()) * 0.5
+  local Linv = lower_solve(L, lt.eye(m))
+  local Sinv = Linv:t() * Linv
+  local theta1 = Sinv * mu + (Gm - GS * mu * 2) * rho
+  for _ = 1, 30 do
+    local precision = Sinv - GS * (2 * rho) -- −2θ₂
+    local ok, Lp = pcall(function()
+      return lt.psd((precision + precision:t()) * 0.5):cholesky():dense()
+    end)
+    if ok then
+      local Lpinv = lower_solve(Lp, lt.eye(m))
+      local Snew = Lpinv:t() * Lpinv
+      self.q_mean = Snew * theta1
+      self.q_chol = factor_S(Snew)
+      return
+    end
+    rho = rho / 2
+    theta1 = Sinv * mu + (Gm - GS * mu * 2) * rho
+  end
+  fail("fit: no natural-gradient step keeps S positive definite")
+end
+
 --- Maximises the ELBO by minibatch Adam (Kingma & Ba): each epoch visits
 -- the rows in a fresh random order, batch_size rows a step, every gradient
 -- from lt.grad. opts: method ("adam"), lr (0.01), epochs (100), batch_size
@@ -512,11 +557,18 @@ local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge en
 function SVGP:fit(opts)
   opts = h.options("variational fit", opts,
                    {"method", "lr", "epochs", "batch_size", "seed", "beta1", "beta2", "eps",
-                    "callback", "natural_gradient"})
+                    "callback", "natural_gradient", "natural_lr"})
   if opts.method ~= nil and opts.method ~= "adam" then
     fail("fit: method must be 'adam', got %s", tostring(opts.method))
   end
-  if opts.natural_gradient then fail("fit: natural gradients are not implemented") end
+  local natural = opts.natural_gradient and true or false
+  if natural and self.distribution ~= "cholesky" then
+    fail("fit: natural gradients need distribution = 'cholesky'")
+  end
+  local rho = opts.natural_lr or 0.1
+  if type(rho) ~= "number" or not (rho > 0 and rho <= 1) then -- luacheck: ignore 581
+    fail("fit: natural_lr must be a number in (0, 1], got %s", tostring(rho))
+  end
   local batch = opts.batch_size or self.n
   if type(batch) ~= "number" or batch % 1 ~= 0 or batch < 1 or batch > self.n then
     fail("fit: batch_size must be a whole number from 1 to n = %d, got %s", self.n, tostring(batch))
@@ -531,10 +583,47 @@ function SVGP:fit(opts)
   end
   local b1, b2, eps = opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8
   local rnd = stream(opts.seed or 1)
-  local x, layout = flatten(self:parameters())
+  -- with natural gradients Adam moves the rest (hyperparameters, Z, mean)
+  local function adam_parameters()
+    local p = self:parameters()
+    if natural then p.mean, p.chol = nil, nil end
+    return p
+  end
+  local x, layout = flatten(adam_parameters())
+  local prev = nil -- x before the last step (to halve it)
   local mom, vel = {}, {}
   for i = 1, #x do mom[i], vel[i] = 0, 0 end
   local t, steps, stopped = 0, 0, false
+  -- One Adam step (ascent) on x from lt.grad of f; returns the bound's value.
+  -- A bound or gradient that is not finite halves the last step and the rate.
+  local function adam_step(f)
+    if #x == 0 then return autograd.evaluate(f, unflatten(layout, x)) end -- nothing to move
+    local tries = 0
+    while true do
+      local grads, value = lt.grad(f)(unflatten(layout, x))
+      local g = flatten_grad(layout, grads)
+      local good = finite(value)
+      for i = 1, #g do good = good and finite(g[i]) end
+      if good then
+        t = t + 1
+        prev = {}
+        for i = 1, #x do
+          prev[i] = x[i]
+          mom[i] = b1 * mom[i] + (1 - b1) * g[i]
+          vel[i] = b2 * vel[i] + (1 - b2) * g[i] * g[i]
+          local mhat, vhat = mom[i] / (1 - b1 ^ t), vel[i] / (1 - b2 ^ t)
+          x[i] = x[i] + lr * mhat / (sqrt(vhat) + eps)
+        end
+        return value
+      end
+      tries = tries + 1
+      if prev == nil or tries > 30 then
+        fail("fit: the bound or its gradient is not finite at the current parameters")
+      end
+      for i = 1, #x do x[i] = prev[i] + 0.5 * (x[i] - prev[i]) end
+      lr = lr / 2
+    end
+  end
   local start = self:parameters()
   local ok, err = pcall(function()
     for epoch = 1, epochs do
@@ -543,31 +632,20 @@ function SVGP:fit(opts)
         local idx = {}
         for i = first, math.min(first + batch - 1, self.n) do idx[#idx + 1] = perm[i] end
         local f = self:objective(idx, {posterior = true})
-        local tries = 0
-        while true do
-          local grads, value = lt.grad(f)(unflatten(layout, x))
-          local g = flatten_grad(layout, grads)
-          local good = finite(value)
-          for i = 1, #g do good = good and finite(g[i]) end
-          if good then
-            t = t + 1
-            for i = 1, #x do
-              -- ascent: the bound is maximised
-              mom[i] = b1 * mom[i] + (1 - b1) * g[i]
-              vel[i] = b2 * vel[i] + (1 - b2) * g[i] * g[i]
-              local mhat, vhat = mom[i] / (1 - b1 ^ t), vel[i] / (1 - b2 ^ t)
-              x[i] = x[i] + lr * mhat / (sqrt(vhat) + eps)
-            end
-            total, count = total + value, count + 1
-            break
+        if natural then
+          natural_step(self, f, rho)
+          local full = f
+          -- Adam's objective: q as it is now, a constant
+          f = function(p)
+            p.mean, p.chol = self.q_mean, self.q_chol
+            return full(p)
           end
-          -- not finite: the previous step went too far; undo it at half the rate
-          tries = tries + 1
-          if tries > 30 then fail("fit: the bound is not finite at the current parameters") end
-          lr = lr / 2
         end
+        total, count = total + adam_step(f), count + 1
         steps = steps + 1
-        self:set_parameters(unflatten(layout, x))
+        local p = unflatten(layout, x)
+        if natural then p.mean, p.chol = self.q_mean, self.q_chol end
+        self:set_parameters(p)
       end
       if opts.callback and opts.callback(epoch, total / count, self) == true then
         stopped = true
