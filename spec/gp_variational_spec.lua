@@ -338,6 +338,56 @@ describe("gp.variational", function()
     assert.is_true(right >= 50, right .. " of 60 right")
   end)
 
+  it("Student-t regression shrugs off outliers that pull a Gaussian fit", function()
+    local x, y, truth = {}, {}, {}
+    for i = 1, 50 do
+      x[i] = {i * 0.15}
+      truth[i] = math.sin(x[i][1])
+      y[i] = truth[i] + 0.05 * math.cos(17 * i)
+      if i % 10 == 5 then y[i] = y[i] + 4 end -- five gross outliers
+    end
+    local function error_of(lik)
+      local model = gp.variational{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 1},
+                                   likelihood = lik, inducing = 12, mean = "zero"}
+      model:fit{lr = 0.05, epochs = 150}
+      local mean = model:predict(x)
+      local worst = 0
+      for i = 1, 50 do worst = math.max(worst, math.abs(mean:get(i) - truth[i])) end
+      return worst
+    end
+    local t = error_of(gp.likelihoods.student_t{df = 3, scale = 0.1})
+    local g = error_of(gp.likelihoods.gaussian{noise = 0.1})
+    assert.is_true(t < 0.2 and g > 2 * t, string.format("student_t %g, gaussian %g", t, g))
+  end)
+
+  it("Poisson regression recovers the rate of counts", function()
+    -- counts drawn from rate e^{f(x)}, f = 1 + sin x, by inversion with a fixed LCG
+    local x, y, seed = {}, {}, 7
+    local function rnd()
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed / 2147483648
+    end
+    for i = 1, 120 do
+      x[i] = {i * 0.05}
+      local rate, u, k = math.exp(1 + math.sin(x[i][1])), rnd(), 0
+      local p = math.exp(-rate)
+      local c = p
+      while u > c do
+        k = k + 1
+        p = p * rate / k
+        c = c + p
+      end
+      y[i] = k
+    end
+    local model = gp.variational{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 1},
+                                 likelihood = gp.likelihoods.poisson{}, inducing = 10}
+    model:fit{lr = 0.05, epochs = 150}
+    local rate = model:predict_y{{1.5}, {4.7}}
+    -- e^{1 + sin 1.5} = 7.36, e^{1 + sin 4.7} = 1.00
+    close(rate:get(1), math.exp(1 + math.sin(1.5)), 0.2, "rate at 1.5")
+    close(rate:get(2), math.exp(1 + math.sin(4.7)), 0.4, "rate at 4.7")
+  end)
+
   it("bad input is a clear error and leaves the model untouched", function()
     local x, y = data(10)
     local lik = gp.likelihoods.gaussian{noise = 0.1}
