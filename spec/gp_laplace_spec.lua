@@ -170,7 +170,7 @@ describe("gp.laplace", function()
     local order = {}
     for i = 1, n do order[i] = i end
     for i = n, 2, -1 do
-      seed = (seed * 1103515245 + 12345) % 2147483648
+      seed = ((16838 * seed) % 2147483648 * 65536 + 20077 * seed + 12345) % 2147483648
       local j = math.floor(seed / 2147483648 * i) + 1
       order[i], order[j] = order[j], order[i]
     end

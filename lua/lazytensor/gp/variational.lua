@@ -489,7 +489,9 @@ end
 local function stream(seed)
   local s = seed % 2147483648
   return function()
-    s = (s * 1103515245 + 12345) % 2147483648
+    -- 1103515245 = 16838·2¹⁶ + 20077: every partial product stays below 2⁴⁸,
+    -- exact in doubles (Lua 5.1, LuaJIT) as in 5.3's integers
+    s = ((16838 * s) % 2147483648 * 65536 + 20077 * s + 12345) % 2147483648
     return s / 2147483648
   end
 end
@@ -582,7 +584,11 @@ function SVGP:fit(opts)
     fail("fit: lr must be a positive number, got %s", tostring(lr))
   end
   local b1, b2, eps = opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8
-  local rnd = stream(opts.seed or 1)
+  local seed = opts.seed or 1
+  if type(seed) ~= "number" or seed % 1 ~= 0 or seed < 0 then
+    fail("fit: seed must be a non-negative whole number, got %s", tostring(seed))
+  end
+  local rnd = stream(seed)
   -- with natural gradients Adam moves the rest (hyperparameters, Z, mean)
   local function adam_parameters()
     local p = self:parameters()
