@@ -150,6 +150,12 @@ describe("gp.laplace", function()
     local res = model:fit{max_iter = 30}
     assert.is_true(res.mll > before + 1, string.format("%g -> %g", before, res.mll))
     close(res.mll, model:mll(), 1e-14, "reported mll")
+    assert.is_true(res.mode_converged)
+    -- a Newton budget of one iteration cannot find the mode: never "converged"
+    local short = gp.laplace{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 0.5},
+                             likelihood = gp.likelihoods.bernoulli{}, max_newton = 1}
+    assert.is_false(select(2, short:mll()).converged)
+    assert.is_false(short:fit{max_iter = 3}.converged)
     local p = model:predict_y(x)
     local right = 0
     for i = 1, #x do

@@ -60,11 +60,18 @@ function laplace.constructor(helpers)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
+    local max_newton, tol = spec.max_newton or 100, spec.tol or 1e-10
+    if type(max_newton) ~= "number" or max_newton < 1 or max_newton % 1 ~= 0 then
+      fail("max_newton must be a positive whole number, got %s", tostring(max_newton))
+    end
+    if type(tol) ~= "number" or not (tol > 0) then -- luacheck: ignore 581 (NaN)
+      fail("tol must be a positive number, got %s", tostring(tol))
+    end
     local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil)
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
                          bounds = bounds, priors = prior_set,
-                         likelihood = lik, jitter = jitter, max_newton = spec.max_newton or 100,
-                         tol = spec.tol or 1e-10}, Laplace)
+                         likelihood = lik, jitter = jitter, max_newton = max_newton,
+                         tol = tol}, Laplace)
   end
 end
 
@@ -311,8 +318,12 @@ function Laplace:fit(opts)
     error(best, 0)
   end
   self:set_vector(best)
-  return {mll = self:mll(), log_posterior = self:log_posterior(), iterations = info.iterations,
-          converged = info.converged, reason = info.reason}
+  local mll, mode = self:mll()
+  -- converged: L-BFGS met its test and the final mode is a mode (Newton
+  -- converged there), without which log q and its gradient are not right
+  return {mll = mll, log_posterior = self:log_posterior(), iterations = info.iterations,
+          converged = info.converged and mode.converged, mode_converged = mode.converged,
+          reason = info.reason}
 end
 
 ------------------------------------------------------------ prediction --
