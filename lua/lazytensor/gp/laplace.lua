@@ -28,6 +28,7 @@ local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
 local variational = require "lazytensor.gp.variational"
 local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
 
 local laplace = {}
 
@@ -56,7 +57,7 @@ function laplace.constructor(helpers)
     if y:size(1) ~= X:size(1) then
       fail("y has %d values for %d rows of x", y:size(1), X:size(1))
     end
-    local jitter = spec.jitter or 1e-8 * spec.kernel.values.variance
+    local jitter = spec.jitter or 1e-8 * ltkernel.evaluator(spec.kernel):diag_value(spec.kernel)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
@@ -81,10 +82,10 @@ end
 -- or 1-d tensor}, or raw_<name> for a bounded one (gp/hyper.lua).
 function Laplace:parameters()
   local p = {}
-  for _, name in ipairs(variational.KINDS[self.kernel.kind]) do
-    if not self.kernel.fixed[name] then
-      local r = hyper.to_raw(self.bounds, name, self.kernel.values[name])
-      p[hyper.key(self.bounds, name)] = type(r) == "table" and lt.tensor(r) or r
+  for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
+    if hp.free then
+      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      p[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
   return p
@@ -118,10 +119,10 @@ function Laplace:set_vector(v)
       local l = {}
       for i = 1, p[name]:size(1) do l[i] = hyper.from_raw(self.bounds, key, v[off + i]) end
       off = off + #l
-      self.kernel.values[key] = l
+      ltkernel.set(self.kernel, key, l)
     else
       off = off + 1
-      self.kernel.values[key] = hyper.from_raw(self.bounds, key, v[off])
+      ltkernel.set(self.kernel, key, hyper.from_raw(self.bounds, key, v[off]))
     end
   end
   self.mode = nil -- the cached f̂ stays as the next Newton start (self.start)
@@ -144,10 +145,9 @@ end
 -- K(A, B) (dense), or K(X, X) + jitter·I when A is nil; logs: followed
 -- log hyperparameters (nil: the kernel's values).
 local function K_of(self, logs, A, B)
-  local spec = variational.kernel_spec(self.kernel, logs, self.bounds)
-  A = A or self.X
-  if B then return lt.kernel(A, B, spec):dense() end
-  return lt.kernel(A, spec):dense():add_diag(self.jitter)
+  local kern = ltkernel.evaluator(self.kernel, logs, self.bounds)
+  if B then return kern:matrix(A, B) end
+  return kern:matrix(A or self.X):add_diag(self.jitter)
 end
 
 -- W^½, B = I + W^½·K·W^½'s Cholesky factor L.
@@ -242,8 +242,8 @@ end
 -- Σ log prior at the (followed) parameters logs.
 local function log_prior(self, logs)
   if next(self.priors) == nil then return 0 end
-  local spec = variational.kernel_spec(self.kernel, logs, self.bounds)
-  return hyper.log_prior(self.priors, function(name) return spec[name] end)
+  local kern = ltkernel.evaluator(self.kernel, logs, self.bounds)
+  return hyper.log_prior(self.priors, function(name) return kern:get(name) end)
 end
 
 --- log q(y | θ) plus the priors' log densities.
@@ -336,7 +336,7 @@ function Laplace:predict(xstar)
   local Kxs = K_of(self, nil, self.X, star) -- n×n*
   local mean = Kxs:t() * md.d1
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
-  local prior = lt.full({star:size(1)}, 1) * self.kernel.values.variance
+  local prior = ltkernel.evaluator(self.kernel):diag(star:size(1))
   return mean, prior - V:cmul(V):sum(1)
 end
 
@@ -354,7 +354,7 @@ function Laplace:posterior(xstar)
   local md = self:find_mode()
   local Kxs = K_of(self, nil, self.X, star)
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
-  local Kss = lt.kernel(star, variational.kernel_spec(self.kernel))
+  local Kss = ltkernel.evaluator(self.kernel):operator(star)
   return lt.mvn(Kxs:t() * md.d1, lt.psd(Kss - lt.lowrank(V:t():contiguous())))
 end
 

@@ -29,6 +29,7 @@ local autograd = require "lazytensor.autograd"
 local kernels = require "lazytensor.gp.kernels"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
 
 local variational = {}
 
@@ -44,14 +45,6 @@ variational.block_entries = 4194304
 local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
               "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
 
--- The kinds lt.kernel evaluates with tensor hyperparameters, and the
--- hyperparameters each has.
-local KINDS = {
-  rbf = {"lengthscale", "variance"}, matern12 = {"lengthscale", "variance"},
-  matern32 = {"lengthscale", "variance"}, matern52 = {"lengthscale", "variance"},
-  rq = {"lengthscale", "alpha", "variance"}, periodic = {"lengthscale", "period", "variance"},
-}
-
 local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
 
 local function fail(fmt, ...) h.fail("variational: " .. fmt, ...) end
@@ -59,13 +52,10 @@ local function fail(fmt, ...) h.fail("variational: " .. fmt, ...) end
 
 ------------------------------------------------------------ construction --
 
+-- A gp kernel that gp/ltkernel.lua evaluates with followed hyperparameters.
 local function check_kernel(kernel)
   if getmetatable(kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
-  if kernel.children or not KINDS[kernel.kind] then
-    fail("the kernel must be one base kernel of kind rbf, matern12, matern32, matern52, rq or "
-         .. "periodic (lt.kernel evaluates it with followed hyperparameters), got %s", kernel.kind)
-  end
-  if kernel.dims then fail("kernel dims are not supported; pass the columns of x instead") end
+  ltkernel.check(kernel, fail)
 end
 
 -- Evenly spread rows of X (m of them), as sgpr's initial inducing points.
@@ -134,7 +124,8 @@ function variational.constructor(helpers)
     local fixed = h.options("variational fixed", spec.fixed, {"inducing", "mean"})
     local Z = inducing_points(spec, X)
     local m = Z:size(1)
-    local kv = spec.kernel.values.variance
+    -- relative to the prior variance k(x, x)
+    local kv = ltkernel.evaluator(spec.kernel):diag_value(spec.kernel)
     local jitter = spec.jitter or 1e-6 * kv
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
@@ -172,10 +163,10 @@ end
 function SVGP:parameters()
   local p = {mean = self.q_mean:clone(), chol = self.q_chol:clone(), kernel = {}, likelihood = {}}
   if not self.fixed.inducing then p.Z = self.Z:clone() end
-  for _, name in ipairs(KINDS[self.kernel.kind]) do
-    if not self.kernel.fixed[name] then
-      local r = hyper.to_raw(self.bounds, name, self.kernel.values[name])
-      p.kernel[hyper.key(self.bounds, name)] = type(r) == "table" and lt.tensor(r) or r
+  for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
+    if hp.free then
+      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      p.kernel[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
   for _, name in ipairs(self.likelihood:free_names()) do
@@ -213,7 +204,7 @@ function SVGP:set_parameters(p)
   if p.Z then self.Z = p.Z:clone():contiguous() end
   -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
   for key, v in pairs(p.kernel or {}) do
-    self.kernel.values[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
+    ltkernel.set(self.kernel, key:sub(5), hyper.value_of(self.bounds, key:sub(5), v))
   end
   for key, v in pairs(p.likelihood or {}) do
     self.likelihood.params[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
@@ -231,20 +222,9 @@ end
 
 ------------------------------------------------------------ the bound --
 
--- The lt.kernel spec from p (followed) or the kernel object (constants).
-local function kernel_spec(self, p)
-  local spec = {kind = self.kernel.kind}
-  local bounds = self.bounds or {}
-  for _, name in ipairs(KINDS[self.kernel.kind]) do
-    local free = p and p.kernel and p.kernel[hyper.key(bounds, name)]
-    if free ~= nil then
-      spec[name] = hyper.from_raw(bounds, name, free)
-    else
-      local v = self.kernel.values[name]
-      spec[name] = type(v) == "table" and lt.tensor(v) or v
-    end
-  end
-  return spec
+-- The kernel at p's hyperparameters (followed), or at its own values.
+local function kernel_at(self, p)
+  return ltkernel.evaluator(self.kernel, p and p.kernel, self.bounds)
 end
 
 local function likelihood_theta(self, p)
@@ -259,14 +239,14 @@ local function lower_solve(L, B) return lt.triangular(L, "lower"):solve(B) end
 local function upper_solve(L, B) return lt.triangular(L:t():contiguous(), "upper"):solve(B) end
 
 -- Lz with Kzz + jitter·I = Lz·Lzᵀ.
-local function inducing_factor(self, Z, kspec)
-  local Kzz = lt.kernel(Z, kspec):dense():add_diag(self.jitter)
+local function inducing_factor(self, Z, kern)
+  local Kzz = kern:matrix(Z):add_diag(self.jitter)
   return lt.psd(Kzz):cholesky():dense()
 end
 
 --- The prior's factor Lz (m×m) at the current hyperparameters.
 function SVGP:prior_factor()
-  return inducing_factor(self, self.Z, kernel_spec(self))
+  return inducing_factor(self, self.Z, kernel_at(self))
 end
 
 -- L (m×m lower triangular) from p.chol.
@@ -283,15 +263,15 @@ end
 -- Everything q(f) at the rows Xr needs from p: the latent means and
 -- variances (1-d tensors), and the pieces for the KL term.
 local function latent(self, p, Xr)
-  local kspec = kernel_spec(self, p)
+  local kern = kernel_at(self, p)
   local Z = p.Z or self.Z
-  local Lz = inducing_factor(self, Z, kspec)
-  local Kzx = lt.kernel(Z, Xr, kspec):dense()
+  local Lz = inducing_factor(self, Z, kern)
+  local Kzx = kern:matrix(Z, Xr)
   local A = lower_solve(Lz, Kzx) -- m×b
   local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
   local T = L:t() * proj
-  local prior = lt.full({Xr:size(1)}, 1) * kspec.variance -- k(x, x) of a stationary kind
+  local prior = kern:diag(Xr:size(1)) -- k(x, x): stationary kinds
   local mean = proj:t() * p.mean
   local constant = p.constant or self.mean_value
   if self.mean_kind == "constant" then mean = mean + constant end
@@ -332,9 +312,10 @@ end
 -- Σ log prior of the hyperparameters at p (followed where free).
 local function log_prior(self, p)
   if next(self.priors) == nil then return 0 end
-  local kspec, theta = kernel_spec(self, p), likelihood_theta(self, p)
+  local kern, theta = kernel_at(self, p), likelihood_theta(self, p)
   return hyper.log_prior(self.priors, function(name)
-    if kspec[name] ~= nil then return kspec[name] end
+    local v = kern:get(name)
+    if v ~= nil then return v end
     return theta[name]
   end)
 end
@@ -691,12 +672,12 @@ function SVGP:posterior(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local p = self:parameters()
   local mean = latent(self, p, star)
-  local kspec = kernel_spec(self)
-  local Lz = inducing_factor(self, self.Z, kspec)
-  local A = lower_solve(Lz, lt.kernel(self.Z, star, kspec):dense())
+  local kern = kernel_at(self)
+  local Lz = inducing_factor(self, self.Z, kern)
+  local A = lower_solve(Lz, kern:matrix(self.Z, star))
   local proj = self.whiten and A or upper_solve(Lz, A)
   local T = chol_of(self, p.chol):t() * proj
-  local Kss = lt.kernel(star, kspec)
+  local Kss = kern:operator(star)
   return lt.mvn(mean, lt.psd(Kss - lt.lowrank(A:t():contiguous())
                              + lt.lowrank(T:t():contiguous())))
 end
@@ -732,22 +713,18 @@ function SVGP:describe()
                        self.distribution, self.whiten and ", whitened" or "")
 end
 
--- Shared with gp.laplace: the kernel kinds evaluated with followed
--- hyperparameters, the check, the log-parameter table and the lt.kernel spec.
-variational.KINDS = KINDS
+-- Shared with gp.laplace: the kernel check (with init.lua's helpers) and
+-- the bounds and priors.
 variational.check_kernel = function(kernel, helpers)
   h = h or helpers
   return check_kernel(kernel)
 end
-variational.kernel_spec = function(kernel, logs, bounds)
-  return kernel_spec({kernel = kernel, bounds = bounds}, logs and {kernel = logs})
-end
 
 -- Bounds and priors of spec (gp/hyper.lua) over the kernel's hyperparameters
--- of its kind and the likelihood's (lik may be nil); the noise floor by default.
+-- (gp/ltkernel.lua's names) and the likelihood's (lik may be nil); the
+-- noise floor by default.
 function variational.parse_hyper(spec, kernel, lik)
-  local names = {}
-  for _, name in ipairs(KINDS[kernel.kind]) do names[name] = kernel.values[name] end
+  local names = ltkernel.values(kernel)
   local defaults = {}
   if lik then
     for _, name in ipairs(lik.names) do names[name] = lik.params[name] end
