@@ -439,6 +439,11 @@ describe("gp.variational", function()
     for i = 1, 11 do Z[i] = {i} end
     fails(function() gp.variational{x = x, y = y, kernel = k, likelihood = lik, inducing = Z} end,
           "m > n")
+    local xbad = {}
+    for i = 1, 10 do xbad[i] = {x[i][1]} end
+    xbad[6][1] = 0 / 0
+    fails(function() gp.variational{x = xbad, y = y, kernel = k, likelihood = lik, inducing = 3} end,
+          "finite")
     local bad = {}
     for i = 1, 10 do bad[i] = y[i] end
     bad[4] = 0 / 0

@@ -53,6 +53,7 @@ function laplace.constructor(helpers)
       fail("likelihood must be gp.likelihoods.bernoulli{...} or poisson{}")
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
+    ltkernel.check_inputs(X, fail, "x")
     local y = lik:check_labels(spec.y, "laplace y")
     if y:size(1) ~= X:size(1) then
       fail("y has %d values for %d rows of x", y:size(1), X:size(1))

@@ -84,6 +84,17 @@ function ltkernel.set(kernel, name, value)
   error("lazytensor: gp: no kernel hyperparameter " .. tostring(name), 0)
 end
 
+--- Raises fail(...) unless every entry of the inputs X (n×d) is finite.
+function ltkernel.check_inputs(X, fail, what)
+  for i, row in ipairs(X:totable()) do
+    for j, v in ipairs(row) do
+      if v ~= v or v == math.huge or v == -math.huge then
+        fail("%s[%d][%d] is %s: inputs must be finite", what, i, j, tostring(v))
+      end
+    end
+  end
+end
+
 local Evaluator = {}
 Evaluator.__index = Evaluator
 

@@ -103,6 +103,7 @@ function variational.constructor(helpers)
       fail("likelihood must be one of gp.likelihoods (gaussian, bernoulli, poisson, student_t)")
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
+    ltkernel.check_inputs(X, fail, "x")
     local n = X:size(1)
     local y = lik:check_labels(spec.y, "variational y")
     if y:size(1) ~= n then fail("y has %d values for %d rows of x", y:size(1), n) end
