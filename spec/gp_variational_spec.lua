@@ -236,6 +236,35 @@ describe("gp.variational", function()
     assert.are_not.equal(1.5, k.children[1].children[1].values.variance)
   end)
 
+  it("dims: a sum of kernels over different columns equals gp.sgpr's bound", function()
+    local X = ref.scattered(30, 2, 5, 4)
+    local y = {}
+    for i = 1, 30 do y[i] = math.sin(X[i][1]) + 0.5 * math.cos(2 * X[i][2]) end
+    local Z = ref.scattered(7, 2, 9, 4)
+    local function k()
+      return gp.kernels.rbf{lengthscale = 1.2, dims = {1}}
+             + gp.kernels.matern52{lengthscale = 0.9, variance = 0.5, dims = {2}}
+    end
+    local model = gp.variational{x = X, y = y, kernel = k(), inducing = Z, mean = "zero",
+      likelihood = gp.likelihoods.gaussian{noise = 0.1}, jitter = 1e-6}
+    local Lz = model:prior_factor()
+    local Kzx = require("lazytensor.gp.ltkernel").evaluator(k()):matrix(model.Z, lt.tensor(X))
+    local A = lt.triangular(Lz, "lower"):solve(Kzx)
+    local S = lt.psd(lt.eye(7) + A * A:t() * 10):inverse():dense()
+    S = (S + S:t()) * 0.5
+    model:set_variational(S * (A * lt.tensor(y)) * 10, lt.psd(S):cholesky():dense())
+    local sgpr = gp.sgpr{x = X, y = y, kernel = k(), noise = 0.1, mean = "zero", inducing = Z,
+                         jitter = 1e-6}
+    close(model:elbo(), sgpr:mll(), 0, "dims: ELBO vs Titsias", 1e-6)
+    local f, p = model:objective({3, 8, 21})
+    local ok, err = lt.gradcheck(f, p)
+    assert(ok, "gradcheck " .. tostring(err))
+    fails(function()
+      gp.variational{x = X, y = y, kernel = gp.kernels.rbf{dims = {3}}, inducing = 3,
+                     likelihood = gp.likelihoods.gaussian{}}
+    end, "dimension")
+  end)
+
   it("the bound at a given q equals a plain-Lua computation", function()
     local X = ref.scattered(12, 2, 7, 3)
     local Z = ref.scattered(4, 2, 11, 3)

@@ -7,7 +7,9 @@
 -- tree's sums and products are elementwise sums and products of the dense
 -- matrices (scale(k)'s factor multiplies). Base kinds: rbf, matern12,
 -- matern32, matern52, rq, periodic (stationary: k(x, x) is the variance);
--- ARD lengthscales; no `dims`.
+-- ARD lengthscales; `dims` (a leaf reads its columns of the inputs, as
+-- A·E with E a constant 0/1 selection matrix, so followed inputs stay
+-- followed).
 --
 -- Hyperparameter names: a single base kernel's own (lengthscale, variance,
 -- ...); in a tree, "k<i>_<name>" with i the leaf's position in the tree
@@ -38,7 +40,6 @@ function ltkernel.check(kernel, fail, inside_product)
     fail("the kernel's leaves must be of kind rbf, matern12, matern32, matern52, rq or periodic "
          .. "(or scale factors), got %s", tostring(kernel.kind))
   end
-  if kernel.dims then fail("kernel dims are not supported; pass the columns of x instead") end
 end
 
 -- The leaves, left to right.
@@ -125,6 +126,14 @@ function Evaluator:get(name)
   return self.value[name]
 end
 
+-- A·E: the leaf's active columns of the inputs A (n×d).
+local function project(leaf, A)
+  if not leaf.dims or A == nil then return A end
+  local E = lt.zeros(A:size(2), #leaf.dims)
+  for q, d in ipairs(leaf.dims) do E:set(d, q, 1) end
+  return A * E
+end
+
 -- A leaf's lt.kernel spec.
 function Evaluator:spec(leaf)
   local spec = {kind = leaf.kind}
@@ -136,8 +145,8 @@ end
 function Evaluator:node(k, A, B)
   if not k.children then
     if k.kind == "scale" then return {factor = self.leaf_value[k].variance} end
-    if B then return lt.kernel(A, B, self:spec(k)):dense() end
-    return lt.kernel(A, self:spec(k)):dense()
+    if B then return lt.kernel(project(k, A), project(k, B), self:spec(k)):dense() end
+    return lt.kernel(project(k, A), self:spec(k)):dense()
   end
   local acc, factor = nil, 1
   for _, c in ipairs(k.children) do
@@ -186,7 +195,9 @@ end
 --- k(A, A) as an operator: the lazy lt.kernel of a single base kernel,
 -- the dense matrix of a tree.
 function Evaluator:operator(A)
-  if not self.kernel.children then return lt.kernel(A, self:spec(self.kernel)) end
+  if not self.kernel.children then
+    return lt.kernel(project(self.kernel, A), self:spec(self.kernel))
+  end
   return self:matrix(A)
 end
 

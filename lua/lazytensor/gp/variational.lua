@@ -104,6 +104,11 @@ function variational.constructor(helpers)
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
     ltkernel.check_inputs(X, fail, "x")
+    spec.kernel:check_inputs(X:size(2)) -- ARD lengthscales: one per column read
+    local top = spec.kernel:max_dim()
+    if top and top > X:size(2) then
+      fail("the kernel reads input dimension %d but x has %d", top, X:size(2))
+    end
     local n = X:size(1)
     local y = lik:check_labels(spec.y, "variational y")
     if y:size(1) ~= n then fail("y has %d values for %d rows of x", y:size(1), n) end
