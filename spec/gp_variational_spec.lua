@@ -491,6 +491,8 @@ describe("gp.variational", function()
       gp.variational{x = x, y = y, kernel = k, likelihood = lik, inducing = 3, distribution = "x"}
     end, "distribution")
     local model = gp.variational{x = x, y = y, kernel = k, likelihood = lik, inducing = 3}
+    k.values.lengthscale = 0.123 -- a value e^{log θ} does not give back exactly
+    lik.params.noise = 0.123
     local before = model:elbo()
     local fp = k:fingerprint()
     fails(function() model:fit{batch_size = 11} end, "batch_size")
@@ -501,6 +503,11 @@ describe("gp.variational", function()
     fails(function() model:fit{epocs = 3} end, "unknown")
     fails(function() model:elbo{0, 3} end, "idx")
     fails(function() model:set_variational({1, 2}, lt.eye(3)) end, "mean")
+    -- a fit that fails halfway restores where it started
+    local ok = pcall(model.fit, model, {epochs = 5, lr = 0.1, callback = function(epoch)
+      if epoch == 2 then error("lazytensor: stop here", 0) end
+    end})
+    assert.is_false(ok)
     assert.equal(before, model:elbo())
     assert.equal(fp, k:fingerprint())
   end)

@@ -495,6 +495,31 @@ end
 
 local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
 
+-- The model's state as it is (values, not raw parameters: restoring them
+-- is exact, where e^{log θ} need not be θ).
+local function copy_value(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for i, x in ipairs(v) do out[i] = x end
+  return out
+end
+
+local function snapshot(self)
+  local kernel = {}
+  for name, v in pairs(ltkernel.values(self.kernel)) do kernel[name] = copy_value(v) end
+  local lik = {}
+  for name, v in pairs(self.likelihood.params) do lik[name] = v end
+  return {q_mean = self.q_mean:clone(), q_chol = self.q_chol:clone(), Z = self.Z:clone(),
+          mean_value = self.mean_value, kernel = kernel, likelihood = lik}
+end
+
+local function restore(self, snap)
+  self.q_mean, self.q_chol, self.Z = snap.q_mean, snap.q_chol, snap.Z
+  self.mean_value = snap.mean_value
+  for name, v in pairs(snap.kernel) do ltkernel.set(self.kernel, name, v) end
+  for name, v in pairs(snap.likelihood) do self.likelihood.params[name] = v end
+end
+
 -- One natural-gradient step on q (Hensman et al. 2013; Salimbeni et al.
 -- 2018): with natural parameters θ₁ = S⁻¹μ, θ₂ = −½S⁻¹ and expectation
 -- parameters η₁ = μ, η₂ = S + μμᵀ, the natural gradient is ∂F/∂η:
@@ -617,7 +642,7 @@ function SVGP:fit(opts)
       lr = lr / 2
     end
   end
-  local start = self:parameters()
+  local start = snapshot(self)
   local ok, err = pcall(function()
     for epoch = 1, epochs do
       local perm, total, count = shuffled(self.n, rnd), 0, 0
@@ -647,7 +672,7 @@ function SVGP:fit(opts)
     end
   end)
   if not ok then
-    self:set_parameters(start) -- a failed fit leaves the model as it was
+    restore(self, start) -- a failed fit leaves the model as it was, bit for bit
     error(err, 0)
   end
   return {elbo = self:elbo(), log_posterior = self:log_posterior(), epochs = epochs,
