@@ -227,8 +227,15 @@ describe("gp.laplace", function()
     fails(function() gp.laplace{x = x, y = {1, 0}, kernel = k, likelihood = gp.likelihoods.bernoulli{}} end,
           "rows")
     local model = gp.laplace{x = x, y = y, kernel = k, likelihood = gp.likelihoods.bernoulli{}}
+    k.values.lengthscale = 0.123 -- e^{log 0.123} is not 0.123
     local before = model:mll()
     fails(function() model:fit{method = "newton"} end, "method")
+    assert.equal(before, model:mll())
+    -- a fit stopped by an error in its callback restores the values exactly
+    fails(function()
+      model:fit{callback = function() error("lazytensor: stop", 0) end}
+    end, "stop")
+    assert.equal(0.123, k.values.lengthscale)
     assert.equal(before, model:mll())
   end)
 end)

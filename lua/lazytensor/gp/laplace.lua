@@ -301,7 +301,17 @@ function Laplace:fit(opts)
   opts = h.options("laplace fit", opts, {"max_iter", "method", "lr", "callback"})
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
+  local saved_mode, saved_fp, saved_start = self.mode, self.mode_fp, self.start
   local x0 = self:get_vector()
+  local saved = {}
+  for name, v in pairs(ltkernel.values(self.kernel)) do
+    if type(v) == "table" then
+      local c = {}
+      for i, x in ipairs(v) do c[i] = x end
+      v = c
+    end
+    saved[name] = v
+  end
   local function objective(v)
     self:set_vector(v)
     local ok, value, grad = pcall(self.mll_and_grad, self, {posterior = true})
@@ -320,7 +330,9 @@ function Laplace:fit(opts)
     callback = opts.callback and function(it, v) return opts.callback(it, v, self) end,
   })
   if not ok then
-    self:set_vector(x0)
+    -- the values as they were, exactly (e^{log θ} need not be θ)
+    for name, v in pairs(saved) do ltkernel.set(self.kernel, name, v) end
+    self.mode, self.mode_fp, self.start = saved_mode, saved_fp, saved_start
     error(best, 0)
   end
   self:set_vector(best)
