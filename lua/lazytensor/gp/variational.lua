@@ -23,7 +23,8 @@
 -- likelihood's expected log-likelihood (gp/likelihoods.lua) — and every
 -- gradient comes from lt.grad of it: the variational mean, L's lower
 -- triangle (or diagonal), the inducing points (unless fixed), the kernel's
--- and the likelihood's hyperparameters (as logs) and a constant mean.
+-- and the likelihood's hyperparameters (as logs, or through their bounds:
+-- gp/hyper.lua) and a constant mean.
 local lt = require "lazytensor"
 local autograd = require "lazytensor.autograd"
 local kernels = require "lazytensor.gp.kernels"
@@ -165,7 +166,8 @@ end
 --- The parameter table the bound is a function of: mean (μ, m), chol (L's
 -- m×m lower triangle, or its m-vector diagonal for "meanfield"), Z (unless
 -- fixed), kernel = {log_<name> = ...} and likelihood = {log_<name> = ...}
--- for the free hyperparameters, constant (the mean, unless zero or fixed).
+-- for the free hyperparameters (raw_<name> for bounded ones, gaussian
+-- noise by default: gp/hyper.lua), constant (the mean, unless zero or fixed).
 function SVGP:parameters()
   local p = {mean = self.q_mean:clone(), chol = self.q_chol:clone(), kernel = {}, likelihood = {}}
   if not self.fixed.inducing then p.Z = self.Z:clone() end
