@@ -76,4 +76,18 @@ describe("examples", function()
     assert.is_true(rmse > 40 and rmse < 70, out) -- the targets' sd is about 77
     assert.matches("wrote out/diabetes_ard.svg", out, 1, true)
   end)
+  -- about 20 s of CPU: slow
+  require("support.slow")(it)("breast_cancer: both GP classifiers are accurate and calibrated",
+                              function()
+    local ok, out = run("examples/breast_cancer.lua")
+    assert.is_true(ok, out)
+    for _, model in ipairs{"laplace", "variational"} do
+      local acc, nlpd = out:match(model .. " held%-out: accuracy ([%d.]+), NLPD ([%d.]+)")
+      assert.is_truthy(acc, out)
+      -- 114 held-out rows; both measured 0.9825 (2 errors): the floors allow 5
+      assert.is_true(tonumber(acc) >= 0.95, out)
+      assert.is_true(tonumber(nlpd) < 0.15, out)
+    end
+    assert.matches("wrote out/breast_cancer.svg", out, 1, true)
+  end)
 end)

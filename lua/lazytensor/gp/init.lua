@@ -744,4 +744,22 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
   fit = Model.fit, test_points_tensor = test_points_tensor,
 }
 
+--- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
+gp.likelihoods = require "lazytensor.gp.likelihoods"
+
+--- Priors on hyperparameters (gp.variational, gp.laplace): see gp/priors.lua.
+gp.priors = require "lazytensor.gp.priors"
+
+--- Sparse variational GPs (SVGP) with any likelihood: see gp/variational.lua.
+-- @function gp.variational
+gp.variational = require("lazytensor.gp.variational").constructor{
+  fail = fail, to_points = to_points, options = options, test_points_tensor = test_points_tensor,
+}
+
+--- Exact-GP classification by Laplace's method: see gp/laplace.lua.
+-- @function gp.laplace
+gp.laplace = require("lazytensor.gp.laplace").constructor{
+  fail = fail, to_points = to_points, options = options, test_points_tensor = test_points_tensor,
+}
+
 return gp

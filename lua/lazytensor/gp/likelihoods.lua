@@ -1,0 +1,406 @@
+--- Likelihoods p(y | f) for non-Gaussian GP models (gp.variational, gp.laplace).
+--
+--   local lik = gp.likelihoods.bernoulli{link = "probit"}
+--   local ell = lik:expected_log_prob(y, m, v)  -- E_{N(f; m, v)} log p(y | f), per point
+--   local mean, var = lik:predict_y(m, v)       -- the predictive distribution of y
+--
+-- Everything a model differentiates is written with lazytensor tensor
+-- operations, so that lt.grad follows it: m and v (dense 1-d tensors of the
+-- latent means and variances) and the likelihood's own hyperparameters
+-- (theta, a table name → number or 0-d tensor; the model passes tensors
+-- built from its log parameters) may all be followed values.
+--
+-- Expected log-likelihoods are closed forms where there is one (gaussian,
+-- poisson) and Gauss–Hermite quadrature otherwise (bernoulli, student_t):
+--   E_{N(f; m, v)} g(f) ≈ Σ_k w_k/√π · g(m + √(2v)·x_k)
+-- with the physicists' nodes x_k and weights w_k (20 of them by default, as
+-- GPyTorch's GaussHermiteQuadrature1D). lik:quadrature_log_prob is the
+-- quadrature for every likelihood (the specs compare it with the closed forms).
+--
+-- Hyperparameters: gaussian noise (σ²) and student_t scale are learnt (in
+-- log space) by the models unless fixed; student_t's df is a setting.
+-- Labels are checked when a model is built (lik:check_labels): bernoulli
+-- labels in {0, 1}, poisson counts non-negative integers, no NaN anywhere.
+local lt = require "lazytensor"
+
+local likelihoods = {}
+
+local log, sqrt, pi, abs = math.log, math.sqrt, math.pi, math.abs
+
+local function fail(fmt, ...)
+  error("lazytensor: gp.likelihoods: " .. string.format(fmt, ...), 0)
+end
+
+local Likelihood = {}
+Likelihood.__index = Likelihood
+likelihoods.Likelihood = Likelihood
+
+------------------------------------------------------------ quadrature --
+
+--- Gauss–Hermite nodes and weights (∫ e^{−x²} g(x) dx ≈ Σ w_k g(x_k)), by
+-- Newton's method on the orthonormal Hermite recurrence (Numerical Recipes'
+-- gauher), as two Lua arrays in increasing order of x.
+function likelihoods.gauss_hermite(k)
+  if type(k) ~= "number" or k < 1 or k % 1 ~= 0 or k > 200 then
+    fail("gauss_hermite needs a whole number of nodes from 1 to 200, got %s", tostring(k))
+  end
+  local x, w = {}, {}
+  local pim4 = pi ^ -0.25
+  local z = 0
+  for i = 1, math.floor((k + 1) / 2) do
+    -- initial guesses for the i-th largest root
+    if i == 1 then
+      z = sqrt(2 * k + 1) - 1.85575 * (2 * k + 1) ^ (-1 / 6)
+    elseif i == 2 then
+      z = z - 1.14 * k ^ 0.426 / z
+    elseif i == 3 then
+      z = 1.86 * z - 0.86 * x[1]
+    elseif i == 4 then
+      z = 1.91 * z - 0.91 * x[2]
+    else
+      z = 2 * z - x[i - 2]
+    end
+    local pp
+    for _ = 1, 100 do
+      local p1, p2 = pim4, 0
+      for j = 1, k do
+        local p3 = p2
+        p2 = p1
+        p1 = z * sqrt(2 / j) * p2 - sqrt((j - 1) / j) * p3
+      end
+      pp = sqrt(2 * k) * p2
+      local z1 = z
+      z = z1 - p1 / pp
+      if abs(z - z1) <= 1e-15 * math.max(1, abs(z)) then break end
+    end
+    x[i], w[i] = z, 2 / (pp * pp)
+    x[k + 1 - i], w[k + 1 - i] = -z, w[i]
+  end
+  local xs, ws = {}, {}
+  for i = 1, k do xs[i], ws[i] = x[k + 1 - i], w[k + 1 - i] end
+  return xs, ws
+end
+
+local NODES = 20
+
+-- Nodes and weights per count, computed once.
+local rules = {}
+local function rule(k)
+  if not rules[k] then
+    local x, w = likelihoods.gauss_hermite(k)
+    rules[k] = {x = x, w = w}
+  end
+  return rules[k]
+end
+
+--- E_{N(f; m, v)} log p(y | f) by Gauss–Hermite quadrature (a 1-d tensor,
+-- per point). opts.nodes: the number of nodes (default 20).
+function Likelihood:quadrature_log_prob(y, m, v, theta, opts)
+  local r = rule(opts and opts.nodes or self.nodes or NODES)
+  local s = (v * 2):sqrt()
+  local total
+  for k = 1, #r.x do
+    local term = self:log_prob(y, m + s * r.x[k], theta) * (r.w[k] / sqrt(pi))
+    total = total and total + term or term
+  end
+  return total
+end
+
+--- E g(f) for f ~ N(m, v) by quadrature, g a function of a tensor of f's.
+local function quadrature(g, m, v, k)
+  local r = rule(k or NODES)
+  local s = (v * 2):sqrt()
+  local total
+  for i = 1, #r.x do
+    local term = g(m + s * r.x[i]) * (r.w[i] / sqrt(pi))
+    total = total and total + term or term
+  end
+  return total
+end
+
+------------------------------------------------------------ helpers --
+
+-- log Γ(x) for x > 0 (Lanczos, g = 7, 9 terms: 15 digits), in plain Lua:
+-- student_t's normalising constant, a function of its (fixed) df only.
+local LANCZOS = {0.99999999999980993, 676.5203681218851, -1259.1392167224028,
+                 771.32342877765313, -176.61502916214059, 12.507343278686905,
+                 -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7}
+local function lgamma(x)
+  if x < 0.5 then return log(pi / abs(math.sin(pi * x))) - lgamma(1 - x) end
+  x = x - 1
+  local a = LANCZOS[1]
+  local t = x + 7.5
+  for i = 1, 8 do a = a + LANCZOS[i + 1] / (x + i) end
+  return 0.5 * log(2 * pi) + (x + 0.5) * log(t) - t + log(a)
+end
+likelihoods.lgamma = lgamma
+
+-- log(1 + e^x), stably for any x: max(x, 0) + log(1 + e^−|x|), with
+-- max(x, 0) = x·[x > 0] and |x| = x·(2[x > 0] − 1) through a constant mask
+-- (x:abs() would do, but lt.grad's derivative of |x| at 0 is 0/0).
+local function softplus(x)
+  local mask = {}
+  for i, xi in ipairs(x:totable()) do mask[i] = xi > 0 and 1 or 0 end
+  local pos = lt.tensor(mask)
+  local ax = x:cmul(pos * 2 - 1)
+  return x:cmul(pos) + ((-ax):exp() + 1):log()
+end
+
+-- log of a number or of a 0-d tensor (a followed hyperparameter).
+local function lg(x)
+  if type(x) == "number" then return log(x) end
+  return x:log()
+end
+
+local function sigmoid(x)
+  return (-softplus(-x)):exp()
+end
+
+-- y as a dense 1-d tensor with finite entries (what: for messages).
+local function label_tensor(y, what)
+  if not lt.is_tensor(y) then
+    if type(y) ~= "table" or #y == 0 then
+      fail("%s: y must be a non-empty tensor or table", what)
+    end
+    for i, v in ipairs(y) do
+      if type(v) ~= "number" then fail("%s: y[%d] is a %s, expected a number", what, i, type(v)) end
+    end
+    y = lt.tensor(y)
+  end
+  if y:dim() ~= 1 then fail("%s: y must be a 1-d vector, got %d dimensions", what, y:dim()) end
+  for i, v in ipairs(y:totable()) do
+    if v ~= v then fail("%s: y[%d] is NaN", what, i) end
+    if v == math.huge or v == -math.huge then fail("%s: y[%d] is not finite", what, i) end
+  end
+  return y
+end
+
+local function check_positive(what, v)
+  if type(v) ~= "number" or not (v > 0) or v == math.huge then -- luacheck: ignore 581 (NaN)
+    fail("%s must be a positive finite number, got %s", what, tostring(v))
+  end
+  return v
+end
+
+local function check_keys(what, spec, keys)
+  if spec == nil then return {} end
+  if type(spec) ~= "table" then fail("%s expects a table of options, got %s", what, type(spec)) end
+  local set = {}
+  for _, k in ipairs(keys) do set[k] = true end
+  for k in pairs(spec) do
+    if not set[k] then
+      fail("%s: unknown key '%s' (expected one of %s)", what, tostring(k), table.concat(keys, ", "))
+    end
+  end
+  return spec
+end
+
+local function new(kind, params, fixed, extra)
+  local self = setmetatable({kind = kind, params = params or {}, names = {}, fixed = {}},
+                            Likelihood)
+  for name in pairs(self.params) do self.names[#self.names + 1] = name end
+  table.sort(self.names)
+  for name, on in pairs(fixed or {}) do
+    if self.params[name] == nil then
+      fail("%s has no hyperparameter '%s' (fixed)", kind, tostring(name))
+    end
+    self.fixed[name] = on and true or nil
+  end
+  for k, v in pairs(extra or {}) do self[k] = v end
+  return self
+end
+
+--- The likelihood's hyperparameters as numbers: a table name → value.
+function Likelihood:theta()
+  local t = {}
+  for _, name in ipairs(self.names) do t[name] = self.params[name] end
+  return t
+end
+
+--- The free hyperparameters' names, in a fixed order.
+function Likelihood:free_names()
+  local out = {}
+  for _, name in ipairs(self.names) do
+    if not self.fixed[name] then out[#out + 1] = name end
+  end
+  return out
+end
+
+-- theta given, or the likelihood's own values.
+local function th(self, theta)
+  return theta or self.params
+end
+
+--- E_{N(f; m, v)} log p(y | f) per point (a 1-d tensor): the closed form
+-- where the likelihood has one, quadrature otherwise (or with
+-- opts.quadrature = true).
+function Likelihood:expected_log_prob(y, m, v, theta, opts)
+  theta = th(self, theta)
+  if self.closed_ell and not (opts and opts.quadrature) then
+    return self.closed_ell(y, m, v, theta)
+  end
+  return self:quadrature_log_prob(y, m, v, theta, opts)
+end
+
+--- log p(y | f) per point (a 1-d tensor).
+function Likelihood:log_prob(y, f, theta)
+  return self.pointwise(y, f, th(self, theta))
+end
+
+--- The predictive distribution of y at latent N(m, v): mean and variance
+-- (1-d tensors).
+function Likelihood:predict_y(m, v, theta)
+  return self.predictive(m, v, th(self, theta))
+end
+
+--- The labels checked (a dense 1-d tensor): the likelihood's own rules
+-- and no NaN.
+function Likelihood:check_labels(y, what)
+  what = what or self.kind
+  y = label_tensor(y, what)
+  if self.label_rule then self.label_rule(y, what) end
+  return y
+end
+
+-- d/df and d²/df² of log p(y | f) per point, for Newton's method in
+-- gp.laplace (R&W Table 3.1): the inner optimisation, not a model gradient.
+function Likelihood:derivatives(y, f, theta)
+  if not self.newton then
+    fail("%s has no Newton derivatives (gp.laplace needs bernoulli or poisson)", self.kind)
+  end
+  return self.newton(y, f, th(self, theta))
+end
+
+------------------------------------------------------------ gaussian --
+
+--- gaussian{noise = σ² (default 1), fixed = {noise = true}}.
+function likelihoods.gaussian(spec)
+  spec = check_keys("gaussian", spec, {"noise", "fixed"})
+  local noise = check_positive("gaussian noise", spec.noise or 1)
+  local self = new("gaussian", {noise = noise}, spec.fixed)
+  self.pointwise = function(y, f, t)
+    local r = y - f
+    return r:cmul(r) * (-0.5 / t.noise) - 0.5 * lg(t.noise * (2 * pi))
+  end
+  -- E log N(y | f, σ²) = −½ log 2πσ² − ((y − m)² + v)/(2σ²)
+  self.closed_ell = function(y, m, v, t)
+    local r = y - m
+    return (r:cmul(r) + v) * (-0.5 / t.noise) - 0.5 * lg(t.noise * (2 * pi))
+  end
+  self.predictive = function(m, v, t) return m:clone(), v + t.noise end
+  return self
+end
+
+------------------------------------------------------------ bernoulli --
+
+local function check_binary(y, what)
+  for i, v in ipairs(y:totable()) do
+    if v ~= 0 and v ~= 1 then
+      fail("%s: labels must be 0 or 1, y[%d] = %s", what, i, tostring(v))
+    end
+  end
+end
+
+--- bernoulli{link = "probit" (default) | "logit"}: labels y ∈ {0, 1},
+-- p(y = 1 | f) = Φ(f) or σ(f). With s = 2y − 1, log p = log Φ(s·f) or
+-- −log(1 + e^{−s·f}).
+function likelihoods.bernoulli(spec)
+  spec = check_keys("bernoulli", spec, {"link", "nodes"})
+  local link = spec.link or "probit"
+  if link ~= "probit" and link ~= "logit" then
+    fail("bernoulli link must be 'probit' or 'logit', got %s", tostring(link))
+  end
+  local self = new("bernoulli", {}, nil,
+                   {link = link, nodes = spec.nodes, label_rule = check_binary})
+  if link == "probit" then
+    self.pointwise = function(y, f) return lt.normal_log_cdf(f:cmul(y * 2 - 1)) end
+    -- P(y = 1) = E Φ(f) = Φ(m/√(1 + v)), exactly
+    self.predictive = function(m, v)
+      local p = lt.normal_cdf(m:cdiv((v + 1):sqrt()))
+      return p, p:cmul(-p + 1)
+    end
+    -- r = φ(f)/Φ(s f): d1 = s·r, d2 = −r² − s·f·r
+    self.newton = function(y, f)
+      local s = y * 2 - 1
+      local sf = f:cmul(s)
+      local r = (lt.normal_log_pdf(f) - lt.normal_log_cdf(sf)):exp()
+      return s:cmul(r), -(r:cmul(r) + sf:cmul(r))
+    end
+  else
+    self.pointwise = function(y, f) return -softplus(-f:cmul(y * 2 - 1)) end
+    self.predictive = function(m, v)
+      local p = quadrature(sigmoid, m, v, self.nodes)
+      return p, p:cmul(-p + 1)
+    end
+    -- π = σ(f): d1 = y − π, d2 = −π(1 − π)
+    self.newton = function(y, f)
+      local p = sigmoid(f)
+      return y - p, -(p:cmul(-p + 1))
+    end
+  end
+  return self
+end
+
+------------------------------------------------------------ poisson --
+
+local function check_counts(y, what)
+  for i, v in ipairs(y:totable()) do
+    if v < 0 or v % 1 ~= 0 then
+      fail("%s: counts must be non-negative integers, y[%d] = %s", what, i, tostring(v))
+    end
+  end
+end
+
+-- log y! per point (a constant tensor).
+local function log_factorial(y)
+  local out = {}
+  for i, v in ipairs(y:totable()) do out[i] = lgamma(v + 1) end
+  return lt.tensor(out)
+end
+
+--- poisson{}: counts y, rate e^f: log p = y·f − e^f − log y!.
+function likelihoods.poisson(spec)
+  spec = check_keys("poisson", spec, {"nodes"})
+  local self = new("poisson", {}, nil, {nodes = spec.nodes, label_rule = check_counts})
+  self.pointwise = function(y, f) return y:cmul(f) - f:exp() - log_factorial(y) end
+  -- d1 = y − e^f, d2 = −e^f
+  self.newton = function(y, f)
+    local rate = f:exp()
+    return y - rate, -rate
+  end
+  -- E[y f − e^f] = y·m − e^{m + v/2}
+  self.closed_ell = function(y, m, v) return y:cmul(m) - (m + v * 0.5):exp() - log_factorial(y) end
+  -- E y = E e^f = e^{m + v/2}; Var y = E e^f + Var e^f = E e^f + (e^v − 1)·e^{2m + v}
+  self.predictive = function(m, v)
+    local mean = (m + v * 0.5):exp()
+    return mean, mean + (v:exp() - 1):cmul(mean:cmul(mean))
+  end
+  return self
+end
+
+------------------------------------------------------------ student_t --
+
+--- student_t{df = ν (default 4, fixed), scale = σ (default 1, learnt unless
+-- fixed = {scale = true})}: log p = log Γ((ν+1)/2) − log Γ(ν/2) − ½ log(νπσ²)
+-- − (ν+1)/2 · log(1 + (y − f)²/(νσ²)).
+function likelihoods.student_t(spec)
+  spec = check_keys("student_t", spec, {"df", "scale", "fixed", "nodes"})
+  local df = check_positive("student_t df", spec.df or 4)
+  local scale = check_positive("student_t scale", spec.scale or 1)
+  local self = new("student_t", {scale = scale}, spec.fixed, {df = df, nodes = spec.nodes})
+  local const = lgamma((df + 1) / 2) - lgamma(df / 2) - 0.5 * log(df * pi)
+  self.pointwise = function(y, f, t)
+    local s2 = t.scale * t.scale
+    local r = y - f
+    return ((r:cmul(r) * (1 / (df * s2)) + 1):log()) * (-(df + 1) / 2)
+           - 0.5 * lg(s2) + const
+  end
+  -- mean m (ν > 1), variance v + σ²ν/(ν − 2) (ν > 2; infinite otherwise)
+  self.predictive = function(m, v, t)
+    local extra = df > 2 and t.scale * t.scale * (df / (df - 2)) or math.huge
+    return m:clone(), v + extra
+  end
+  return self
+end
+
+return likelihoods

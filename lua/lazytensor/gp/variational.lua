@@ -1,0 +1,769 @@
+--- Sparse variational GPs (SVGP: Hensman et al. 2013, 2015; GPyTorch's
+-- ApproximateGP with a VariationalStrategy and VariationalELBO).
+--
+--   local model = gp.variational{x = x, y = y, kernel = gp.kernels.rbf{},
+--                                likelihood = gp.likelihoods.bernoulli{}, inducing = 50}
+--   model:fit{lr = 0.05, epochs = 100, batch_size = 256}
+--   local p = model:predict_y(xstar)     -- P(y = 1) for classification
+--
+-- m inducing points Z carry inducing values u = f(Z). With whiten = true
+-- (the default) the variational distribution is over v = Lz⁻¹u (Kzz = Lz·Lzᵀ),
+-- q(v) = N(μ, S), p(v) = N(0, I); otherwise over u itself, p(u) = N(0, Kzz).
+-- S = L·Lᵀ with L lower triangular ("cholesky") or diagonal ("meanfield").
+-- For rows x_i, A = Lz⁻¹·k(Z, x_i) gives q(f_i) = N(μ_i, σ_i²):
+--   whitened:   μ_i = aᵢᵀμ,       σ_i² = k(x_i, x_i) − ‖aᵢ‖² + ‖Lᵀaᵢ‖²
+--   unwhitened: bᵢ = Lz⁻ᵀaᵢ,      μ_i = bᵢᵀμ, σ_i² = k(x_i, x_i) − ‖aᵢ‖² + ‖Lᵀbᵢ‖²
+-- and the evidence lower bound is
+--   ELBO = num_data/|B| · Σ_{i ∈ B} E_{q(f_i)} log p(y_i | f_i) − KL(q ‖ p)
+-- over a minibatch B of rows (all of them by default).
+--
+-- The whole bound is one Lua function of a parameter table written with
+-- lazytensor operations — the kernel evaluated by lt.kernel with tensor
+-- hyperparameters, Cholesky factors and triangular solves, the
+-- likelihood's expected log-likelihood (gp/likelihoods.lua) — and every
+-- gradient comes from lt.grad of it: the variational mean, L's lower
+-- triangle (or diagonal), the inducing points (unless fixed), the kernel's
+-- and the likelihood's hyperparameters (as logs, or through their bounds:
+-- gp/hyper.lua) and a constant mean.
+local lt = require "lazytensor"
+local autograd = require "lazytensor.autograd"
+local kernels = require "lazytensor.gp.kernels"
+local likelihoods = require "lazytensor.gp.likelihoods"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
+
+local variational = {}
+
+local sqrt = math.sqrt
+
+local SVGP = {}
+SVGP.__index = SVGP
+
+-- model:elbo() over all rows evaluates k(Z, x) for block_entries / m rows at
+-- a time (32 MB); a field so that the specs can check the sum over blocks.
+variational.block_entries = 4194304
+
+local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
+              "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
+
+local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
+
+local function fail(fmt, ...) h.fail("variational: " .. fmt, ...) end
+
+
+------------------------------------------------------------ construction --
+
+-- A gp kernel that gp/ltkernel.lua evaluates with followed hyperparameters.
+local function check_kernel(kernel)
+  if getmetatable(kernel) ~= kernels.Kernel then fail("kernel must be a gp kernel") end
+  ltkernel.check(kernel, fail)
+end
+
+-- Evenly spread rows of X (m of them), as sgpr's initial inducing points.
+local function spread_rows(X, m)
+  local n = X:size(1)
+  local Z = lt.zeros(m, X:size(2))
+  for j = 1, m do Z[j] = X[math.floor((j - 0.5) * n / m) + 1] end
+  return Z
+end
+
+local function inducing_points(spec, X)
+  local n, d = X:size(1), X:size(2)
+  local inducing = spec.inducing
+  if inducing == nil then fail("needs inducing = m (a count) or inducing points") end
+  if type(inducing) == "number" then
+    if inducing ~= math.floor(inducing) or inducing < 1 or inducing > n then
+      fail("inducing = %s must be a whole number from 1 to n = %d", tostring(inducing), n)
+    end
+    return spread_rows(X, inducing)
+  end
+  local Z = lt.tensor(h.to_points(inducing, "inducing"))
+  if Z:size(2) ~= d then fail("inducing points have %d coordinates, x has %d", Z:size(2), d) end
+  if Z:size(1) > n then fail("%d inducing points for n = %d rows (m > n)", Z:size(1), n) end
+  return Z
+end
+
+-- Lower-triangular (with diagonal) 0/1 mask: L = raw ⊙ mask.
+local function tril_mask(m)
+  local M = lt.zeros(m, m)
+  for i = 1, m do
+    for j = 1, i do M:set(i, j, 1) end
+  end
+  return M
+end
+
+--- The model's constructor, given init.lua's helpers.
+function variational.constructor(helpers)
+  h = helpers
+  return function(spec)
+    if type(spec) ~= "table" then h.fail("variational expects a table") end
+    h.options("variational", spec, KEYS)
+    check_kernel(spec.kernel)
+    local lik = spec.likelihood
+    if getmetatable(lik) ~= likelihoods.Likelihood then
+      fail("likelihood must be one of gp.likelihoods (gaussian, bernoulli, poisson, student_t)")
+    end
+    local X = lt.tensor(h.to_points(spec.x, "x"))
+    ltkernel.check_inputs(X, fail, "x")
+    spec.kernel:check_inputs(X:size(2)) -- ARD lengthscales: one per column read
+    local top = spec.kernel:max_dim()
+    if top and top > X:size(2) then
+      fail("the kernel reads input dimension %d but x has %d", top, X:size(2))
+    end
+    local n = X:size(1)
+    local y = lik:check_labels(spec.y, "variational y")
+    if y:size(1) ~= n then fail("y has %d values for %d rows of x", y:size(1), n) end
+    local whiten = spec.whiten
+    if whiten == nil then whiten = true end
+    if type(whiten) ~= "boolean" then fail("whiten must be true or false") end
+    local dist = spec.distribution or "cholesky"
+    if dist ~= "cholesky" and dist ~= "meanfield" then
+      fail("distribution must be 'cholesky' or 'meanfield', got %s", tostring(dist))
+    end
+    local mean = spec.mean or "constant"
+    if mean ~= "constant" and mean ~= "zero" then
+      fail("mean must be 'constant' or 'zero', got %s", tostring(mean))
+    end
+    local num_data = spec.num_data or n
+    if type(num_data) ~= "number" or num_data < 1 or num_data % 1 ~= 0 then
+      fail("num_data must be a positive whole number, got %s", tostring(num_data))
+    end
+    local fixed = h.options("variational fixed", spec.fixed, {"inducing", "mean"})
+    local Z = inducing_points(spec, X)
+    local m = Z:size(1)
+    -- relative to the prior variance k(x, x)
+    local kv = ltkernel.evaluator(spec.kernel):diag_value(spec.kernel)
+    local jitter = spec.jitter or 1e-6 * kv
+    if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
+      fail("jitter must be a non-negative number")
+    end
+    local mean_value = mean == "zero" and 0 or (spec.mean_value or 0)
+    if type(mean_value) ~= "number" or mean_value ~= mean_value then
+      fail("mean_value must be a number")
+    end
+    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
+    local self = setmetatable({
+      X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
+      bounds = bounds, priors = prior_set,
+      whiten = whiten, distribution = dist, mean_kind = mean, mean_value = mean_value,
+      num_data = num_data, jitter = jitter,
+      fixed = {inducing = fixed.inducing and true or nil, mean = fixed.mean and true or nil},
+      Z = Z, mask = tril_mask(m),
+    }, SVGP)
+    -- q starts at the prior: μ = 0, S = I (whitened) or Kzz (unwhitened).
+    self.q_mean = lt.zeros(m)
+    if dist == "meanfield" then
+      self.q_chol = whiten and lt.full({m}, 1) or self:prior_factor():diagonal()
+    else
+      self.q_chol = whiten and lt.eye(m) or self:prior_factor()
+    end
+    return self
+  end
+end
+
+------------------------------------------------------------ parameters --
+
+--- The parameter table the bound is a function of: mean (μ, m), chol (L's
+-- m×m lower triangle, or its m-vector diagonal for "meanfield"), Z (unless
+-- fixed), kernel = {log_<name> = ...} and likelihood = {log_<name> = ...}
+-- for the free hyperparameters (raw_<name> for bounded ones, gaussian
+-- noise by default: gp/hyper.lua), constant (the mean, unless zero or fixed).
+function SVGP:parameters()
+  local p = {mean = self.q_mean:clone(), chol = self.q_chol:clone(), kernel = {}, likelihood = {}}
+  if not self.fixed.inducing then p.Z = self.Z:clone() end
+  for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
+    if hp.free then
+      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      p.kernel[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
+    end
+  end
+  for _, name in ipairs(self.likelihood:free_names()) do
+    p.likelihood[hyper.key(self.bounds, name)] =
+      hyper.to_raw(self.bounds, name, self.likelihood.params[name])
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then p.constant = self.mean_value end
+  return p
+end
+
+local function number_of(x)
+  if type(x) == "number" then return x end
+  return x:item()
+end
+
+--- Sets the model from a parameter table of parameters()'s form (numbers
+-- or tensors), after checking it whole: a table that does not fit leaves
+-- the model as it was.
+function SVGP:set_parameters(p)
+  if type(p) ~= "table" or not lt.is_tensor(p.mean) or not lt.is_tensor(p.chol) then
+    fail("set_parameters expects a table of parameters() form")
+  end
+  if p.mean:dim() ~= 1 or p.mean:size(1) ~= self.m then fail("mean must be %d values", self.m) end
+  local want = self.distribution == "meanfield" and {self.m} or {self.m, self.m}
+  if p.chol:dim() ~= #want or p.chol:size(1) ~= self.m
+     or (#want == 2 and p.chol:size(2) ~= self.m) then
+    fail("chol must be %s", #want == 1 and self.m .. " values" or self.m .. "×" .. self.m)
+  end
+  if p.Z and (p.Z:dim() ~= 2 or p.Z:size(1) ~= self.m or p.Z:size(2) ~= self.d) then
+    fail("Z must be %d×%d", self.m, self.d)
+  end
+  self.q_mean = p.mean:clone():contiguous()
+  self.q_chol = p.chol:clone():contiguous()
+  if #want == 2 then self.q_chol = self.q_chol:cmul(self.mask) end
+  if p.Z then self.Z = p.Z:clone():contiguous() end
+  -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
+  for key, v in pairs(p.kernel or {}) do
+    ltkernel.set(self.kernel, key:sub(5), hyper.value_of(self.bounds, key:sub(5), v))
+  end
+  for key, v in pairs(p.likelihood or {}) do
+    self.likelihood.params[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
+  end
+  if p.constant ~= nil then self.mean_value = number_of(p.constant) end
+end
+
+--- Sets q: mean μ (m values) and L (m×m lower triangular; m values of the
+-- diagonal for "meanfield"), S = L·Lᵀ — in whitened coordinates when whiten.
+function SVGP:set_variational(mean, chol)
+  local p = self:parameters()
+  p.mean, p.chol = lt.tensor(mean), lt.tensor(chol)
+  self:set_parameters(p)
+end
+
+------------------------------------------------------------ the bound --
+
+-- The kernel at p's hyperparameters (followed), or at its own values.
+local function kernel_at(self, p)
+  return ltkernel.evaluator(self.kernel, p and p.kernel, self.bounds)
+end
+
+local function likelihood_theta(self, p)
+  local theta = self.likelihood:theta()
+  for key, v in pairs(p and p.likelihood or {}) do
+    theta[key:sub(5)] = hyper.from_raw(self.bounds, key:sub(5), v)
+  end
+  return theta
+end
+
+local function lower_solve(L, B) return lt.triangular(L, "lower"):solve(B) end
+local function upper_solve(L, B) return lt.triangular(L:t():contiguous(), "upper"):solve(B) end
+
+-- Lz with Kzz + jitter·I = Lz·Lzᵀ.
+local function inducing_factor(self, Z, kern)
+  local Kzz = kern:matrix(Z):add_diag(self.jitter)
+  return lt.psd(Kzz):cholesky():dense()
+end
+
+--- The prior's factor Lz (m×m) at the current hyperparameters.
+function SVGP:prior_factor()
+  return inducing_factor(self, self.Z, kernel_at(self))
+end
+
+-- L (m×m lower triangular) from p.chol.
+local function chol_of(self, chol)
+  if self.distribution == "meanfield" then return lt.diag(chol):dense() end
+  return chol:cmul(self.mask)
+end
+
+-- L with S = L·Lᵀ from a symmetric S (natural gradients parameterise q by S).
+local function factor_S(S)
+  return lt.psd((S + S:t()) * 0.5):cholesky():dense()
+end
+
+-- Everything q(f) at the rows Xr needs from p: the latent means and
+-- variances (1-d tensors), and the pieces for the KL term.
+local function latent(self, p, Xr)
+  local kern = kernel_at(self, p)
+  local Z = p.Z or self.Z
+  local Lz = inducing_factor(self, Z, kern)
+  local Kzx = kern:matrix(Z, Xr)
+  local A = lower_solve(Lz, Kzx) -- m×b
+  local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
+  local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
+  local T = L:t() * proj
+  local prior = kern:diag(Xr:size(1)) -- k(x, x): stationary kinds
+  local mean = proj:t() * p.mean
+  local constant = p.constant or self.mean_value
+  if self.mean_kind == "constant" then mean = mean + constant end
+  local var = prior - A:cmul(A):sum(1) + T:cmul(T):sum(1)
+  return mean, var, {Lz = Lz, L = L}
+end
+
+-- KL(q ‖ p): whitened ½(tr S + μᵀμ − m − log|S|); unwhitened, with
+-- W = Lz⁻¹L and a = Lz⁻¹μ, ½(‖W‖² + ‖a‖² − m + log|Kzz| − log|S|).
+local function kl(self, p, parts)
+  local L, m = parts.L, self.m
+  local logdet_S = L:diagonal():abs():log():sum() * 2
+  if self.whiten then
+    return (L:cmul(L):sum() + p.mean:dot(p.mean) - m - logdet_S) * 0.5
+  end
+  local W = lower_solve(parts.Lz, L)
+  local a = lower_solve(parts.Lz, p.mean)
+  local logdet_K = parts.Lz:diagonal():log():sum() * 2
+  return (W:cmul(W):sum() + a:dot(a) - m + logdet_K - logdet_S) * 0.5
+end
+
+-- Rows idx (a Lua array of 1..n, checked) of X and y.
+local function rows(self, idx)
+  if idx == nil then return self.X, self.y, self.n end
+  if lt.is_tensor(idx) then idx = idx:totable() end
+  if type(idx) ~= "table" or #idx == 0 then fail("idx must be a non-empty list of rows") end
+  local Xr, yr = lt.zeros(#idx, self.d), lt.zeros(#idx)
+  for j, i in ipairs(idx) do
+    if type(i) ~= "number" or i % 1 ~= 0 or i < 1 or i > self.n then
+      fail("idx[%d] = %s is not a row from 1 to %d", j, tostring(i), self.n)
+    end
+    Xr[j] = self.X[i]
+    yr:set(j, self.y:get(i))
+  end
+  return Xr, yr, #idx
+end
+
+-- Σ log prior of the hyperparameters at p (followed where free).
+local function log_prior(self, p)
+  if next(self.priors) == nil then return 0 end
+  local kern, theta = kernel_at(self, p), likelihood_theta(self, p)
+  return hyper.log_prior(self.priors, function(name)
+    local v = kern:get(name)
+    if v ~= nil then return v end
+    return theta[name]
+  end)
+end
+
+--- The bound as a function of a parameter table (parameters()'s form) and
+-- the rows idx (nil: all of them): f, for lt.grad, lt.gradcheck or
+-- autograd.evaluate, and the current parameters p0. opts.posterior = true
+-- adds the priors' log densities (the log posterior's bound).
+function SVGP:objective(idx, opts)
+  local Xr, yr, b = rows(self, idx)
+  local scale = self.num_data / b
+  local with_prior = opts and opts.posterior
+  local function f(p)
+    local mean, var, parts = latent(self, p, Xr)
+    local ell = self.likelihood:expected_log_prob(yr, mean, var, likelihood_theta(self, p)):sum()
+    local value = ell * scale - kl(self, p, parts)
+    if with_prior then value = value + log_prior(self, p) end
+    return value
+  end
+  return f, self:parameters()
+end
+
+--- The ELBO plus the priors' log densities (from the rows idx when given).
+function SVGP:log_posterior(idx)
+  local p = self:parameters()
+  return self:elbo(idx) + autograd.evaluate(function(q) return log_prior(self, q) end, p)
+end
+
+--- The evidence lower bound (a number), from the rows idx when given
+-- (scaled by num_data/|idx|), from every row otherwise.
+function SVGP:elbo(idx)
+  if idx ~= nil or self.n * self.m <= variational.block_entries then
+    local f, p = self:objective(idx)
+    return autograd.evaluate(f, p)
+  end
+  -- All rows, a block at a time (k(Z, x) of every row at once would be m×n).
+  local p = self:parameters()
+  local rows_per = math.max(1, math.floor(variational.block_entries / self.m))
+  local total = 0
+  for first = 1, self.n, rows_per do
+    local len = math.min(rows_per, self.n - first + 1)
+    local Xr, yr = self.X:narrow(1, first, len), self.y:narrow(1, first, len)
+    local mean, var = latent(self, p, Xr)
+    local theta = likelihood_theta(self, p)
+    total = total + self.likelihood:expected_log_prob(yr, mean, var, theta):sum()
+  end
+  local _, _, parts = latent(self, p, self.X:narrow(1, 1, 1))
+  return total * (self.num_data / self.n) - kl(self, p, parts)
+end
+
+--- The bound and its gradient (a table of parameters()'s form), by lt.grad.
+function SVGP:elbo_and_grad(idx)
+  local f, p = self:objective(idx)
+  local grads, value = lt.grad(f)(p)
+  return value, grads
+end
+
+------------------------------------------------------------ fitting --
+
+-- The parameter table as a flat Lua array and back: L's upper triangle
+-- (always zero) is left out.
+local function flatten(p)
+  local flat, layout = {}, {}
+  local function put(path, v)
+    if v == nil then return end
+    if type(v) == "number" then
+      layout[#layout + 1] = {path = path, kind = "number", at = #flat + 1}
+      flat[#flat + 1] = v
+      return
+    end
+    local entry = {path = path, kind = "tensor", shape = v:shape(), at = #flat + 1}
+    local t = v:totable()
+    if path[1] == "chol" and v:dim() == 2 then
+      entry.lower = true
+      for i = 1, #t do
+        for j = 1, i do flat[#flat + 1] = t[i][j] end
+      end
+    elseif v:dim() == 2 then
+      for i = 1, #t do
+        for j = 1, #t[i] do flat[#flat + 1] = t[i][j] end
+      end
+    else
+      for i = 1, #t do flat[#flat + 1] = t[i] end
+    end
+    layout[#layout + 1] = entry
+  end
+  put({"mean"}, p.mean)
+  put({"chol"}, p.chol)
+  if p.Z then put({"Z"}, p.Z) end
+  for _, group in ipairs{"kernel", "likelihood"} do
+    local names = {}
+    for name in pairs(p[group]) do names[#names + 1] = name end
+    table.sort(names)
+    for _, name in ipairs(names) do put({group, name}, p[group][name]) end
+  end
+  if p.constant ~= nil then put({"constant"}, p.constant) end
+  return flat, layout
+end
+
+local function unflatten(layout, flat)
+  local p = {kernel = {}, likelihood = {}}
+  for _, e in ipairs(layout) do
+    local v
+    if e.kind == "number" then
+      v = flat[e.at]
+    elseif #e.shape == 1 then
+      local t = {}
+      for i = 1, e.shape[1] do t[i] = flat[e.at + i - 1] end
+      v = lt.tensor(t)
+    else
+      local t, k = {}, e.at
+      for i = 1, e.shape[1] do
+        t[i] = {}
+        for j = 1, e.shape[2] do
+          if e.lower and j > i then
+            t[i][j] = 0
+          else
+            t[i][j] = flat[k]
+            k = k + 1
+          end
+        end
+      end
+      v = lt.tensor(t)
+    end
+    if #e.path == 1 then p[e.path[1]] = v else p[e.path[1]][e.path[2]] = v end
+  end
+  return p
+end
+
+-- A gradient table in the layout's order (L's lower triangle only).
+local function flatten_grad(layout, g)
+  local out = {}
+  for _, e in ipairs(layout) do
+    local v = #e.path == 1 and g[e.path[1]] or g[e.path[1]][e.path[2]]
+    if e.kind == "number" then
+      out[#out + 1] = number_of(v)
+    else
+      local t = v:totable()
+      if #e.shape == 1 then
+        for i = 1, #t do out[#out + 1] = t[i] end
+      else
+        for i = 1, #t do
+          for j = 1, e.lower and i or #t[i] do out[#out + 1] = t[i][j] end
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- A portable pseudo-random stream (the same on every Lua): an LCG mod 2³¹.
+local function stream(seed)
+  local s = seed % 2147483648
+  return function()
+    -- 1103515245 = 16838·2¹⁶ + 20077: every partial product stays below 2⁴⁸,
+    -- exact in doubles (Lua 5.1, LuaJIT) as in 5.3's integers
+    s = ((16838 * s) % 2147483648 * 65536 + 20077 * s + 12345) % 2147483648
+    return s / 2147483648
+  end
+end
+
+local function shuffled(n, rnd)
+  local perm = {}
+  for i = 1, n do perm[i] = i end
+  for i = n, 2, -1 do
+    local j = math.floor(rnd() * i) + 1
+    perm[i], perm[j] = perm[j], perm[i]
+  end
+  return perm
+end
+
+local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
+
+-- The model's state as it is (values, not raw parameters: restoring them
+-- is exact, where e^{log θ} need not be θ).
+local function copy_value(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for i, x in ipairs(v) do out[i] = x end
+  return out
+end
+
+local function snapshot(self)
+  local kernel = {}
+  for name, v in pairs(ltkernel.values(self.kernel)) do kernel[name] = copy_value(v) end
+  local lik = {}
+  for name, v in pairs(self.likelihood.params) do lik[name] = v end
+  return {q_mean = self.q_mean:clone(), q_chol = self.q_chol:clone(), Z = self.Z:clone(),
+          mean_value = self.mean_value, kernel = kernel, likelihood = lik}
+end
+
+local function restore(self, snap)
+  self.q_mean, self.q_chol, self.Z = snap.q_mean, snap.q_chol, snap.Z
+  self.mean_value = snap.mean_value
+  for name, v in pairs(snap.kernel) do ltkernel.set(self.kernel, name, v) end
+  for name, v in pairs(snap.likelihood) do self.likelihood.params[name] = v end
+end
+
+-- One natural-gradient step on q (Hensman et al. 2013; Salimbeni et al.
+-- 2018): with natural parameters θ₁ = S⁻¹μ, θ₂ = −½S⁻¹ and expectation
+-- parameters η₁ = μ, η₂ = S + μμᵀ, the natural gradient is ∂F/∂η:
+-- ∂F/∂η₁ = ∂F/∂μ − 2(∂F/∂S)μ, ∂F/∂η₂ = ∂F/∂S (∂F/∂μ and ∂F/∂S by lt.grad of
+-- the bound with q given as (μ, S)), and θ ← θ + ρ·∂F/∂η. For a Gaussian
+-- likelihood on all rows, ρ = 1 lands on the optimal q. A step whose new
+-- precision is not positive definite is halved.
+local function natural_step(self, f, rho)
+  local m = self.m
+  local mu = self.q_mean
+  local L = chol_of(self, self.q_chol)
+  local S = L * L:t()
+  local base = self:parameters()
+  local grads = lt.grad(function(q)
+    base.mean, base.chol, base.S = q.mean, nil, q.S
+    return f(base)
+  end)({mean = mu, S = S})
+  local Gm, GS = grads.mean, (grads.S + grads.S:t()) * 0.5
+  local Linv = lower_solve(L, lt.eye(m))
+  local Sinv = Linv:t() * Linv
+  local theta1 = Sinv * mu + (Gm - GS * mu * 2) * rho
+  for _ = 1, 30 do
+    local precision = Sinv - GS * (2 * rho) -- −2θ₂
+    local ok, Lp = pcall(function()
+      return lt.psd((precision + precision:t()) * 0.5):cholesky():dense()
+    end)
+    if ok then
+      local Lpinv = lower_solve(Lp, lt.eye(m))
+      local Snew = Lpinv:t() * Lpinv
+      self.q_mean = Snew * theta1
+      self.q_chol = factor_S(Snew)
+      return
+    end
+    rho = rho / 2
+    theta1 = Sinv * mu + (Gm - GS * mu * 2) * rho
+  end
+  fail("fit: no natural-gradient step keeps S positive definite")
+end
+
+--- Maximises the ELBO by minibatch Adam (Kingma & Ba): each epoch visits
+-- the rows in a fresh random order, batch_size rows a step, every gradient
+-- from lt.grad. opts: method ("adam"), lr (0.01), epochs (100), batch_size
+-- (n: full batch), seed (1), beta1, beta2, eps, callback(epoch, elbo
+-- estimate (mean over the epoch's batches), model) — returning true stops.
+-- Returns {elbo = the full-data ELBO at the end, epochs, steps}. The
+-- iterate is the last one (the estimates of different batches are not
+-- comparable). A step whose bound or gradient is not finite is not taken:
+-- the learning rate halves and the batch is tried again.
+function SVGP:fit(opts)
+  opts = h.options("variational fit", opts,
+                   {"method", "lr", "epochs", "batch_size", "seed", "beta1", "beta2", "eps",
+                    "callback", "natural_gradient", "natural_lr"})
+  if opts.method ~= nil and opts.method ~= "adam" then
+    fail("fit: method must be 'adam', got %s", tostring(opts.method))
+  end
+  local natural = opts.natural_gradient and true or false
+  if natural and self.distribution ~= "cholesky" then
+    fail("fit: natural gradients need distribution = 'cholesky'")
+  end
+  local rho = opts.natural_lr or 0.1
+  if type(rho) ~= "number" or not (rho > 0 and rho <= 1) then -- luacheck: ignore 581
+    fail("fit: natural_lr must be a number in (0, 1], got %s", tostring(rho))
+  end
+  local batch = opts.batch_size or self.n
+  if type(batch) ~= "number" or batch % 1 ~= 0 or batch < 1 or batch > self.n then
+    fail("fit: batch_size must be a whole number from 1 to n = %d, got %s", self.n, tostring(batch))
+  end
+  local epochs = opts.epochs or 100
+  if type(epochs) ~= "number" or epochs % 1 ~= 0 or epochs < 0 then
+    fail("fit: epochs must be a non-negative whole number, got %s", tostring(epochs))
+  end
+  local lr = opts.lr or 0.01
+  if type(lr) ~= "number" or not (lr > 0) or lr == math.huge then -- luacheck: ignore 581
+    fail("fit: lr must be a positive number, got %s", tostring(lr))
+  end
+  local b1, b2, eps = opts.beta1 or 0.9, opts.beta2 or 0.999, opts.eps or 1e-8
+  local seed = opts.seed or 1
+  if type(seed) ~= "number" or seed % 1 ~= 0 or seed < 0 then
+    fail("fit: seed must be a non-negative whole number, got %s", tostring(seed))
+  end
+  local rnd = stream(seed)
+  -- with natural gradients Adam moves the rest (hyperparameters, Z, mean)
+  local function adam_parameters()
+    local p = self:parameters()
+    if natural then p.mean, p.chol = nil, nil end
+    return p
+  end
+  local x, layout = flatten(adam_parameters())
+  local prev = nil -- x before the last step (to halve it)
+  local mom, vel = {}, {}
+  for i = 1, #x do mom[i], vel[i] = 0, 0 end
+  local t, steps, stopped = 0, 0, false
+  -- One Adam step (ascent) on x from lt.grad of f; returns the bound's value.
+  -- A bound or gradient that is not finite halves the last step and the rate.
+  local function adam_step(f)
+    if #x == 0 then return autograd.evaluate(f, unflatten(layout, x)) end -- nothing to move
+    local tries = 0
+    while true do
+      local grads, value = lt.grad(f)(unflatten(layout, x))
+      local g = flatten_grad(layout, grads)
+      local good = finite(value)
+      for i = 1, #g do good = good and finite(g[i]) end
+      if good then
+        t = t + 1
+        prev = {}
+        for i = 1, #x do
+          prev[i] = x[i]
+          mom[i] = b1 * mom[i] + (1 - b1) * g[i]
+          vel[i] = b2 * vel[i] + (1 - b2) * g[i] * g[i]
+          local mhat, vhat = mom[i] / (1 - b1 ^ t), vel[i] / (1 - b2 ^ t)
+          x[i] = x[i] + lr * mhat / (sqrt(vhat) + eps)
+        end
+        return value
+      end
+      tries = tries + 1
+      if prev == nil or tries > 30 then
+        fail("fit: the bound or its gradient is not finite at the current parameters")
+      end
+      for i = 1, #x do x[i] = prev[i] + 0.5 * (x[i] - prev[i]) end
+      lr = lr / 2
+    end
+  end
+  local start = snapshot(self)
+  local ok, err = pcall(function()
+    for epoch = 1, epochs do
+      local perm, total, count = shuffled(self.n, rnd), 0, 0
+      for first = 1, self.n, batch do
+        local idx = {}
+        for i = first, math.min(first + batch - 1, self.n) do idx[#idx + 1] = perm[i] end
+        local f = self:objective(idx, {posterior = true})
+        if natural then
+          natural_step(self, f, rho)
+          local full = f
+          -- Adam's objective: q as it is now, a constant
+          f = function(p)
+            p.mean, p.chol = self.q_mean, self.q_chol
+            return full(p)
+          end
+        end
+        total, count = total + adam_step(f), count + 1
+        steps = steps + 1
+        local p = unflatten(layout, x)
+        if natural then p.mean, p.chol = self.q_mean, self.q_chol end
+        self:set_parameters(p)
+      end
+      if opts.callback and opts.callback(epoch, total / count, self) == true then
+        stopped = true
+        break
+      end
+    end
+  end)
+  if not ok then
+    restore(self, start) -- a failed fit leaves the model as it was, bit for bit
+    error(err, 0)
+  end
+  return {elbo = self:elbo(), log_posterior = self:log_posterior(), epochs = epochs,
+          steps = steps, stopped = stopped, lr = lr}
+end
+
+------------------------------------------------------------ prediction --
+
+--- Mean and variance of the latent f at xstar under q (1-d tensors):
+-- one O(m³) factorisation, then O(m²) a point.
+function SVGP:predict(xstar)
+  local star = h.test_points_tensor(xstar, self.d)
+  local mean, var = latent(self, self:parameters(), star)
+  return mean, var
+end
+
+--- The predictive distribution of y at xstar: mean (for bernoulli, P(y = 1))
+-- and variance, from the likelihood's predict_y at q(f).
+function SVGP:predict_y(xstar)
+  local mean, var = self:predict(xstar)
+  return self.likelihood:predict_y(mean, var)
+end
+
+--- q(f(xstar)) as an lt.mvn: covariance K** − AᵀA + TᵀT (A = Lz⁻¹Kz*,
+-- T = Lᵀ·A whitened, Lᵀ·Kzz⁻¹Kz* otherwise), a lazy kernel minus and plus
+-- rank-m terms.
+function SVGP:posterior(xstar)
+  local star = h.test_points_tensor(xstar, self.d)
+  local p = self:parameters()
+  local mean = latent(self, p, star)
+  local kern = kernel_at(self)
+  local Lz = inducing_factor(self, self.Z, kern)
+  local A = lower_solve(Lz, kern:matrix(self.Z, star))
+  local proj = self.whiten and A or upper_solve(Lz, A)
+  local T = chol_of(self, p.chol):t() * proj
+  local Kss = kern:operator(star)
+  return lt.mvn(mean, lt.psd(Kss - lt.lowrank(A:t():contiguous())
+                             + lt.lowrank(T:t():contiguous())))
+end
+
+--- q(u) over the inducing values u = f(Z) as an lt.mvn: N(μ, L·Lᵀ)
+-- unwhitened; N(Lz·μ, Lz·L·Lᵀ·Lzᵀ) whitened (u = Lz·v).
+function SVGP:variational_distribution()
+  local L = chol_of(self, self.q_chol)
+  local mean = self.q_mean
+  if self.whiten then
+    local Lz = self:prior_factor()
+    L = Lz * L
+    mean = Lz * mean
+  end
+  if self.mean_kind == "constant" then mean = mean + self.mean_value end
+  return lt.mvn(mean, lt.psd(L * L:t()))
+end
+
+--- The inducing points (an m×d tensor).
+function SVGP:inducing()
+  return self.Z:clone()
+end
+
+--- A readable summary.
+function SVGP:describe()
+  local lik = {}
+  for _, name in ipairs(self.likelihood.names) do
+    lik[#lik + 1] = string.format("%s = %.6g", name, self.likelihood.params[name])
+  end
+  return string.format("%s\nlikelihood %s(%s)\nmean = %.6g\n%d inducing points%s, %s q%s",
+                       self.kernel:describe(), self.likelihood.kind, table.concat(lik, ", "),
+                       self.mean_value, self.m, self.fixed.inducing and " (fixed)" or " (learnt)",
+                       self.distribution, self.whiten and ", whitened" or "")
+end
+
+-- Shared with gp.laplace: the kernel check (with init.lua's helpers) and
+-- the bounds and priors.
+variational.check_kernel = function(kernel, helpers)
+  h = h or helpers
+  return check_kernel(kernel)
+end
+
+-- Bounds and priors of spec (gp/hyper.lua) over the kernel's hyperparameters
+-- (gp/ltkernel.lua's names) and the likelihood's (lik may be nil); the
+-- noise floor by default.
+function variational.parse_hyper(spec, kernel, lik)
+  local names = ltkernel.values(kernel)
+  local defaults = {}
+  if lik then
+    for _, name in ipairs(lik.names) do names[name] = lik.params[name] end
+    if lik.kind == "gaussian" then defaults.noise = {hyper.NOISE_FLOOR, math.huge} end
+  end
+  return hyper.parse(fail, names, spec.bounds, spec.priors, defaults)
+end
+
+return variational
