@@ -89,6 +89,27 @@ describe("gp.kernels.custom", function()
     end
   end)
 
+  it("works in gp.variational and gp.laplace as the kind it restates", function()
+    local labels = {1, 0, 1, 1, 0, 0}
+    local L1 = gp.laplace{x = x, y = labels, kernel = custom_rbf(0.6, 1.2),
+                          likelihood = gp.likelihoods.bernoulli{link = "probit"}}
+    local L2 = gp.laplace{x = x, y = labels, kernel = gp.kernels.rbf{lengthscale = 0.6,
+                          variance = 1.2}, likelihood = gp.likelihoods.bernoulli{link = "probit"}}
+    assert(math.abs(L1:mll() - L2:mll()) < 1e-8)
+    local m1, v1 = L1:predict({{0.3, 0.3}})
+    local m2, v2 = L2:predict({{0.3, 0.3}})
+    assert(math.abs(m1[1] - m2[1]) < 1e-8 and math.abs(v1[1] - v2[1]) < 1e-8)
+    local V1 = gp.variational{x = x, y = y, kernel = custom_rbf(0.6, 1.2), inducing = 3,
+                              likelihood = gp.likelihoods.gaussian{noise = 0.1}}
+    local V2 = gp.variational{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 0.6,
+                              variance = 1.2}, inducing = 3,
+                              likelihood = gp.likelihoods.gaussian{noise = 0.1}}
+    assert(math.abs(V1:elbo() - V2:elbo()) < 1e-10)
+    local before = V1:elbo()
+    V1:fit{epochs = 20, lr = 0.05}
+    assert(V1:elbo() > before)
+  end)
+
   it("refuses bad input and the models that cannot take it", function()
     local function raises(pattern, f)
       local ok, err = pcall(f)

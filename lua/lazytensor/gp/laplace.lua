@@ -354,7 +354,7 @@ function Laplace:predict(xstar)
   local Kxs = K_of(self, nil, self.X, star) -- n×n*
   local mean = Kxs:t() * md.d1
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
-  local prior = ltkernel.evaluator(self.kernel):diag(star:size(1))
+  local prior = ltkernel.evaluator(self.kernel):diag(star)
   return mean, prior - V:cmul(V):sum(1)
 end
 

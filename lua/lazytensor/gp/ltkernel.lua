@@ -36,9 +36,9 @@ function ltkernel.check(kernel, fail, inside_product)
   if kernel.kind == "scale" and not inside_product then
     fail("a scale factor must multiply a kernel (gp.kernels.scale(k))")
   end
-  if not KINDS[kernel.kind] then
-    fail("the kernel's leaves must be of kind rbf, matern12, matern32, matern52, rq or periodic "
-         .. "(or scale factors), got %s", tostring(kernel.kind))
+  if not KINDS[kernel.kind] and kernel.kind ~= "custom" then
+    fail("the kernel's leaves must be of kind rbf, matern12, matern32, matern52, rq, periodic "
+         .. "or custom (or scale factors), got %s", tostring(kernel.kind))
   end
 end
 
@@ -59,7 +59,8 @@ function ltkernel.hypers(kernel)
   local out = {}
   for i, leaf in ipairs(list) do
     local prefix = #list == 1 and not kernel.children and "" or ("k" .. i .. "_")
-    for _, param in ipairs(KINDS[leaf.kind]) do
+    -- a custom kernel's (gp.kernels.custom) are its own, by name
+    for _, param in ipairs(KINDS[leaf.kind] or leaf.names) do
       out[#out + 1] = {name = prefix .. param, leaf = leaf, param = param,
                        free = not leaf.fixed[param]}
     end
@@ -145,6 +146,10 @@ end
 function Evaluator:node(k, A, B)
   if not k.children then
     if k.kind == "scale" then return {factor = self.leaf_value[k].variance} end
+    if k.kind == "custom" then -- k(x1, x2, p), written with lazytensor operations
+      local X1 = project(k, A)
+      return k.k(X1, B and project(k, B) or X1, self.leaf_value[k]):dense()
+    end
     if B then return lt.kernel(project(k, A), project(k, B), self:spec(k)):dense() end
     return lt.kernel(project(k, A), self:spec(k)):dense()
   end
@@ -170,9 +175,22 @@ function Evaluator:matrix(A, B)
   return self:node(self.kernel, A, B)
 end
 
--- k(x, x) of a subtree: each stationary leaf's variance combined.
+-- Whether a custom kernel is in the tree (its k(x, x) depends on x).
+local function has_custom(k)
+  if k.kind == "custom" then return true end
+  for _, c in ipairs(k.children or {}) do
+    if has_custom(c) then return true end
+  end
+  return false
+end
+
+-- k(x, x) of a subtree: each stationary leaf's variance combined (a custom
+-- leaf, whose k(x, x) depends on x, counts as 1: a scale for jitters).
 function Evaluator:diag_value(k)
-  if not k.children then return self.leaf_value[k].variance end
+  if not k.children then
+    if k.kind == "custom" then return 1 end
+    return self.leaf_value[k].variance
+  end
   local acc
   for _, c in ipairs(k.children) do
     local v = self:diag_value(c)
@@ -187,15 +205,17 @@ function Evaluator:diag_value(k)
   return acc
 end
 
---- k(x, x) at n points (a 1-d tensor).
-function Evaluator:diag(n)
-  return lt.full({n}, 1) * self:diag_value(self.kernel)
+--- k(x, x) at the points A (n×d; a 1-d tensor of n): the variances of
+-- stationary kinds, the diagonal of k(A, A) with a custom kernel.
+function Evaluator:diag(A)
+  if has_custom(self.kernel) then return self:matrix(A):diagonal() end
+  return lt.full({A:size(1)}, 1) * self:diag_value(self.kernel)
 end
 
 --- k(A, A) as an operator: the lazy lt.kernel of a single base kernel,
 -- the dense matrix of a tree.
 function Evaluator:operator(A)
-  if not self.kernel.children then
+  if not self.kernel.children and self.kernel.kind ~= "custom" then
     return lt.kernel(project(self.kernel, A), self:spec(self.kernel))
   end
   return self:matrix(A)

@@ -279,7 +279,7 @@ local function latent(self, p, Xr)
   local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
   local T = L:t() * proj
-  local prior = kern:diag(Xr:size(1)) -- k(x, x): stationary kinds
+  local prior = kern:diag(Xr) -- k(x, x)
   local mean = proj:t() * p.mean
   local constant = p.constant or self.mean_value
   if self.mean_kind == "constant" then mean = mean + constant end
