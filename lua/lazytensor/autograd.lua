@@ -38,6 +38,8 @@ local function fail(fmt, ...) error("lazytensor: grad: " .. string.format(fmt, .
 
 local function pack(...) return {n = select("#", ...), ...} end
 
+local GENERATIONAL = _VERSION == "Lua 5.4" -- collectgarbage("generational") returns the old mode
+
 -- ----------------------------------------------------------- what is followed
 
 -- Functions that compute no values (queries, settings, registry, memory)
@@ -886,9 +888,14 @@ local function recorded_run(f, params, ...)
   local prepared = prepare(tape, params, "")
   local args = pack(prepared, ...)
   local restore = install()
+  -- The tape keeps every result alive until the backward: Lua 5.4's
+  -- generational collector does not trace those old objects again at each
+  -- step (other Luas keep their collector as it is).
+  local mode = GENERATIONAL and collectgarbage("generational")
   active = tape
   local ok, res = pcall(run, f, args, args.n)
   active = nil
+  if mode == "incremental" then collectgarbage("incremental") end
   restore()
   if not ok then error(res, 0) end
   local value, root = scalar_result(tape, res[1])
