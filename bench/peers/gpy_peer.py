@@ -380,7 +380,8 @@ def run_rows(d, rows):
                   "total_s": sum(walls), "repeats": len(walls),
                   "settings": "Adam lr %g, %d iterations on the raw (softplus) parameters; defaults"
                   % (BO_LR, BO_ITERS),
-                  "final_mll": final["mll"], "final_lengthscale": final["ls"],
+                  "final_mll": final["mll"], "final_lengthscale1": final["ls"][0],
+                  "final_lengthscale2": final["ls"][1],
                   "final_noise": final["noise"]})
         else:
             raise SystemExit("gpy_peer.py: unknown row %s" % row)

@@ -3,7 +3,7 @@
 # torch autograd) side by side on the same problems, one after the other for
 # each problem so that both see the same load; GPY runs GPyTorch 1.12's own
 # model classes (bench/peers/gpy_peer.py's docstring lists its rows).
-# `make bench-peers` runs W5 and W8.
+# `make bench-peers` runs all three.
 #
 # Each problem's data and exact answers are made by bench/peers/lt_side.lua
 # (into $BENCH_PEERS_DATA); bench/peers/peers.py reads them. Every
@@ -41,7 +41,7 @@ SIZES=${BENCH_PEERS_SIZES:-1000 4000 20000}
 KINDS=${BENCH_PEERS_KINDS:-rbf matern52}
 DIMS=${BENCH_PEERS_DIMS:-2 5}
 PATHS=${BENCH_PEERS_PATHS:-exact iterative}
-WORKLOADS=${*:-W5 W8}
+WORKLOADS=${*:-W5 W8 GPY}
 LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
 GPYT_SRC=${GPYT_SRC:-$ROOT/../gpytorch_src}
 GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo}
