@@ -63,8 +63,9 @@ end
 -- GPY's rows (bench/peers/gpy_peer.py): op, n, d, path of each
 local GPY_ROWS = {
   exact = {"mll_grad", 2000, 3, "exact"}, iterative = {"mll_grad", 2000, 3, "iterative"},
+  exact4000 = {"mll_grad", 4000, 3, "exact"}, iterative4000 = {"mll_grad", 4000, 3, "iterative"},
   predict = {"predict", 2000, 3, "predict"}, love = {"predict", 2000, 3, "love"},
-  sgpr = {"sgpr_mll_grad", 20000, 3}, bo = {"bo_step", 30, 2},
+  sgpr = {"sgpr_mll_grad", 20000, 3}, bo = {"bo_step", 30, 2}, bo60 = {"bo_step", 60, 2},
 }
 
 -- A line about a whole program (a failure, a timeout, a missing peer)
@@ -143,7 +144,7 @@ local function describe(r)
   if r.workload == "GPY" then
     local what = ({mll_grad = "exact GP MLL + grad", predict = "prediction, 1000 test points",
                    sgpr_mll_grad = "SGPR m=300 bound + grad",
-                   bo_step = "BO step (Adam 20 + predict), n=5..30"})[r.op] or r.op
+                   bo_step = "BO step (Adam 20 + predict), n from 5"})[r.op] or r.op
     return string.format("GPY %s d=%s n=%s%s", what, tostring(r.d), tostring(r.n),
                          r.path and (" " .. r.path) or "")
   end

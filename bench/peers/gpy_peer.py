@@ -9,8 +9,8 @@ lazytensor.gp (bench/peers/gpy_side.lua runs lazytensor's side).
          out, no GPyTorch code): the MLL and its gradient with respect to the
          log hyperparameters, the predictive means and variances, the SGPR
          bound.
-  run    the GPyTorch rows (ROW: exact iterative predict love sgpr bo, all
-         by default), one JSON line each: wall and CPU medians and the
+  run    the GPyTorch rows (ROW: exact iterative predict love sgpr bo, the
+         default; also exact4000 iterative4000 bo60), one JSON line each: wall and CPU medians and the
          errors against DIR's exact answers.
 
 The problems (the same data and starting hyperparameters on both sides):
@@ -31,8 +31,8 @@ The problems (the same data and starting hyperparameters on both sides):
                    n = 20000, one MLL (Titsias' bound: GPyTorch adds the
                    trace term as an added loss term) and its backward,
                    gradient with respect to the inducing points included.
-  bo               Branin on [0,1]^2 (rescaled to [-5,10]x[0,15], y =
-                   (branin - 54.3)/51), n = 5..30 points in a fixed order
+  bo, bo60         Branin on [0,1]^2 (rescaled to [-5,10]x[0,15], y =
+                   (branin - 54.3)/51), n = 5..30 (bo60: 5..60) points in a fixed order
                    (no acquisition: both sides see the same points); every
                    step builds the model from the fixed starting values, fits
                    20 Adam iterations (lr 0.1) and predicts mean and variance
@@ -61,8 +61,10 @@ import scipy.linalg as sla  # noqa: E402
 
 SYSTEM = "gpytorch"
 N, D, NTEST = 2000, 3, 1000
+N4 = 4000  # rows exact4000, iterative4000: the same problem at n = 4000
 SGPR_N, SGPR_M = 20000, 300
-BO_START, BO_END, BO_CAND, BO_ITERS, BO_LR = 5, 30, 1000, 20, 0.1
+BO_START, BO_CAND, BO_ITERS, BO_LR = 5, 1000, 20, 0.1
+BO_ENDS = {"bo": 30, "bo60": 60}  # the rows: n = 5..30 and n = 5..60
 LENGTHSCALE = [0.3, 0.5, 0.7]
 OUTPUTSCALE, NOISE = 1.0, 0.05
 BO_LENGTHSCALE, BO_NOISE = [0.2, 0.2], 1e-2
@@ -191,10 +193,19 @@ def make_data(d):
                  [sgpr_bound(xl, yl, z, LENGTHSCALE, OUTPUTSCALE, NOISE),
                   sgpr_bound(xl, yl, z, LENGTHSCALE, OUTPUTSCALE, NOISE, 1e-6 * OUTPUTSCALE)])
     # BO loop
-    bx = rng.random((BO_END, 2))
+    bx = rng.random((max(BO_ENDS.values()), 2))
     write_matrix(os.path.join(d, "gpy_bo_x.txt"), bx)
     write_matrix(os.path.join(d, "gpy_bo_y.txt"), branin01(bx))
     write_matrix(os.path.join(d, "gpy_bo_cand.txt"), rng.random((BO_CAND, 2)))
+    # n = 4000 (rows exact4000, iterative4000), drawn last so that the sets
+    # above do not depend on it
+    x4 = rng.random((N4, D))
+    f4 = np.sin(2 * math.pi * x4[:, 0]) + np.cos(3 * x4[:, 1]) * x4[:, 2] + 0.5 * x4[:, 2] ** 2
+    y4 = f4 + math.sqrt(NOISE) * rng.standard_normal(N4)
+    write_matrix(os.path.join(d, "gpy4000_x.txt"), x4)
+    write_matrix(os.path.join(d, "gpy4000_y.txt"), y4)
+    mll4, g4, _, _ = exact_mll_grad(x4, y4, LENGTHSCALE, OUTPUTSCALE, NOISE)
+    write_matrix(os.path.join(d, "gpy4000_ref_mll.txt"), [mll4] + g4)
     print(json.dumps({"workload": "meta", "op": "gpy_data", "dir": d, "exact_mll": mll}), flush=True)
 
 
@@ -281,7 +292,14 @@ def run_rows(d, rows):
     rvar = read_matrix(os.path.join(d, "gpy_ref_var.txt")).reshape(-1)
 
     for row in rows:
-        if row in ("exact", "iterative"):
+        if row in ("exact", "iterative", "exact4000", "iterative4000"):
+            big = row.endswith("4000")
+            path = row[:-4] if big else row
+            n_row, reps = (N4, 3) if big else (N, 5)
+            pre = "gpy4000_" if big else "gpy_"
+            x, y = T(pre + "x.txt"), T(pre + "y.txt").reshape(-1)
+            ref = read_matrix(os.path.join(d, pre + "ref_mll.txt")).reshape(-1)
+            mref, gref = ref[0], ref[1:]
             model, lik = model_of(x, y, LENGTHSCALE, OUTPUTSCALE, NOISE)
             merrs, gerrs, last = [], [], {}
 
@@ -292,15 +310,15 @@ def run_rows(d, rows):
                 gerrs.append(relerr(g, gref))
                 last["v"], last["g"] = v, g
 
-            if row == "exact":
+            if path == "exact":
                 with gpytorch.settings.max_cholesky_size(10 ** 9):
-                    rec, _ = measure(call, 5)
+                    rec, _ = measure(call, reps)
                 setting = "max_cholesky_size(10**9)"
             else:
                 torch.manual_seed(1)
-                rec, _ = measure(call, 5)
+                rec, _ = measure(call, reps)
                 setting = "defaults (max_cholesky_size 800: mBCG + SLQ, 10 probes, precond rank 15)"
-            rec.update(op="mll_grad", path=row, n=N, d=D, kind="matern52", settings=setting,
+            rec.update(op="mll_grad", path=path, n=n_row, d=D, kind="matern52", settings=setting,
                        mll=last["v"], exact_mll=mref,
                        mll_relerr=statistics.median(merrs), grad_relerr=statistics.median(gerrs),
                        mll_abserr=statistics.median(merrs) * abs(mref))
@@ -347,10 +365,11 @@ def run_rows(d, rows):
                        mll_relerr=abs(last["v"] - sref) / abs(sref), mll_abserr=abs(last["v"] - sref),
                        g1=last["g"][0], g2=last["g"][1], g3=last["g"][2], g4=last["g"][3], g5=last["g"][4])
             emit(rec)
-        elif row == "bo":
+        elif row in BO_ENDS:
+            bo_end = BO_ENDS[row]
             bx, by, cand = T("gpy_bo_x.txt"), T("gpy_bo_y.txt").reshape(-1), T("gpy_bo_cand.txt")
             walls, cpus, final = [], [], {}
-            for n in range(BO_START, BO_END + 1):
+            for n in range(BO_START, bo_end + 1):
                 w0, c0 = time.perf_counter(), time.process_time()
                 model, lik = model_of(bx[:n], by[:n], BO_LENGTHSCALE, OUTPUTSCALE, BO_NOISE)
                 model.train()
@@ -368,14 +387,14 @@ def run_rows(d, rows):
                     mean, var = post.mean, post.variance
                 cpus.append(time.process_time() - c0)
                 walls.append(time.perf_counter() - w0)
-                if n == BO_END:
+                if n == bo_end:
                     model.train()
                     with torch.no_grad():
                         final["mll"] = float(mll(model(bx[:n]), by[:n]) * n)
                     final["ls"] = model.covar_module.base_kernel.lengthscale.reshape(-1).tolist()
                     final["noise"] = float(lik.noise)
                     final["mean_min"] = float(mean.min())
-            emit({"op": "bo_step", "n": BO_END, "d": 2, "kind": "matern52",
+            emit({"op": "bo_step", "n": bo_end, "d": 2, "kind": "matern52",
                   "median_s": statistics.median(walls), "cpu_median_s": statistics.median(cpus),
                   "total_s": sum(walls), "repeats": len(walls),
                   "settings": "Adam lr %g, %d iterations on the raw (softplus) parameters; defaults"

@@ -4,9 +4,10 @@
 -- mll_and_grad (exact: max_cholesky_size = huge; iterative: 0, the
 -- library's other defaults), predict (exact, and {love = true} with the
 -- defaults), gp.sgpr's mll_and_grad, and the BO loop (fit{method = "adam"}
--- then predict, every step). ROW: exact iterative predict love sgpr bo (all
--- by default). One JSON line each: wall and CPU medians (os.clock is this
--- process's CPU time), errors against DIR's exact answers.
+-- then predict, every step). ROW: exact iterative predict love sgpr bo (the
+-- default), exact4000 iterative4000 (n = 4000), bo60 (n = 5..60). One JSON
+-- line each: wall and CPU medians (os.clock is this process's CPU time),
+-- errors against DIR's exact answers.
 local dir0 = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir0 .. "/?.lua;" .. dir0 .. "/../?.lua;" .. package.path
 local B = require "benchlib"
@@ -34,6 +35,7 @@ lt.settings.num_threads = THREADS
 -- the fixed values of gpy_peer.py
 local LENGTHSCALE, OUTPUTSCALE, NOISE = {0.3, 0.5, 0.7}, 1.0, 0.05
 local BO_LENGTHSCALE, BO_NOISE, BO_START, BO_ITERS, BO_LR = {0.2, 0.2}, 1e-2, 5, 20, 0.1
+local BO_ENDS = {bo = 30, bo60 = 60} -- the rows: n = 5..30 and 5..60
 
 local function emit(rec)
   rec.system, rec.workload, rec.threads = "lazytensor", "GPY", THREADS
@@ -112,9 +114,18 @@ local N, D = #read_matrix("gpy_y.txt"), 3
 local REF = read_matrix("gpy_ref_mll.txt")
 local MREF, GREF = REF[1], {unpack(REF, 2)}
 
-local function row_mll(path)
+-- exact, iterative: n = 2000; exact4000, iterative4000: the same at 4000
+local function row_mll(row)
+  local path, x, y, mref, gref, n, reps = row, X, Y, MREF, GREF, N, 5
+  if row:sub(-4) == "4000" then
+    path, reps = row:sub(1, -5), 3
+    local ys = read_matrix("gpy4000_y.txt")
+    x, y, n = lt.tensor(read_matrix("gpy4000_x.txt")), lt.tensor(ys), #ys
+    local ref = read_matrix("gpy4000_ref_mll.txt")
+    mref, gref = ref[1], {unpack(ref, 2)}
+  end
   local settings = {max_cholesky_size = path == "exact" and math.huge or 0}
-  local model = exact_model(X, Y, LENGTHSCALE, NOISE)
+  local model = exact_model(x, y, LENGTHSCALE, NOISE)
   local merrs, gerrs, v, g, info = {}, {}, nil, nil, nil
   local rec
   lt.with_settings(settings, function()
@@ -122,16 +133,16 @@ local function row_mll(path)
     rec = measure(function()
       model:set_vector(model:get_vector()) -- a new covariance every call
       v, g, info = model:mll_and_grad()
-      merrs[#merrs + 1] = math.abs(v - MREF) / math.abs(MREF)
-      -- get_vector's order: log lengthscales, log variance, log σ² (as GREF)
-      gerrs[#gerrs + 1] = relerr(g, GREF)
-    end, 5)
+      merrs[#merrs + 1] = math.abs(v - mref) / math.abs(mref)
+      -- get_vector's order: log lengthscales, log variance, log σ² (as gref)
+      gerrs[#gerrs + 1] = relerr(g, gref)
+    end, reps)
   end)
-  rec.op, rec.path, rec.n, rec.d, rec.kind = "mll_grad", path, N, D, "matern52"
+  rec.op, rec.path, rec.n, rec.d, rec.kind = "mll_grad", path, n, D, "matern52"
   rec.settings = path == "exact" and "max_cholesky_size = huge" or "max_cholesky_size = 0, defaults"
-  rec.mll, rec.exact_mll = v, MREF
+  rec.mll, rec.exact_mll = v, mref
   rec.mll_relerr, rec.grad_relerr = median(merrs), median(gerrs)
-  rec.mll_abserr = median(merrs) * math.abs(MREF)
+  rec.mll_abserr = median(merrs) * math.abs(mref)
   rec.cg_iterations = type(info) == "table" and info.iterations or nil
   rec.preconditioner_rank = type(info) == "table" and info.preconditioner_rank or nil
   emit(rec)
@@ -185,8 +196,9 @@ local function row_sgpr()
   emit(rec)
 end
 
-local function row_bo()
+local function row_bo(row)
   local bx, by = read_matrix("gpy_bo_x.txt"), read_matrix("gpy_bo_y.txt")
+  by = {unpack(by, 1, BO_ENDS[row])}
   local cand = lt.tensor(read_matrix("gpy_bo_cand.txt"))
   local walls, cpus, final, total = {}, {}, nil, 0
   for n = BO_START, #by do
@@ -210,7 +222,8 @@ local function row_bo()
 end
 
 local RUN = {exact = row_mll, iterative = row_mll, predict = row_predict, love = row_predict,
-             sgpr = row_sgpr, bo = row_bo}
+             sgpr = row_sgpr, bo = row_bo, bo60 = row_bo,
+             exact4000 = row_mll, iterative4000 = row_mll}
 for _, row in ipairs(ROWS) do
   local fn = RUN[row]
   if not fn then
