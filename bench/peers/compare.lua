@@ -145,8 +145,9 @@ local function describe(r)
     local what = ({mll_grad = "exact GP MLL + grad", predict = "prediction, 1000 test points",
                    sgpr_mll_grad = "SGPR m=300 bound + grad",
                    bo_step = "BO step (Adam 20 + predict), n from 5"})[r.op] or r.op
-    return string.format("GPY %s d=%s n=%s%s", what, tostring(r.d), tostring(r.n),
-                         r.path and (" " .. r.path) or "")
+    local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
+    return string.format("GPY %s d=%s n=%s%s%s", what, tostring(r.d), tostring(r.n),
+                         r.path and (" " .. r.path) or "", variant)
   end
   if r.workload == "W8" then
     local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
