@@ -60,6 +60,14 @@ local function key_of(r)
                        r.kind or "", r.path or ""}, "|")
 end
 
+-- GPY's rows (bench/peers/gpy_peer.py): op, n, d, path of each
+local GPY_ROWS = {
+  exact = {"mll_grad", 2000, 3, "exact"}, iterative = {"mll_grad", 2000, 3, "iterative"},
+  exact4000 = {"mll_grad", 4000, 3, "exact"}, iterative4000 = {"mll_grad", 4000, 3, "iterative"},
+  predict = {"predict", 2000, 3, "predict"}, love = {"predict", 2000, 3, "love"},
+  sgpr = {"sgpr_mll_grad", 20000, 3}, bo = {"bo_step", 30, 2}, bo60 = {"bo_step", 60, 2},
+}
+
 -- A line about a whole program (a failure, a timeout, a missing peer)
 -- names its problem in "args" ("W8 n d kind path", or the workload alone).
 local function from_args(r)
@@ -68,6 +76,11 @@ local function from_args(r)
   for word in r.args:gmatch("%S+") do w[#w + 1] = word end
   if w[1] == "W8" and #w >= 5 then
     r.op, r.n, r.d, r.kind, r.path = "mll_grad", tonumber(w[2]), tonumber(w[3]), w[4], w[5]
+  end
+  -- GPY: the row is the last word (of "GPY row" or of the failed command)
+  local gpy = r.workload == "GPY" and GPY_ROWS[w[#w]]
+  if gpy then
+    r.op, r.n, r.d, r.kind, r.path = gpy[1], gpy[2], gpy[3], "matern52", gpy[4]
   end
   return r
 end
@@ -96,10 +109,30 @@ local function seconds(s)
   return string.format("%.0f ms", s * 1e3)
 end
 
+-- wall time, and CPU time where the line has it
+local function with_cpu(r)
+  if not r.cpu_median_s then return seconds(r.median_s) end
+  return seconds(r.median_s) .. " (CPU " .. seconds(r.cpu_median_s) .. ")"
+end
+
 local function sci(v) return v and string.format("%.1e", v) or "-" end
 
 -- The accuracy a line reports: relative errors against the exact answer.
 local function accuracy(r)
+  if r.workload == "GPY" then
+    if r.op == "predict" then
+      return string.format("mean %s, var median %s (max %s; max abs %s)", sci(r.mean_relerr),
+                           sci(r.var_medrelerr), sci(r.var_maxrelerr), sci(r.var_maxabserr))
+    elseif r.op == "bo_step" then
+      return string.format("final MLL %.2f", r.final_mll or 0 / 0)
+    end
+    local s = string.format("mll %.1e nats", r.mll_abserr or 0 / 0)
+    if r.grad_relerr then s = s .. ", grad " .. sci(r.grad_relerr) end
+    if r.mll_abserr_same_jitter then
+      s = s .. string.format(" (%.1e against its own Kzz + jitter)", r.mll_abserr_same_jitter)
+    end
+    return s
+  end
   if r.workload == "W8" then
     local g = r.grad_relerr and ("grad " .. sci(r.grad_relerr)) or "grad: no exact reference"
     return "mll " .. sci(r.mll_relerr) .. ", " .. g
@@ -108,6 +141,14 @@ local function accuracy(r)
 end
 
 local function describe(r)
+  if r.workload == "GPY" then
+    local what = ({mll_grad = "exact GP MLL + grad", predict = "prediction, 1000 test points",
+                   sgpr_mll_grad = "SGPR m=300 bound + grad",
+                   bo_step = "BO step (Adam 20 + predict), n from 5"})[r.op] or r.op
+    local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
+    return string.format("GPY %s d=%s n=%s%s%s", what, tostring(r.d), tostring(r.n),
+                         r.path and (" " .. r.path) or "", variant)
+  end
   if r.workload == "W8" then
     local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
     return string.format("W8 %s d=%d n=%d %s%s", r.kind, r.d, r.n, r.path, variant)
@@ -121,6 +162,13 @@ local function extra(r)
   if r.dense_products then parts[#parts + 1] = "products " .. r.dense_products end
   if r.method then parts[#parts + 1] = tostring(r.method) end
   if r.structure then parts[#parts + 1] = r.structure end
+  if r.workload == "GPY" then
+    if r.cg_iterations and r.cg_iterations > 0 then
+      parts[#parts + 1] = "CG iters " .. r.cg_iterations .. ", precond rank "
+        .. tostring(r.preconditioner_rank)
+    end
+    if r.settings then parts[#parts + 1] = r.settings end
+  end
   return table.concat(parts, ", ")
 end
 
@@ -144,14 +192,20 @@ for _, k in ipairs(order) do
   for _, r in ipairs(lt_rows[k]) do
     local p = peer_rows[k] or peer_any[r.workload]
     local speedup = (p and p.median_s and r.median_s) and p.median_s / r.median_s or nil
+    local cpu_speedup = (p and p.cpu_median_s and r.cpu_median_s)
+      and p.cpu_median_s / r.cpu_median_s or nil
     json_line({workload = "compare", problem = describe(r), lazytensor_s = r.median_s,
                peer = p and p.system or "none", peer_s = p and p.median_s or nil,
-               speedup = speedup, lazytensor_accuracy = r.skipped or accuracy(r),
+               speedup = speedup, cpu_speedup = cpu_speedup,
+               lazytensor_cpu_s = r.cpu_median_s, peer_cpu_s = p and p.cpu_median_s or nil,
+               lazytensor_accuracy = r.skipped or accuracy(r),
                peer_accuracy = p and (p.skipped or accuracy(p)) or "no peer line"})
     table_rows[#table_rows + 1] = string.format("| %s | %s | %s | %s | %s | %s | %s |",
-      describe(r), r.skipped and ("skipped: " .. r.skipped) or seconds(r.median_s),
-      p and (p.skipped and ("skipped: " .. p.skipped) or seconds(p.median_s)) or "no peer line",
-      speedup and string.format("%.2fx", speedup) or "-", r.skipped and "-" or accuracy(r),
+      describe(r), r.skipped and ("skipped: " .. r.skipped) or with_cpu(r),
+      p and (p.skipped and ("skipped: " .. p.skipped) or with_cpu(p)) or "no peer line",
+      speedup and (string.format("%.2fx", speedup)
+                   .. (cpu_speedup and string.format(" (CPU %.2fx)", cpu_speedup) or "")) or "-",
+      r.skipped and "-" or accuracy(r),
       p and not p.skipped and accuracy(p) or "-",
       extra(r) .. ((p and not p.skipped) and (" / " .. extra(p)) or ""))
   end

@@ -1,7 +1,9 @@
 #!/bin/sh
-# bench/peers/run.sh [W5] [W8]: lazytensor and linear_operator (with torch
-# autograd) side by side on the same problems, one after the other for each
-# problem so that both see the same load. `make bench-peers` runs it.
+# bench/peers/run.sh [W5] [W8] [GPY]: lazytensor and linear_operator (with
+# torch autograd) side by side on the same problems, one after the other for
+# each problem so that both see the same load; GPY runs GPyTorch 1.12's own
+# model classes (bench/peers/gpy_peer.py's docstring lists its rows).
+# `make bench-peers` runs all three.
 #
 # Each problem's data and exact answers are made by bench/peers/lt_side.lua
 # (into $BENCH_PEERS_DATA); bench/peers/peers.py reads them. Every
@@ -20,8 +22,11 @@
 #   BENCH_PEERS_PATHS   W8's paths (default "exact iterative")
 #   BENCH_THREADS       threads for both systems (default 1)
 #   BENCH_TIMEOUT       seconds per program (default 1800)
+#   BENCH_PEERS_GPY     GPY's rows (default "exact iterative predict love
+#                       sgpr bo")
 #   LO_SRC              linear_operator tree (default ../linear_operator_src
 #                       beside the repository)
+#   GPYT_SRC            GPyTorch v1.12 tree (default ../gpytorch_src)
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,9 +41,11 @@ SIZES=${BENCH_PEERS_SIZES:-1000 4000 20000}
 KINDS=${BENCH_PEERS_KINDS:-rbf matern52}
 DIMS=${BENCH_PEERS_DIMS:-2 5}
 PATHS=${BENCH_PEERS_PATHS:-exact iterative}
-WORKLOADS=${*:-W5 W8}
+WORKLOADS=${*:-W5 W8 GPY}
 LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
-export LO_SRC BENCH_THREADS="${BENCH_THREADS:-1}"
+GPYT_SRC=${GPYT_SRC:-$ROOT/../gpytorch_src}
+GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo}
+export LO_SRC GPYT_SRC BENCH_THREADS="${BENCH_THREADS:-1}"
 # BLAS threads follow BENCH_THREADS on both sides
 export OPENBLAS_NUM_THREADS="$BENCH_THREADS" OMP_NUM_THREADS="$BENCH_THREADS"
 export LUA_CPATH="./?.so;;" LUA_PATH="./lua/?.lua;./lua/?/init.lua;./bench/?.lua;;"
@@ -58,6 +65,9 @@ peer_missing() {
 }
 MISSING=$(peer_missing)
 [ -n "$MISSING" ] && echo "bench/peers/run.sh: peer rows skipped: $MISSING" >&2
+GPY_MISSING=$MISSING
+[ -z "$GPY_MISSING" ] && [ ! -f "$GPYT_SRC/gpytorch/__init__.py" ] &&
+  GPY_MISSING="no GPyTorch source tree at $GPYT_SRC (see bench/peers/setup.sh)"
 
 : > "$OUT"
 RC=$(mktemp) || exit 1
@@ -108,7 +118,20 @@ for w in $WORKLOADS; do
         done
       done
       ;;
-    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8)" >&2; exit 1 ;;
+    GPY)
+      # the data and exact answers need only numpy and scipy
+      run data GPY "$PY" bench/peers/gpy_peer.py "$DIR" data
+      for row in $GPY_ROWS; do
+        run lazytensor GPY "$LUA" bench/peers/gpy_side.lua "$DIR" "$row"
+        if [ -n "$GPY_MISSING" ]; then
+          printf '{"workload":"GPY","op":"*","system":"gpytorch","args":"GPY %s","skipped":"%s"}\n' \
+            "$row" "$GPY_MISSING" | tee -a "$OUT"
+        else
+          run gpytorch GPY "$PY" bench/peers/gpy_peer.py "$DIR" run "$row"
+        fi
+      done
+      ;;
+    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8, GPY)" >&2; exit 1 ;;
   esac
 done
 printf '{"workload":"meta","op":"load_end","loadavg":"%s"}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
