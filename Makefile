@@ -7,7 +7,7 @@
 #                   with "N passed, M failed, K skipped"
 #   make demo       installs missing packages, builds, runs the examples
 #   make bench      benchmarks, one JSON line per measurement
-#   make bench-peers  W5 and W8 side by side with linear_operator + torch
+#   make bench-peers  W5, W8 (linear_operator + torch) and GPY (GPyTorch 1.12's models) side by side
 #                   (bench/peers/: needs Debian's python3-torch and a
 #                   linear_operator tree, see bench/peers/setup.sh; the
 #                   lazytensor rows run without them)
