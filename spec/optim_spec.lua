@@ -184,6 +184,22 @@ describe("optim.lbfgs", function()
     assert.is_false(info.converged)
   end)
 
+  it("calls a failed search converged (ftol) only when the step promised less than ftol", function()
+    -- f = 1000 + 1e-16 (x - 5)^2 is 1000 in floating point everywhere near
+    -- x0: no step lowers it, and the step promised a decrease of ~1e-29.
+    local function flat(x)
+      local d = x[1] - 5
+      return 1e3 + 1e-16 * d * d, { 2e-16 * d }
+    end
+    local _, _, info = optim.lbfgs(flat, { 0 }, { gtol = 0, line_search = "backtracking" })
+    assert.equal("ftol", info.reason)
+    assert.is_true(info.converged)
+    -- with ftol = 0 nothing is small enough: the search's failure is reported
+    _, _, info = optim.lbfgs(flat, { 0 }, { gtol = 0, ftol = 0, line_search = "backtracking" })
+    assert.equal("line_search", info.reason)
+    assert.is_false(info.converged)
+  end)
+
   it("searches by backtracking on the value when asked (line_search)", function()
     local values = {}
     local x, v, info = optim.lbfgs(rosenbrock, { -1.2, 1 }, {

@@ -258,6 +258,13 @@ local function lbfgs_converged(o, f_old, f_new, gnorm, x_old, x_new)
   return nil
 end
 
+-- A failed line search at a point where the step promised a decrease within
+-- ftol of f: rounding hides any decrease that small, and the ftol test would
+-- have stopped after the step anyway, so the run has converged by ftol.
+local function at_rounding_floor(o, f, promised)
+  return promised >= 0 and promised <= o.ftol * math.max(1, math.abs(f))
+end
+
 -- Ranges an option may be restricted to: a test and how to say it.
 local RANGES = {
   count = { function(v) return v >= 1 and v == math.floor(v) end, "a positive integer" },
@@ -313,7 +320,9 @@ end
 -- of f's derivative), callback.
 -- Stopping on ftol leaves x about sqrt(ftol) from the minimiser (f is flat
 -- there); lower ftol for more accurate x. When f no longer changes in floating
--- point, no step can decrease it and the run ends with reason "line_search".
+-- point, no step can decrease it: if the step promised (to first order) a
+-- decrease within ftol of f, the run has converged by "ftol"; otherwise it
+-- ends with reason "line_search".
 function optim.lbfgs(f, x0, opts)
   check_args("lbfgs", f, x0, opts)
   opts = opts or {}
@@ -345,11 +354,16 @@ function optim.lbfgs(f, x0, opts)
       return wolfe_search(obj, x, dir, fx, slope, a1, o.ls)
     end
     local t = search(d, dphi0, alpha1)
+    -- The decrease the first trial step promises to first order.
+    local promised = -dphi0 * alpha1
     if not t and #hist > 0 then -- retry once along steepest descent
       hist, d = {}, lbfgs_direction(g, {})
       t = search(d, dot(g, d), math.min(1, 1 / inf_norm(g)))
     end
-    if not t then reason = "line_search" break end
+    if not t then
+      reason = at_rounding_floor(o, fx, promised) and "ftol" or "line_search"
+      break
+    end
 
     iter = iter + 1
     local s, y = {}, {}
