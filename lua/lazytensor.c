@@ -690,8 +690,8 @@ static int l_neg(lua_State *L) {
   return ltb_fill(L, box, lt_neg(ctx, a));
 }
 
-/* `<` and `<=` order scalars by value. Lua 5.3 and 5.4 call them for a
- * number and a tensor too; 5.1, 5.2 and LuaJIT only for two tensors. */
+/* `<` and `<=` order scalars by value. Lua 5.2, 5.3 and 5.4 call them for
+ * a number and a tensor too; 5.1 and LuaJIT only for two tensors. */
 static int compare(lua_State *L, int or_equal) {
   ltb_state *S = ltb_get_state(L);
   lua_settop(L, 2); /* getmetatable(t).__lt(t) gets "no value" for b */

@@ -6,9 +6,9 @@
 -- tensors of one or more dimensions is still the matrix product).
 local lt = require "lazytensor"
 
--- Lua 5.3 and 5.4 call __lt / __le for a number and a userdata; 5.1, 5.2
+-- Lua 5.2, 5.3 and 5.4 call __lt / __le for a number and a userdata; 5.1
 -- and LuaJIT only when both sides are tensors (doc/API.md).
-local mixed_order = not (type(jit) == "table" or _VERSION == "Lua 5.1" or _VERSION == "Lua 5.2")
+local mixed_order = not (type(jit) == "table" or _VERSION == "Lua 5.1")
 
 -- The value of r, which must be a 0-d dense tensor.
 local function scalar(r)
