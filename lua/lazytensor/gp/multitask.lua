@@ -29,6 +29,8 @@
 -- stochastic estimate above).
 local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
 
 local multitask = {}
 
@@ -37,7 +39,7 @@ local log, exp, pi, sqrt = math.log, math.exp, math.pi, math.sqrt
 local MT = {}
 MT.__index = MT
 
-local KEYS = {"x", "y", "kernel", "rank", "noise", "mean", "fixed"}
+local KEYS = {"x", "y", "kernel", "rank", "noise", "mean", "fixed", "bounds", "priors"}
 
 -- Y as a Lua array of n rows of t numbers (NaN: missing), from a tensor or table.
 local function target_rows(h, y, n)
@@ -153,11 +155,37 @@ function multitask.constructor(h)
       fixed = {noise = fixed.noise or nil, mean = fixed.mean or nil}, h = h,
     }, MT)
     for a = 1, t do self.means[a] = mean_kind == "zero" and 0 or means[a] end
+    h.parse_hyper(self, spec, spec.noise == nil and total_var,
+                  {values = {task_variance = self.v}, free = {task_variance = true}})
     return self
   end
 end
 
 ------------------------------------------------------------ parameters --
+
+--- The hyperparameters' names → values (gp/hyper.lua's log-space models):
+-- the kernel's, task_variance (v, t values) and noise (σ²).
+function MT:hyper_values()
+  local values = ltkernel.log_space(self.kernel)
+  values.task_variance, values.noise = self.v, self.noise
+  return values
+end
+
+--- For each entry of get_vector, its hyperparameter's name (false: W and the means).
+function MT:hyper_entries()
+  local _, _, entries = ltkernel.log_space(self.kernel)
+  local function add(name, count)
+    for _ = 1, count do entries[#entries + 1] = name end
+  end
+  add(false, self.t * self.rank)
+  add("task_variance", self.t)
+  if not self.fixed.noise then add("noise", 1) end
+  if self.mean_kind == "constant" and not self.fixed.mean then add(false, self.t) end
+  return entries
+end
+
+-- raw_vector, set_raw_vector, log_prior, log_posterior, log_posterior_and_grad
+hyper.install(MT)
 
 --- The kernel's log-hyperparameters, W (t×r, row by row), log v (t), log σ²
 -- (unless fixed), the t constant means (unless fixed or zero).

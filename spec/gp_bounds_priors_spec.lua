@@ -1,0 +1,255 @@
+-- Bounds and priors on gp.exact, gp.sgpr and gp.multitask (gp/hyper.lua's
+-- log-space models), the noise floor, log_posterior, and
+-- gp.multitask{task_noise = true}: values against plain dense
+-- computations in Lua, gradients through the bounded transform against
+-- central differences, the small Bayesian-optimisation fit where the noise
+-- and an irrelevant lengthscale ran away, and the errors.
+local gp = require "lazytensor.gp"
+local ref = require "support.ref"
+local close = ref.close
+
+local log, exp, pi = math.log, math.exp, math.pi
+local P = gp.priors
+
+local function fails(f, pattern)
+  local ok, err = pcall(f)
+  assert.is_false(ok)
+  assert.truthy(tostring(err):find("^lazytensor:"), tostring(err))
+  assert.truthy(tostring(err):find(pattern), tostring(err))
+end
+
+-- A noise-free objective at a few points of [0, 1]³ whose third
+-- coordinate does not matter (a small BO loop's first design).
+local function bo_design()
+  local X = ref.scattered(10, 3, 7, 1)
+  local y = {}
+  for i, p in ipairs(X) do y[i] = math.sin(3 * p[1]) + (p[2] - 0.5) ^ 2 end
+  return X, y
+end
+
+-- v·exp(−½ Σ ((a − b)/ℓ_q)²).
+local function rbf(a, b, l, v)
+  local s = 0
+  for q = 1, #a do s = s + ((a[q] - b[q]) / l[q]) ^ 2 end
+  return v * exp(-0.5 * s)
+end
+
+-- log N(r; 0, C) in plain Lua (C a table of rows).
+local function log_normal(r, C)
+  local L = ref.cholesky(C)
+  local a = ref.chol_solve(L, r)
+  local q, ld = 0, 0
+  for i = 1, #r do
+    q = q + r[i] * a[i]
+    ld = ld + 2 * log(L[i][i])
+  end
+  return -0.5 * (q + ld + #r * log(2 * pi))
+end
+
+-- The exact model's MLL in plain Lua: rbf (ARD) + σ², a constant mean.
+local function dense_exact_mll(X, y, l, v, s2, m)
+  local C, r = {}, {}
+  for i = 1, #X do
+    C[i] = {}
+    for j = 1, #X do C[i][j] = rbf(X[i], X[j], l, v) + (i == j and s2 or 0) end
+    r[i] = y[i] - m
+  end
+  return log_normal(r, C)
+end
+
+-- The central difference of log_posterior in raw_vector's entry p
+-- (Richardson's extrapolation of two steps, as ref.check_model_gradient).
+local function raw_difference(model, r0, p)
+  local function at(h)
+    local rp, rm = {}, {}
+    for i = 1, #r0 do rp[i], rm[i] = r0[i], r0[i] end
+    rp[p], rm[p] = r0[p] + h, r0[p] - h
+    model:set_raw_vector(rp)
+    local fp = model:log_posterior()
+    model:set_raw_vector(rm)
+    local fm = model:log_posterior()
+    return (fp - fm) / (2 * h)
+  end
+  local d1, d2 = at(1e-3), at(5e-4)
+  model:set_raw_vector(r0)
+  return (4 * d2 - d1) / 3
+end
+
+-- log_posterior_and_grad's gradient (over raw_vector) against central
+-- differences of log_posterior; returns it.
+local function check_raw_gradient(model, what, rel, abs_tol)
+  local r0 = model:raw_vector()
+  local value, g = model:log_posterior_and_grad()
+  close(value, model:log_posterior(), 1e-12, what .. ": value")
+  assert.equal(#r0, #g)
+  for p = 1, #r0 do
+    close(g[p], raw_difference(model, r0, p), rel or 1e-6, what .. ": d/dr " .. p, abs_tol or 1e-7)
+  end
+  return g
+end
+
+describe("gp.exact: bounds, priors and the noise floor", function()
+  local X, y = bo_design()
+
+  local function bounded_model(spec)
+    spec = spec or {}
+    spec.x, spec.y = X, y
+    spec.kernel = spec.kernel or gp.kernels.rbf{lengthscale = {0.3, 0.6, 0.9}, variance = 1.5}
+    spec.noise = spec.noise or 0.01
+    spec.bounds = spec.bounds or {lengthscale = {0.05, 4}, variance = {0.1, math.huge}}
+    spec.priors = spec.priors or {lengthscale = P.gamma(3, 6), noise = P.lognormal(-4, 1),
+                                  variance = P.half_cauchy(2)}
+    return gp.exact(spec)
+  end
+
+  it("log_posterior is a dense MLL plus the priors' densities in plain Lua", function()
+    local model = bounded_model()
+    local m = model.mean_value
+    local mll = dense_exact_mll(X, y, {0.3, 0.6, 0.9}, 1.5, 0.01, m)
+    close(model:mll(), mll, 1e-11, "mll")
+    -- gamma(3, 6): 3 log 6 − log Γ(3) + 2 log x − 6x; lognormal(−4, 1); half_cauchy(2)
+    local lp = 0
+    for _, l in ipairs{0.3, 0.6, 0.9} do lp = lp + 3 * log(6) - log(2) + 2 * log(l) - 6 * l end
+    lp = lp - 0.5 * (log(0.01) + 4) ^ 2 - log(0.01) - 0.5 * log(2 * pi)
+    lp = lp + log(2 / (pi * 2 * (1 + (1.5 / 2) ^ 2)))
+    close(model:log_prior(), lp, 1e-12, "log prior")
+    close(model:log_posterior(), mll + lp, 1e-11, "log posterior")
+  end)
+
+  it("the raw parameters: log θ unbounded, r = log(θ − lo) or logit above lo", function()
+    local model = bounded_model()
+    local r = model:raw_vector()
+    -- lengthscale in (0.05, 4): logit((θ − lo)/(hi − lo)); variance above 0.1;
+    -- noise above the floor 1e-4; the mean as it is
+    local function logit(v, lo, hi) return log((v - lo) / (hi - v)) end
+    close(r[1], logit(0.3, 0.05, 4), 1e-13, "lengthscale 1")
+    close(r[3], logit(0.9, 0.05, 4), 1e-13, "lengthscale 3")
+    close(r[4], log(1.5 - 0.1), 1e-13, "variance")
+    close(r[5], log(0.01 - 1e-4), 1e-13, "noise")
+    close(r[6], model.mean_value, 1e-15, "mean")
+    -- get_vector stays in log space
+    local v = model:get_vector()
+    close(v[1], log(0.3), 1e-15, "log lengthscale")
+    close(v[5], log(0.01), 1e-15, "log noise")
+    -- the round trip
+    model:set_raw_vector({0.2, -1, 3, 0.5, -2, 0.1})
+    local back = model:raw_vector()
+    for i, x in ipairs{0.2, -1, 3, 0.5, -2, 0.1} do close(back[i], x, 1e-15, "raw " .. i) end
+    close(model.noise, 1e-4 + exp(-2), 1e-14, "noise from r")
+    close(model.kernel.values.lengthscale[3], 0.05 + 3.95 / (1 + exp(-3)), 1e-14, "ℓ3 from r")
+  end)
+
+  it("the log posterior's gradient through the bounds equals central differences", function()
+    local model = bounded_model()
+    local g = check_raw_gradient(model, "exact")
+    -- the log-space gradient is not it: the noise entry differs by (θ − lo)/θ
+    -- and by the prior's term
+    local _, glog = model:mll_and_grad()
+    assert.is_true(math.abs(g[5] - glog[5]) > 1e-3 * math.abs(glog[5]),
+                   string.format("%g vs %g", g[5], glog[5]))
+    -- also without priors, a product kernel (the dense structure) and a fixed mean
+    local plain = bounded_model{priors = {}, fixed = {mean = true},
+                                kernel = gp.kernels.rbf{lengthscale = 0.5}
+                                         * gp.kernels.matern52{lengthscale = 0.8},
+                                bounds = {k1_lengthscale = {0.1, 2}, k2_variance = {0.5, 3}}}
+    check_raw_gradient(plain, "exact, a product")
+  end)
+
+  it("a small BO fit: the noise floor holds, a lengthscale prior or bound keeps ℓ finite", function()
+    local function fit(spec)
+      spec.x, spec.y = X, y
+      spec.kernel = gp.kernels.rbf{lengthscale = {0.5, 0.5, 0.5}}
+      local model = gp.exact(spec)
+      local res = model:fit{max_iter = 200}
+      return model, res
+    end
+    -- the floor removed: the noise runs to nothing and the third,
+    -- irrelevant, lengthscale away (measured 1.5e-12 and 1.1e13)
+    local free = fit{bounds = {noise = {0, math.huge}}}
+    assert.is_true(free.noise < 1e-8, "unbounded noise " .. free.noise)
+    assert.is_true(free.kernel.values.lengthscale[3] > 1e6)
+    -- the default: the noise stops at its floor (1e-4 + 1e-15 measured)
+    local floored = fit{}
+    assert.is_true(floored.noise >= 1e-4 and floored.noise < 1.001e-4, "floor " .. floored.noise)
+    -- GPyTorch's usual lengthscale prior keeps ℓ3 finite (0.70 measured),
+    -- and fit reports the MLL and the log posterior it maximised
+    local with_prior, res = fit{priors = {lengthscale = P.gamma(3, 6)}}
+    local l = with_prior.kernel.values.lengthscale
+    assert.is_true(l[3] < 5, "ℓ3 with the prior " .. l[3])
+    assert.is_true(with_prior.noise >= 1e-4)
+    close(res.log_posterior, with_prior:log_posterior(), 1e-9, "fit's log posterior")
+    close(res.mll, with_prior:mll(), 1e-9, "fit's mll")
+    -- the prior's optimum is a maximum of the log posterior, not of the MLL
+    local _, g = with_prior:log_posterior_and_grad()
+    for p = 1, #g do assert.is_true(math.abs(g[p]) < 1e-3, "gradient " .. p .. " " .. g[p]) end
+    -- a bound stops it at the bound
+    local bounded = fit{bounds = {lengthscale = {0.01, 10}}}
+    local lb = bounded.kernel.values.lengthscale[3]
+    assert.is_true(lb <= 10 and lb > 9, string.format("ℓ3 with the bound %.17g", lb))
+  end)
+
+  it("the floor on a fitted noise only: fixed and per-point noise are left alone", function()
+    local fixed = gp.exact{x = X, y = y, kernel = gp.kernels.rbf{}, noise = 1e-6,
+                           fixed = {noise = true}}
+    assert.is_nil(fixed.bounds.noise)
+    fixed:fit{max_iter = 5}
+    assert.equal(1e-6, fixed.noise)
+    local per = {}
+    for i = 1, #X do per[i] = 1e-6 * i end
+    local pp = gp.exact{x = X, y = y, kernel = gp.kernels.rbf{}, noise = per}
+    assert.is_nil(pp.bounds.noise)
+    -- a default start (1% of var(y)) below the floor moves above it
+    local small = {}
+    for i = 1, #y do small[i] = 1e-3 * y[i] end
+    local m = gp.exact{x = X, y = small, kernel = gp.kernels.rbf{}}
+    close(m.noise, 2e-4, 1e-15, "default start above the floor")
+  end)
+
+  it("batches give each member the bounds and priors; condition keeps them", function()
+    local lt = require "lazytensor"
+    local Xb = lt.tensor{X, (ref.scattered(10, 3, 11, 1))}
+    local Yb = lt.tensor{y, y}
+    local batch = gp.exact{x = Xb, y = Yb, kernel = gp.kernels.rbf{lengthscale = {0.5, 0.5, 0.5}},
+                           priors = {lengthscale = P.gamma(3, 6)}}
+    batch:fit{max_iter = 100}
+    for i = 1, 2 do
+      local member = batch:member(i)
+      assert.is_true(member.noise >= 1e-4)
+      for _, l in ipairs(member.kernel.values.lengthscale) do assert.is_true(l < 5) end
+    end
+    close(batch:log_posterior()[1], batch:member(1):log_posterior(), 1e-12, "member 1")
+    local model = bounded_model()
+    local c = model:condition({{0.5, 0.5, 0.5}}, {0.3})
+    assert.same(model.bounds, c.bounds)
+    assert.equal(model.priors, c.priors)
+    close(c:log_prior(), model:log_prior(), 1e-14, "the same priors")
+  end)
+
+  it("bad bounds and priors are lazytensor: errors; the kernel is untouched", function()
+    local k = gp.kernels.rbf{lengthscale = {0.3, 0.6, 0.9}}
+    local before = k:fingerprint()
+    local function make(spec)
+      spec.x, spec.y, spec.kernel = X, y, k
+      return gp.exact(spec)
+    end
+    fails(function() make{bounds = {lengthscale = {2, 1}}} end, "below hi")
+    fails(function() make{bounds = {lengthscale = {1, 1}}} end, "below hi")
+    fails(function() make{bounds = {lengthscale = {-1, 1}}} end, "lo must be")
+    fails(function() make{bounds = {lenghtscale = {0.1, 1}}} end, "unknown hyperparameter")
+    fails(function() make{priors = {lenghtscale = P.gamma(2, 1)}} end,
+          "unknown hyperparameter 'lenghtscale'")
+    fails(function() make{priors = {lengthscale = {2, 1}}} end, "gp.priors")
+    fails(function() make{bounds = {lengthscale = {0.5, 3}}} end,
+          "lengthscale = 0.3 is outside its bounds")
+    fails(function() make{noise = 5e-5} end, "noise = 5e%-05 is outside its bounds")
+    fails(function() make{noise = 0.1, fixed = {noise = true}, bounds = {noise = {0.01, 1}}} end,
+          "noise is fixed")
+    fails(function() make{noise = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1},
+                          bounds = {noise = {0.01, 1}}} end, "per point")
+    fails(function() make{bounds = 3} end, "bounds must be a table")
+    assert.equal(before, k:fingerprint())
+    -- an explicit {0, ∞} removes the floor and a start below it is allowed
+    local m = make{noise = 5e-5, bounds = {noise = {0, math.huge}}}
+    assert.is_nil(m.bounds.noise)
+  end)
+end)
