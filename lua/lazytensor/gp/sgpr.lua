@@ -29,6 +29,8 @@
 -- gradients add those of both operators and of the trace term's tr Kxx.
 local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
 
 local sgpr = {}
 
@@ -41,7 +43,8 @@ sgpr.block_entries = 4194304
 local SGPR = {}
 SGPR.__index = SGPR
 
-local KEYS = {"x", "y", "kernel", "inducing", "noise", "mean", "mean_value", "fixed", "jitter"}
+local KEYS = {"x", "y", "kernel", "inducing", "noise", "mean", "mean_value", "fixed", "jitter",
+              "bounds", "priors"}
 
 -- Evenly spread rows of x (in the data's order) as the initial inducing points.
 local function spread_rows(X, m)
@@ -91,7 +94,9 @@ local function trace_of_kernel(kernel, points)
 end
 
 --- The model's constructor, given init.lua's shared helpers (h.fail,
--- h.to_points, h.to_vector, h.options, h.check_noise, h.fit).
+-- h.to_points, h.to_vector, h.options, h.check_noise, h.fit, h.parse_hyper).
+-- bounds and priors as gp.exact's (the kernel's hyperparameters and the
+-- noise, with its floor 1e-4 when fitted).
 function sgpr.constructor(h)
   SGPR.fit = h.fit
   return function(spec)
@@ -137,11 +142,32 @@ function sgpr.constructor(h)
     if type(self.jitter) ~= "number" or not (self.jitter >= 0) then -- luacheck: ignore 581
       h.fail("sgpr: jitter must be a non-negative number")
     end
+    h.parse_hyper(self, spec, spec.noise == nil and yvar)
     return self
   end
 end
 
 ------------------------------------------------------------ parameters --
+
+--- The hyperparameters' names → values (gp/hyper.lua's log-space models).
+function SGPR:hyper_values()
+  local values = ltkernel.log_space(self.kernel)
+  values.noise = self.noise
+  return values
+end
+
+--- For each entry of get_vector, its hyperparameter's name (false: the
+-- mean and the inducing points).
+function SGPR:hyper_entries()
+  local _, _, entries = ltkernel.log_space(self.kernel)
+  if not self.fixed.noise then entries[#entries + 1] = "noise" end
+  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = false end
+  for _ = 1, self.fixed.inducing and 0 or self.m * self.d do entries[#entries + 1] = false end
+  return entries
+end
+
+-- raw_vector, set_raw_vector, log_prior, log_posterior, log_posterior_and_grad
+hyper.install(SGPR)
 
 --- log hyperparameters (kernel's, log σ², the constant mean), then the
 -- inducing points' coordinates (row by row) unless fixed.inducing.
