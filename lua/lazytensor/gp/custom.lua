@@ -253,20 +253,40 @@ end
 --- The covariance of a tree with custom kernels over points, for gp.exact
 -- (gp/structure.lua's interface): K at the current hyperparameters, the
 -- cross- and test covariances, and mll_and_grad by lt.grad.
-function custom.build(kernel, points)
+-- opts.structure = "ski" (opts.grid): K ≈ W·k(G, G)·Wᵀ, interpolated from
+-- the grid points G (gp/ski.lua's custom_grid), test points inside the
+-- grid interpolated the same way.
+function custom.build(kernel, points, opts)
+  opts = opts or {}
   local cache = {}
   local theta = {} -- the current values: no free parameter replaced
-  local K = lt.psd(tree_operator(kernel, points, nil, theta, cache))
+  local grid = opts.structure == "ski" and require("lazytensor.gp.ski").custom_grid(points, opts)
+  -- K at the hyperparameters th (followed inside lt.grad)
+  local function covariance(th)
+    if grid then
+      local Kgrid = lt.psd(tree_operator(kernel, grid.G, nil, th, cache))
+      return lt.psd(grid.W * Kgrid * grid.W:t()), Kgrid
+    end
+    return lt.psd(tree_operator(kernel, points, nil, th, cache))
+  end
+  local K, Kgrid = covariance(theta)
   local cov = {
     kind = "custom",
-    explain = string.format("custom: %d inputs, a kernel written in Lua (gp.kernels.custom): K "
+    explain = grid and grid.explain .. ", its gradients by lt.grad" or
+              string.format("custom: %d inputs, a kernel written in Lua (gp.kernels.custom): K "
                             .. "is what its k returns (%s), its gradients by lt.grad", #points,
                             lt.type(K)),
     K = K,
   }
   function cov.noisy(noise) return K:add_diag(noise), {} end
-  function cov.cross(star) return tree_operator(kernel, star, points, theta, {}) end
+  function cov.cross(star)
+    local Ws = grid and grid.interp(star)
+    if Ws then return Ws * Kgrid * grid.W:t() end
+    return tree_operator(kernel, star, points, theta, {})
+  end
   function cov.test_covariance(star)
+    local Ws = grid and grid.interp(star)
+    if Ws then return lt.psd(Ws * Kgrid * Ws:t()) end
     return lt.psd(tree_operator(kernel, star, nil, theta, {}))
   end
   function cov.noise_explain(per_point)
@@ -281,7 +301,7 @@ function custom.build(kernel, points)
     local function log_likelihood(p)
       local th = {}
       for i, k in ipairs(index) do th[k] = p.kernel[i] end
-      local Kp = lt.psd(tree_operator(kernel, points, nil, th, cache))
+      local Kp = covariance(th)
       local noise = p.log_noise and p.log_noise:exp() or model.noise
       local mean = p.mean or model.mean_value
       return lt.mvn(lt.zeros(n), Kp:add_diag(noise)):log_prob(y - mean)
