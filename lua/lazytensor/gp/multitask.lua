@@ -38,6 +38,7 @@ local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
 local hyper = require "lazytensor.gp.hyper"
 local ltkernel = require "lazytensor.gp.ltkernel"
+local custom = require "lazytensor.gp.custom"
 
 local multitask = {}
 
@@ -293,6 +294,11 @@ end
 -- kinds: gp/structure.lua's plan), else the dense K itself, linked by its
 -- derivative matrices.
 local function kernel_matrix(self, P1, P2)
+  if custom.contains(self.kernel) then -- gp.kernels.custom: differentiated by lt.grad (custom_mll)
+    local K = custom.operator(self.kernel, nil, nil, P1, P2, {})
+    if P2 == nil then K = lt.psd(K) end
+    return K
+  end
   local plan = structure.c_plan(self.kernel)
   local params = self.kernel:parameters()
   if plan then
@@ -446,14 +452,73 @@ local function masked_mll(self, want_grad)
   return value, grad
 end
 
+-- With a custom kernel in the tree (gp.kernels.custom): the MLL from
+-- lazytensor operations, Ky = (B ⊗ K)[obs, obs] + σ²I (+ diag(τ_task)), B =
+-- lt.lowrank(W) + lt.diag(v), and lt.mvn's log_prob, at lt.grad's
+-- parameters p (nil: the current values): p.kernel (custom.kernel_params'
+-- list, index its kernels), p.W, p.log_v, p.log_noise, p.log_tau, p.means
+-- when free. Exact (an (nt)³ Cholesky factor) up to max_cholesky_size, the
+-- stochastic estimate above: the eigen rule of complete_mll is not used.
+local function custom_mll(self, p, index)
+  p = p or {}
+  local n, t = self.n, self.t
+  local nobs = #self.observed
+  local K = lt.psd(custom.operator(self.kernel, index, p.kernel, self.points, nil, {}))
+  local v = p.log_v and p.log_v:exp() or lt.tensor(self.v)
+  local B = lt.lowrank(p.W or self.W) + lt.diag(v)
+  local KB = lt.kron(B, K)
+  if nobs < n * t then KB = lt.submatrix(KB, self.observed) end
+  local noise = p.log_noise and p.log_noise:exp() or self.noise
+  local Ky = KB + lt.identity(nobs, noise)
+  -- S: the observations' tasks (nobs×t, one 1 a row)
+  local S, yobs = lt.zeros(nobs, t), {}
+  for j, idx in ipairs(self.observed) do
+    local a = task_of(self, idx)
+    S:set(j, a, 1)
+    yobs[j] = self.rows[(idx - 1) % n + 1][a]
+  end
+  if self.task_noise then
+    local tau = p.log_tau and p.log_tau:exp() or lt.tensor(self.task_noise)
+    Ky = Ky + lt.diag(S * tau)
+  end
+  local r = lt.tensor(yobs) - S * (p.means or lt.tensor(self.means))
+  return lt.mvn(lt.zeros(nobs), lt.psd(Ky)):log_prob(r)
+end
+
+-- The MLL and its gradient (get_vector's order) with a custom kernel: lt.grad of custom_mll.
+local function custom_mll_and_grad(self)
+  local list, index = custom.kernel_params(self.kernel)
+  local params = {kernel = list, W = self.W, log_v = lt.tensor(self.v):log()}
+  if not self.fixed.noise then params.log_noise = log(self.noise) end
+  if self.task_noise and not self.fixed.task_noise then
+    params.log_tau = lt.tensor(self.task_noise):log()
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    params.means = lt.tensor(self.means)
+  end
+  local grads, value = lt.grad(function(p) return custom_mll(self, p, index) end)(params)
+  local g = custom.kernel_grad(self.kernel, index, grads.kernel)
+  local function add(list_of)
+    for _, x in ipairs(list_of) do g[#g + 1] = x end
+  end
+  for _, row in ipairs(grads.W:totable()) do add(row) end
+  add(grads.log_v:totable())
+  if params.log_noise then g[#g + 1] = grads.log_noise end
+  if params.log_tau then add(grads.log_tau:totable()) end
+  if params.means then add(grads.means:totable()) end
+  return value, g
+end
+
 --- The marginal log-likelihood of the observed values.
 function MT:mll()
+  if custom.contains(self.kernel) then return custom_mll(self) end
   if self.complete then return (complete_mll(self, false)) end
   return (masked_mll(self, false))
 end
 
 --- The MLL and its gradient with respect to get_vector()'s parameters.
 function MT:mll_and_grad()
+  if custom.contains(self.kernel) then return custom_mll_and_grad(self) end
   if self.complete then return complete_mll(self, true) end
   return masked_mll(self, true)
 end
