@@ -457,38 +457,30 @@ local function base_samples(S, C, seed)
 end
 
 -- Constant matrices of the vectorised Monte Carlo: R = [I_C … I_C]
--- (C × SC: repeats the classes once per sample), E = the base samples laid
--- out as one 1 × SC row, G (SC × S: sums each sample's C columns).
+-- (C × SC: repeats the classes once per sample) and E, the base samples
+-- laid out as one 1 × SC row.
 local function mc_layout(base, C)
   local S = #base
-  local R, G, E = lt.zeros(C, S * C), lt.zeros(S * C, S), lt.zeros(1, S * C)
+  local R, E = lt.zeros(C, S * C), lt.zeros(1, S * C)
   for k = 1, S do
     for c = 1, C do
       local j = (k - 1) * C + c
       R:set(c, j, 1)
-      G:set(j, k, 1)
       E:set(1, j, base[k][c])
     end
   end
-  return {R = R, G = G, E = E, S = S, C = C}
+  return {R = R, E = E, S = S, C = C}
 end
 
--- The latent samples F (n × SC: sample k's classes in columns (k−1)C+1..kC)
--- and, per row and sample, the largest class value (a constant n × SC
+-- The latent samples as an nS × C matrix (row (i − 1)S + k: point i's
+-- sample k) and, per row, its largest class value (a constant nS × 1
 -- shift: log Σ e^f = c + log Σ e^{f − c} for any constant c).
 local function latent_samples(lay, M, V)
-  local F = M * lay.R + (V:sqrt() * lay.R):cmul(lay.E)
-  local shift = {}
-  for i, row in ipairs(F:totable()) do
-    local r = {}
-    for k = 1, lay.S do
-      local top = -math.huge
-      for c = 1, lay.C do top = math.max(top, row[(k - 1) * lay.C + c]) end
-      for c = 1, lay.C do r[(k - 1) * lay.C + c] = top end
-    end
-    shift[i] = r
-  end
-  return F, lt.tensor(shift)
+  local n = M:size(1)
+  local F = (M * lay.R + (V:sqrt() * lay.R):cmul(lay.E)):reshape(n * lay.S, lay.C)
+  local top = {}
+  for i, row in ipairs(F:totable()) do top[i] = math.max(unpack(row)) end
+  return F, lt.tensor(top):reshape(n * lay.S, 1)
 end
 
 -- M, V as n×C matrices (a 1×C row for one point given as a vector).
@@ -556,8 +548,9 @@ function likelihoods.softmax(spec)
       local s, g_mean, g_var = difference(y, M, V)
       return quadrature(function(g) return -softplus(-g:cmul(s)) end, g_mean, g_var, self.nodes)
     end
+    local n = M:size(1)
     local F, shift = latent_samples(lay, M, V)
-    local lse = ((F - shift):exp() * lay.G):log() + shift * lay.G * (1 / C) -- n × S
+    local lse = ((F - shift):exp():sum(2):log() + shift:reshape(n * S)):reshape(n, S)
     return M:cmul(one_hot(y, C)):sum(2) - lse:sum(2) * (1 / S)
   end
   self.closed_ell = ell
@@ -571,10 +564,11 @@ function likelihoods.softmax(spec)
       local p1 = quadrature(sigmoid, g_mean, g_var, self.nodes):reshape(M:size(1), 1)
       P = lt.ones(1, 2):cmul(p1) + lt.tensor{{0, 1}} - lt.tensor{{0, 2}}:cmul(p1)
     else
+      local n = M:size(1)
       local F, shift = latent_samples(lay, M, V)
       local Ef = (F - shift):exp()
-      local norm = Ef * lay.G -- n × S: Σ_c per sample
-      P = Ef:cdiv(norm * lay.G:t()) * lay.R:t() * (1 / S)
+      local softmax = Ef:cdiv(Ef:sum(2):reshape(n * S, 1)) -- nS × C
+      P = softmax:reshape(n, S * C) * lay.R:t() * (1 / S)
     end
     return P, P:cmul(-P + 1)
   end
