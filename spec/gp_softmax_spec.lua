@@ -117,6 +117,11 @@ describe("gp.likelihoods.softmax", function()
       assert.is_true(se_big < se / 4 + 1e-12, "the error shrinks as 1/√S")
     end
     close(ell[4], -log(3), 1e-7, "no variance")
+    -- no quadrature rule in 3 dimensions: asking for one is refused
+    local ok, err = pcall(lik.expected_log_prob, lik, y, M, V, nil, {quadrature = true})
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("lazytensor: gp.likelihoods: softmax: no quadrature for 3", 1,
+                                     true), tostring(err))
     -- deterministic: the same seed, the same numbers; another seed, others
     local again = L.softmax{classes = 3}:expected_log_prob(lt.tensor(Y3), lt.tensor(M3),
                                                           lt.tensor(V3)):totable()

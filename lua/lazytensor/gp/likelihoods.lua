@@ -554,8 +554,15 @@ function likelihoods.softmax(spec)
     return M:cmul(one_hot(y, C)):sum(2) - lse:sum(2) * (1 / S)
   end
   self.closed_ell = ell
-  -- the same rule when asked for "quadrature" (C = 2: it is one)
-  self.quadrature_log_prob = function(_, y, M, V) return ell(y, M, V) end
+  -- C = 2: the rule is a quadrature; C ≥ 3 has none (a C-dimensional
+  -- integral), and a Monte Carlo average given for one would mislead.
+  self.quadrature_log_prob = function(_, y, M, V)
+    if C > 2 then
+      fail("softmax: no quadrature for %d classes: the expected log-likelihood is a Monte "
+        .. "Carlo average over fixed base samples (expected_log_prob without quadrature)", C)
+    end
+    return ell(y, M, V)
+  end
   self.predictive = function(M, V)
     check_latents(M, V, C)
     local P
