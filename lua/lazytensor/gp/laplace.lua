@@ -49,6 +49,10 @@ function laplace.constructor(helpers)
     h.options("laplace", spec, KEYS)
     variational.check_kernel(spec.kernel, helpers)
     local lik = spec.likelihood
+    if getmetatable(lik) == likelihoods.Likelihood and lik.kind == "softmax" then
+      -- R&W §3.5's multiclass Laplace (a block-structured W) is not built
+      fail("softmax (multiclass) is not supported by gp.laplace; use gp.variational")
+    end
     if getmetatable(lik) ~= likelihoods.Likelihood or not lik.newton then
       fail("likelihood must be gp.likelihoods.bernoulli{...} or poisson{}")
     end

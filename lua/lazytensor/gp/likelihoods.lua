@@ -26,6 +26,7 @@ local lt = require "lazytensor"
 local likelihoods = {}
 
 local log, sqrt, pi, abs = math.log, math.sqrt, math.pi, math.abs
+local unpack = table.unpack or unpack -- luacheck: ignore 143 (Lua 5.1)
 
 local function fail(fmt, ...)
   error("lazytensor: gp.likelihoods: " .. string.format(fmt, ...), 0)
@@ -399,6 +400,184 @@ function likelihoods.student_t(spec)
   self.predictive = function(m, v, t)
     local extra = df > 2 and t.scale * t.scale * (df / (df - 2)) or math.huge
     return m:clone(), v + extra
+  end
+  return self
+end
+
+------------------------------------------------------------ softmax --
+
+-- Labels must be whole class numbers 1..C (Lua's convention).
+local function class_rule(C)
+  return function(y, what)
+    for i, v in ipairs(y:totable()) do
+      if v % 1 ~= 0 or v < 1 or v > C then
+        fail("%s: labels must be classes 1..%d (whole numbers), y[%d] = %s", what, C, i,
+             tostring(v))
+      end
+    end
+  end
+end
+
+-- y (labels 1..C) as a constant n×C one-hot matrix.
+local function one_hot(y, C)
+  local rows = {}
+  for i, v in ipairs(y:totable()) do
+    local r = {}
+    for c = 1, C do r[c] = c == v and 1 or 0 end
+    rows[i] = r
+  end
+  return lt.tensor(rows)
+end
+
+-- S standard normal C-vectors, deterministic given the seed on every Lua:
+-- S/2 Box–Muller draws from Park–Miller's generator (16807·s mod 2³¹ − 1,
+-- exact in doubles) and their negatives (antithetic pairs: the estimate of
+-- E lse(f) is exact for the part of lse that is odd about the mean).
+local function base_samples(S, C, seed)
+  local s = seed % 2147483646 + 1
+  local function uniform()
+    s = (16807 * s) % 2147483647
+    return s / 2147483647
+  end
+  local half = {}
+  for k = 1, S / 2 do
+    local e = {}
+    for c = 1, C do
+      e[c] = sqrt(-2 * log(uniform())) * math.cos(2 * pi * uniform())
+    end
+    half[k] = e
+  end
+  local out = {}
+  for k = 1, S / 2 do
+    local neg = {}
+    for c = 1, C do neg[c] = -half[k][c] end
+    out[2 * k - 1], out[2 * k] = half[k], neg
+  end
+  return out
+end
+
+-- Constant matrices of the vectorised Monte Carlo: R = [I_C … I_C]
+-- (C × SC: repeats the classes once per sample) and E, the base samples
+-- laid out as one 1 × SC row.
+local function mc_layout(base, C)
+  local S = #base
+  local R, E = lt.zeros(C, S * C), lt.zeros(1, S * C)
+  for k = 1, S do
+    for c = 1, C do
+      local j = (k - 1) * C + c
+      R:set(c, j, 1)
+      E:set(1, j, base[k][c])
+    end
+  end
+  return {R = R, E = E, S = S, C = C}
+end
+
+-- The latent samples as an nS × C matrix (row (i − 1)S + k: point i's
+-- sample k) and, per row, its largest class value (a constant nS × 1
+-- shift: log Σ e^f = c + log Σ e^{f − c} for any constant c).
+local function latent_samples(lay, M, V)
+  local n = M:size(1)
+  local F = (M * lay.R + (V:sqrt() * lay.R):cmul(lay.E)):reshape(n * lay.S, lay.C)
+  local top = {}
+  for i, row in ipairs(F:totable()) do top[i] = math.max(unpack(row)) end
+  return F, lt.tensor(top):reshape(n * lay.S, 1)
+end
+
+-- M, V as n×C matrices (a 1×C row for one point given as a vector).
+local function check_latents(M, V, C)
+  if not lt.is_tensor(M) or not lt.is_tensor(V) or M:dim() ~= 2 or V:dim() ~= 2
+     or M:size(2) ~= C or V:size(2) ~= C or M:size(1) ~= V:size(1) then
+    fail("softmax: latent means and variances must be n×%d matrices (one column per class)", C)
+  end
+end
+
+--- softmax{classes = C (≥ 2), samples = S (even, default 64), seed (1),
+-- nodes}: multiclass classification with one latent function per class
+-- (GPyTorch's SoftmaxLikelihood without mixing weights); labels y ∈ 1..C;
+-- p(y = c | f) = e^{f_c} / Σ_k e^{f_k}. Latent means and variances are
+-- n×C matrices (independent latents). E log p(y | f) = m_y − E log Σ_k e^{f_k}:
+-- for C = 2 it is E log σ(s·(f₁ − f₂)) (s = ±1 for class 1 or 2), f₁ − f₂ ~
+-- N(m₁ − m₂, v₁ + v₂), by Gauss–Hermite quadrature as bernoulli's logit; for
+-- C ≥ 3, E log Σ e^f is a Monte Carlo average over S fixed base samples
+-- ε_k (f = m + √v ⊙ ε_k, the same ε_k for every point; antithetic pairs),
+-- deterministic, differentiable through lt.grad in m and v. predict_y:
+-- the class probabilities E softmax(f) (n×C, rows summing to 1) and their
+-- variances p(1 − p).
+function likelihoods.softmax(spec)
+  spec = check_keys("softmax", spec, {"classes", "samples", "seed", "nodes"})
+  local C = spec.classes
+  if type(C) ~= "number" or C % 1 ~= 0 or C < 2 then
+    fail("softmax needs classes = a whole number ≥ 2, got %s", tostring(C))
+  end
+  local S = spec.samples or 64
+  if type(S) ~= "number" or S % 2 ~= 0 or S < 2 then
+    fail("softmax samples must be an even whole number ≥ 2, got %s", tostring(S))
+  end
+  local seed = spec.seed or 1
+  if type(seed) ~= "number" or seed % 1 ~= 0 or seed < 0 then
+    fail("softmax seed must be a non-negative whole number, got %s", tostring(seed))
+  end
+  local self = new("softmax", {}, nil, {latents = C, classes = C, samples = S, seed = seed,
+                                         nodes = spec.nodes, label_rule = class_rule(C)})
+  local base = base_samples(S, C, seed)
+  local lay = mc_layout(base, C)
+  --- The base samples ε_k (a Lua array of S arrays of C numbers, a copy).
+  function self.base_samples()
+    local out = {}
+    for k, e in ipairs(base) do out[k] = {unpack(e)} end
+    return out
+  end
+  -- log softmax(F)_y per row of F (n×C)
+  self.pointwise = function(y, F)
+    local shift = {}
+    for i, row in ipairs(F:totable()) do shift[i] = {math.max(unpack(row))} end
+    local c = lt.tensor(shift)
+    local lse = (F - c):exp():sum(2):log() + c:reshape(F:size(1))
+    return F:cmul(one_hot(y, C)):sum(2) - lse
+  end
+  -- C = 2: g = f₁ − f₂ and s = +1 for class 1, −1 for class 2
+  local function difference(y, M, V)
+    local s = -(y * 2 - 3)
+    local g_mean = (M:narrow(2, 1, 1) - M:narrow(2, 2, 1)):reshape(M:size(1))
+    local g_var = (V:narrow(2, 1, 1) + V:narrow(2, 2, 1)):reshape(M:size(1))
+    return s, g_mean, g_var
+  end
+  local function ell(y, M, V)
+    check_latents(M, V, C)
+    if C == 2 then
+      local s, g_mean, g_var = difference(y, M, V)
+      return quadrature(function(g) return -softplus(-g:cmul(s)) end, g_mean, g_var, self.nodes)
+    end
+    local n = M:size(1)
+    local F, shift = latent_samples(lay, M, V)
+    local lse = ((F - shift):exp():sum(2):log() + shift:reshape(n * S)):reshape(n, S)
+    return M:cmul(one_hot(y, C)):sum(2) - lse:sum(2) * (1 / S)
+  end
+  self.closed_ell = ell
+  -- C = 2: the rule is a quadrature; C ≥ 3 has none (a C-dimensional
+  -- integral), and a Monte Carlo average given for one would mislead.
+  self.quadrature_log_prob = function(_, y, M, V)
+    if C > 2 then
+      fail("softmax: no quadrature for %d classes: the expected log-likelihood is a Monte "
+        .. "Carlo average over fixed base samples (expected_log_prob without quadrature)", C)
+    end
+    return ell(y, M, V)
+  end
+  self.predictive = function(M, V)
+    check_latents(M, V, C)
+    local P
+    if C == 2 then
+      local _, g_mean, g_var = difference(lt.ones(M:size(1)), M, V)
+      local p1 = quadrature(sigmoid, g_mean, g_var, self.nodes):reshape(M:size(1), 1)
+      P = lt.ones(1, 2):cmul(p1) + lt.tensor{{0, 1}} - lt.tensor{{0, 2}}:cmul(p1)
+    else
+      local n = M:size(1)
+      local F, shift = latent_samples(lay, M, V)
+      local Ef = (F - shift):exp()
+      local softmax = Ef:cdiv(Ef:sum(2):reshape(n * S, 1)) -- nS × C
+      P = softmax:reshape(n, S * C) * lay.R:t() * (1 / S)
+    end
+    return P, P:cmul(-P + 1)
   end
   return self
 end

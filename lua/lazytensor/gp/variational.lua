@@ -47,6 +47,7 @@ local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value"
               "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
 
 local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
+local class_constants, start_classes, latent_classes -- below
 
 local function fail(fmt, ...) h.fail("variational: " .. fmt, ...) end
 
@@ -83,13 +84,70 @@ local function inducing_points(spec, X)
   return Z
 end
 
--- Lower-triangular (with diagonal) 0/1 mask: L = raw ⊙ mask.
-local function tril_mask(m)
-  local M = lt.zeros(m, m)
-  for i = 1, m do
-    for j = 1, i do M:set(i, j, 1) end
+-- Lower-triangular (with diagonal) 0/1 mask: L = raw ⊙ mask; with C > 1
+-- classes, C of them side by side (m × Cm, as L is: see start_classes).
+local function tril_mask(m, C)
+  local M = lt.zeros(m, m * (C or 1))
+  for c = 1, C or 1 do
+    for i = 1, m do
+      for j = 1, i do M:set(i, (c - 1) * m + j, 1) end
+    end
   end
   return M
+end
+
+-- The constant mean: a number, or with C > 1 latent functions (softmax)
+-- one constant per class (a Lua array of C numbers; a number given is
+-- repeated), as GPyTorch's ConstantMean with batch_shape [C].
+function class_constants(v, C)
+  if C == 1 then
+    if type(v) ~= "number" or v ~= v then fail("mean_value must be a number") end
+    return v
+  end
+  if type(v) == "number" then v = lt.full({C}, v):totable() end
+  if type(v) ~= "table" or #v ~= C then
+    fail("mean_value must be a number or %d numbers (one per class)", C)
+  end
+  local out = {}
+  for c = 1, C do
+    if type(v[c]) ~= "number" or v[c] ~= v[c] then fail("mean_value[%d] must be a number", c) end
+    out[c] = v[c]
+  end
+  return out
+end
+
+-- m×m blocks side by side: [B … B] (C of them).
+local function side_by_side(B, C)
+  local m = B:size(1)
+  local out = lt.zeros(m, C * B:size(2))
+  for c = 1, C do out:narrow(2, (c - 1) * B:size(2) + 1, B:size(2)):copy(B) end
+  return out
+end
+
+-- C > 1 latent functions f_1..f_C (softmax), independent a priori, with the
+-- same kernel and inducing points and one q(u_c) each (GPyTorch's
+-- IndependentMultitaskVariationalStrategy): μ is m×C (column c: μ_c); L is
+-- m×Cm, [L_1 … L_C] ("cholesky") or m×C, the diagonals ("meanfield"). q
+-- starts at the prior, as for one latent.
+function start_classes(self)
+  local C, m = self.latents, self.m
+  self.q_mean = lt.zeros(m, C)
+  local prior = (not self.whiten) and self:prior_factor() or lt.eye(m)
+  if self.distribution == "meanfield" then
+    self.q_chol = side_by_side(prior:diagonal():reshape(m, 1), C)
+  else
+    self.q_chol = side_by_side(prior, C)
+  end
+  -- sums each class's m columns of T ⊙ T (Cm × C), and marks L's diagonals
+  self.class_sum = lt.zeros(m * C, C)
+  self.diag_mask = lt.zeros(m, m * C)
+  for c = 1, C do
+    for i = 1, m do
+      self.class_sum:set((c - 1) * m + i, c, 1)
+      self.diag_mask:set(i, (c - 1) * m + i, 1)
+    end
+  end
+  return self
 end
 
 --- The model's constructor, given init.lua's helpers.
@@ -101,7 +159,8 @@ function variational.constructor(helpers)
     check_kernel(spec.kernel)
     local lik = spec.likelihood
     if getmetatable(lik) ~= likelihoods.Likelihood then
-      fail("likelihood must be one of gp.likelihoods (gaussian, bernoulli, poisson, student_t)")
+      fail("likelihood must be one of gp.likelihoods (gaussian, bernoulli, poisson, student_t, "
+           .. "softmax)")
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
     ltkernel.check_inputs(X, fail, "x")
@@ -137,10 +196,8 @@ function variational.constructor(helpers)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
-    local mean_value = mean == "zero" and 0 or (spec.mean_value or 0)
-    if type(mean_value) ~= "number" or mean_value ~= mean_value then
-      fail("mean_value must be a number")
-    end
+    local C = lik.latents or 1
+    local mean_value = class_constants(mean == "zero" and 0 or (spec.mean_value or 0), C)
     local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
     local self = setmetatable({
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
@@ -148,8 +205,9 @@ function variational.constructor(helpers)
       whiten = whiten, distribution = dist, mean_kind = mean, mean_value = mean_value,
       num_data = num_data, jitter = jitter,
       fixed = {inducing = fixed.inducing and true or nil, mean = fixed.mean and true or nil},
-      Z = Z, mask = tril_mask(m),
+      Z = Z, mask = tril_mask(m, C), latents = C,
     }, SVGP)
+    if C > 1 then return start_classes(self) end
     -- q starts at the prior: μ = 0, S = I (whitened) or Kzz (unwhitened).
     self.q_mean = lt.zeros(m)
     if dist == "meanfield" then
@@ -181,13 +239,33 @@ function SVGP:parameters()
     p.likelihood[hyper.key(self.bounds, name)] =
       hyper.to_raw(self.bounds, name, self.likelihood.params[name])
   end
-  if self.mean_kind == "constant" and not self.fixed.mean then p.constant = self.mean_value end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    p.constant = self.latents > 1 and lt.tensor(self.mean_value) or self.mean_value
+  end
   return p
 end
 
 local function number_of(x)
   if type(x) == "number" then return x end
   return x:item()
+end
+
+-- The shapes of μ and L: {m} and {m, m} or {m}; {m, C} and {m, Cm} or {m, C}
+-- with C > 1 latent functions.
+local function q_shapes(self)
+  local m, C = self.m, self.latents
+  if C > 1 then
+    return {m, C}, self.distribution == "meanfield" and {m, C} or {m, m * C}
+  end
+  return {m}, self.distribution == "meanfield" and {m} or {m, m}
+end
+
+local function same_shape(t, want)
+  if t:dim() ~= #want then return false end
+  for i, d in ipairs(want) do
+    if t:size(i) ~= d then return false end
+  end
+  return true
 end
 
 --- Sets the model from a parameter table of parameters()'s form (numbers
@@ -197,18 +275,26 @@ function SVGP:set_parameters(p)
   if type(p) ~= "table" or not lt.is_tensor(p.mean) or not lt.is_tensor(p.chol) then
     fail("set_parameters expects a table of parameters() form")
   end
-  if p.mean:dim() ~= 1 or p.mean:size(1) ~= self.m then fail("mean must be %d values", self.m) end
-  local want = self.distribution == "meanfield" and {self.m} or {self.m, self.m}
-  if p.chol:dim() ~= #want or p.chol:size(1) ~= self.m
-     or (#want == 2 and p.chol:size(2) ~= self.m) then
-    fail("chol must be %s", #want == 1 and self.m .. " values" or self.m .. "×" .. self.m)
+  local want_mean, want = q_shapes(self)
+  if not same_shape(p.mean, want_mean) then
+    fail("mean must be %s", table.concat(want_mean, "×"))
   end
+  if not same_shape(p.chol, want) then fail("chol must be %s", table.concat(want, "×")) end
   if p.Z and (p.Z:dim() ~= 2 or p.Z:size(1) ~= self.m or p.Z:size(2) ~= self.d) then
     fail("Z must be %d×%d", self.m, self.d)
   end
+  local new_constant = p.constant
+  if new_constant ~= nil then
+    if self.latents > 1 then
+      local v = lt.is_tensor(new_constant) and new_constant:totable() or new_constant
+      new_constant = class_constants(v, self.latents)
+    else
+      new_constant = number_of(new_constant)
+    end
+  end
   self.q_mean = p.mean:clone():contiguous()
   self.q_chol = p.chol:clone():contiguous()
-  if #want == 2 then self.q_chol = self.q_chol:cmul(self.mask) end
+  if self.distribution == "cholesky" then self.q_chol = self.q_chol:cmul(self.mask) end
   if p.Z then self.Z = p.Z:clone():contiguous() end
   -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
   for key, v in pairs(p.kernel or {}) do
@@ -217,7 +303,7 @@ function SVGP:set_parameters(p)
   for key, v in pairs(p.likelihood or {}) do
     self.likelihood.params[key:sub(5)] = hyper.value_of(self.bounds, key:sub(5), v)
   end
-  if p.constant ~= nil then self.mean_value = number_of(p.constant) end
+  if new_constant ~= nil then self.mean_value = new_constant end
 end
 
 --- Sets q: mean μ (m values) and L (m×m lower triangular; m values of the
@@ -271,6 +357,7 @@ end
 -- Everything q(f) at the rows Xr needs from p: the latent means and
 -- variances (1-d tensors), and the pieces for the KL term.
 local function latent(self, p, Xr)
+  if self.latents > 1 then return latent_classes(self, p, Xr) end
   local kern = kernel_at(self, p)
   local Z = p.Z or self.Z
   local Lz = inducing_factor(self, Z, kern)
@@ -287,9 +374,64 @@ local function latent(self, p, Xr)
   return mean, var, {Lz = Lz, L = L}
 end
 
+-- latent for C > 1 latent functions: means and variances as b×C matrices,
+-- column c from q(u_c) = N(μ_c, L_c·L_cᵀ) with the shared A (one
+-- factorisation of Kzz for every class): with T = projᵀ·[L_1 … L_C] (b×Cm),
+-- var_c = k(x, x) − ‖aᵢ‖² + Σ over class c's columns of T ⊙ T.
+function latent_classes(self, p, Xr)
+  if p.S then fail("natural gradients are not supported with several latent functions") end
+  local kern = kernel_at(self, p)
+  local Z = p.Z or self.Z
+  local Lz = inducing_factor(self, Z, kern)
+  local A = lower_solve(Lz, kern:matrix(Z, Xr)) -- m×b
+  local proj = self.whiten and A or upper_solve(Lz, A)
+  local b = Xr:size(1)
+  local mean = proj:t() * p.mean -- b×C
+  if self.mean_kind == "constant" then
+    local constant = p.constant or lt.tensor(self.mean_value)
+    mean = mean + constant:reshape(1, self.latents)
+  end
+  local spread
+  if self.distribution == "meanfield" then
+    spread = proj:cmul(proj):t() * p.chol:cmul(p.chol)
+  else
+    local T = proj:t() * p.chol:cmul(self.mask)
+    spread = T:cmul(T) * self.class_sum
+  end
+  local base = kern:diag(Xr) - A:cmul(A):sum(1)
+  return mean, spread + base:reshape(b, 1), {Lz = Lz}
+end
+
+-- KL(q ‖ p) summed over C > 1 classes: whitened ½(Σ_c tr S_c + ‖μ‖²_F − Cm −
+-- Σ_c log|S_c|); unwhitened ½(Σ_c ‖Lz⁻¹L_c‖² + ‖Lz⁻¹μ‖²_F − Cm + C·log|Kzz| −
+-- Σ_c log|S_c|).
+local function kl_classes(self, p, parts)
+  local C, m = self.latents, self.m
+  local meanfield = self.distribution == "meanfield"
+  local L = meanfield and p.chol or p.chol:cmul(self.mask)
+  local diagonals = meanfield and L or L:cmul(self.diag_mask) + (-self.diag_mask + 1)
+  local logdet_S = diagonals:abs():log():sum() * 2
+  if self.whiten then
+    return (L:cmul(L):sum() + p.mean:cmul(p.mean):sum() - C * m - logdet_S) * 0.5
+  end
+  local Lz = parts.Lz
+  local trace
+  if meanfield then
+    local inv = lower_solve(Lz, lt.eye(m))
+    trace = inv:cmul(inv):sum(1):dot(L:cmul(L):sum(2))
+  else
+    local W = lower_solve(Lz, L)
+    trace = W:cmul(W):sum()
+  end
+  local a = lower_solve(Lz, p.mean)
+  local logdet_K = Lz:diagonal():log():sum() * 2
+  return (trace + a:cmul(a):sum() - C * m + logdet_K * C - logdet_S) * 0.5
+end
+
 -- KL(q ‖ p): whitened ½(tr S + μᵀμ − m − log|S|); unwhitened, with
 -- W = Lz⁻¹L and a = Lz⁻¹μ, ½(‖W‖² + ‖a‖² − m + log|Kzz| − log|S|).
 local function kl(self, p, parts)
+  if self.latents > 1 then return kl_classes(self, p, parts) end
   local L, m = parts.L, self.m
   local logdet_S = L:diagonal():abs():log():sum() * 2
   if self.whiten then
@@ -383,8 +525,14 @@ end
 
 ------------------------------------------------------------ fitting --
 
+-- Entry (i, j) of L (m rows; m×m, or C blocks m×m side by side) is in a
+-- lower triangle.
+local function in_lower(i, j, m)
+  return (j - 1) % m + 1 <= i
+end
+
 -- The parameter table as a flat Lua array and back: L's upper triangle
--- (always zero) is left out.
+-- (always zero) is left out (p.lower: L is a "cholesky" factor).
 local function flatten(p)
   local flat, layout = {}, {}
   local function put(path, v)
@@ -396,10 +544,12 @@ local function flatten(p)
     end
     local entry = {path = path, kind = "tensor", shape = v:shape(), at = #flat + 1}
     local t = v:totable()
-    if path[1] == "chol" and v:dim() == 2 then
+    if path[1] == "chol" and v:dim() == 2 and p.lower then
       entry.lower = true
       for i = 1, #t do
-        for j = 1, i do flat[#flat + 1] = t[i][j] end
+        for j = 1, #t[i] do
+          if in_lower(i, j, #t) then flat[#flat + 1] = t[i][j] end
+        end
       end
     elseif v:dim() == 2 then
       for i = 1, #t do
@@ -438,7 +588,7 @@ local function unflatten(layout, flat)
       for i = 1, e.shape[1] do
         t[i] = {}
         for j = 1, e.shape[2] do
-          if e.lower and j > i then
+          if e.lower and not in_lower(i, j, e.shape[1]) then
             t[i][j] = 0
           else
             t[i][j] = flat[k]
@@ -466,7 +616,9 @@ local function flatten_grad(layout, g)
         for i = 1, #t do out[#out + 1] = t[i] end
       else
         for i = 1, #t do
-          for j = 1, e.lower and i or #t[i] do out[#out + 1] = t[i][j] end
+          for j = 1, #t[i] do
+            if not e.lower or in_lower(i, j, #t) then out[#out + 1] = t[i][j] end
+          end
         end
       end
     end
@@ -578,6 +730,9 @@ function SVGP:fit(opts)
     fail("fit: method must be 'adam', got %s", tostring(opts.method))
   end
   local natural = opts.natural_gradient and true or false
+  if natural and self.latents > 1 then
+    fail("fit: natural gradients are not supported with several latent functions (softmax)")
+  end
   if natural and self.distribution ~= "cholesky" then
     fail("fit: natural gradients need distribution = 'cholesky'")
   end
@@ -609,7 +764,9 @@ function SVGP:fit(opts)
     if natural then p.mean, p.chol = nil, nil end
     return p
   end
-  local x, layout = flatten(adam_parameters())
+  local start_p = adam_parameters()
+  start_p.lower = self.distribution == "cholesky"
+  local x, layout = flatten(start_p)
   local prev = nil -- x before the last step (to halve it)
   local mom, vel = {}, {}
   for i = 1, #x do mom[i], vel[i] = 0, 0 end
@@ -683,16 +840,18 @@ end
 
 ------------------------------------------------------------ prediction --
 
---- Mean and variance of the latent f at xstar under q (1-d tensors):
--- one O(m³) factorisation, then O(m²) a point.
+--- Mean and variance of the latent f at xstar under q (1-d tensors; with
+-- C > 1 latent functions, softmax, b×C matrices, column c for class c):
+-- one O(m³) factorisation, then O(m²) a point (and class).
 function SVGP:predict(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local mean, var = latent(self, self:parameters(), star)
   return mean, var
 end
 
---- The predictive distribution of y at xstar: mean (for bernoulli, P(y = 1))
--- and variance, from the likelihood's predict_y at q(f).
+--- The predictive distribution of y at xstar: mean (for bernoulli, P(y = 1);
+-- for softmax the b×C class probabilities) and variance, from the
+-- likelihood's predict_y at q(f).
 function SVGP:predict_y(xstar)
   local mean, var = self:predict(xstar)
   return self.likelihood:predict_y(mean, var)
@@ -703,6 +862,7 @@ end
 -- rank-m terms.
 function SVGP:posterior(xstar)
   local star = h.test_points_tensor(xstar, self.d)
+  if self.latents > 1 then return self:class_posteriors(star) end
   local p = self:parameters()
   local mean = latent(self, p, star)
   local kern = kernel_at(self)
@@ -715,9 +875,50 @@ function SVGP:posterior(xstar)
                              + lt.lowrank(T:t():contiguous())))
 end
 
+-- Class c's μ_c (m) and L_c (m×m) with C > 1 latent functions.
+local function class_q(self, c)
+  local m = self.m
+  local mean = self.q_mean:narrow(2, c, 1):contiguous():reshape(m)
+  if self.distribution == "meanfield" then
+    return mean, lt.diag(self.q_chol:narrow(2, c, 1):contiguous():reshape(m)):dense()
+  end
+  return mean, self.q_chol:narrow(2, (c - 1) * m + 1, m):contiguous()
+end
+
+-- posterior with C > 1 latent functions: a Lua array of C lt.mvn, one per
+-- class (the latents are independent under q).
+function SVGP:class_posteriors(star)
+  local mean = latent(self, self:parameters(), star)
+  local kern = kernel_at(self)
+  local Lz = inducing_factor(self, self.Z, kern)
+  local A = lower_solve(Lz, kern:matrix(self.Z, star))
+  local proj = self.whiten and A or upper_solve(Lz, A)
+  local out = {}
+  for c = 1, self.latents do
+    local _, L = class_q(self, c)
+    local T = L:t() * proj
+    local Kss = kern:operator(star)
+    out[c] = lt.mvn(mean:narrow(2, c, 1):contiguous():reshape(star:size(1)),
+                    lt.psd(Kss - lt.lowrank(A:t():contiguous()) + lt.lowrank(T:t():contiguous())))
+  end
+  return out
+end
+
 --- q(u) over the inducing values u = f(Z) as an lt.mvn: N(μ, L·Lᵀ)
--- unwhitened; N(Lz·μ, Lz·L·Lᵀ·Lzᵀ) whitened (u = Lz·v).
+-- unwhitened; N(Lz·μ, Lz·L·Lᵀ·Lzᵀ) whitened (u = Lz·v). With C > 1 latent
+-- functions (softmax): a Lua array of C of them, q(u_c) for class c.
 function SVGP:variational_distribution()
+  if self.latents > 1 then
+    local out = {}
+    local Lz = self.whiten and self:prior_factor()
+    for c = 1, self.latents do
+      local mean, L = class_q(self, c)
+      if Lz then L, mean = Lz * L, Lz * mean end
+      if self.mean_kind == "constant" then mean = mean + self.mean_value[c] end
+      out[c] = lt.mvn(mean, lt.psd(L * L:t()))
+    end
+    return out
+  end
   local L = chol_of(self, self.q_chol)
   local mean = self.q_mean
   if self.whiten then
@@ -740,9 +941,18 @@ function SVGP:describe()
   for _, name in ipairs(self.likelihood.names) do
     lik[#lik + 1] = string.format("%s = %.6g", name, self.likelihood.params[name])
   end
-  return string.format("%s\nlikelihood %s(%s)\nmean = %.6g\n%d inducing points%s, %s q%s",
+  local means = self.mean_value
+  if type(means) == "table" then
+    local parts = {}
+    for c, v in ipairs(means) do parts[c] = string.format("%.6g", v) end
+    means = table.concat(parts, ", ")
+  else
+    means = string.format("%.6g", means)
+  end
+  if self.latents > 1 then lik[#lik + 1] = self.latents .. " classes" end
+  return string.format("%s\nlikelihood %s(%s)\nmean = %s\n%d inducing points%s, %s q%s",
                        self.kernel:describe(), self.likelihood.kind, table.concat(lik, ", "),
-                       self.mean_value, self.m, self.fixed.inducing and " (fixed)" or " (learnt)",
+                       means, self.m, self.fixed.inducing and " (fixed)" or " (learnt)",
                        self.distribution, self.whiten and ", whitened" or "")
 end
 
