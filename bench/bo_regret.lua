@@ -1,0 +1,281 @@
+-- bench/bo_regret.lua: lazytensor.bo.minimize against random search (issue
+-- 28) — the median simple regret (best value found − the known minimum)
+-- over seeds at a fixed budget of evaluations, and the time per BO step.
+--
+--   lua5.4 bench/bo_regret.lua [--problems branin,hartmann6,levy4]
+--       [--seeds 10] [--designs DIR] [--write-designs DIR]
+--       [--acquisition logei] [--refit-every 1] [--no-random]
+--
+-- Problems and budgets (init = 2·d + 1 points of the initial design):
+--   branin (d = 2) budget 30, hartmann6 (d = 6) budget 60, levy4 (d = 4)
+--   budget 50; "name:budget" overrides a budget (branin:20).
+--
+-- Initial designs: by default seed s uses lazytensor's scrambled Sobol
+-- design (bo.sobol(init, d, {seed = s}) scaled to the bounds). So that a
+-- peer loop (bench/peers, GPyTorch/BoTorch-style) starts from the very same
+-- points, the designs can be written out (--write-designs DIR) or read in
+-- (--designs DIR). The file format, one file DIR/<problem>.txt per problem
+-- (e.g. DIR/branin.txt, DIR/hartmann6.txt, DIR/levy4.txt), plain text:
+--
+--   # any line starting with '#' is a comment; blank lines are ignored
+--   design 1
+--   -2.5 7.5
+--   5.0 3.75
+--   ...
+--   design 2
+--   ...
+--
+-- "design <seed>" (an integer) starts the design of that seed; each line
+-- after it is one point: d numbers separated by spaces or tabs, in the
+-- problem's ORIGINAL coordinates (e.g. Branin's x1 in [-5, 10], x2 in
+-- [0, 15]), as many lines as the design has points (init). Numbers are
+-- written with %.17g, so a design read back is bit for bit the one written.
+-- Seeds run in the file's order; with --designs, --seeds is the number of
+-- designs read (all by default). A design whose points lie outside the
+-- bounds or have the wrong number of coordinates is an error.
+--
+-- Output: JSON lines. One per (problem, method, seed):
+--   {"workload":"bo_regret","system":"lazytensor","method":"bo"|"random",
+--    "problem":"branin","seed":1,"budget":30,"init":5,"best":0.3981,
+--    "regret":0.0002,"failed":0,"steps":25,"wall_s_per_step":0.12,
+--    "cpu_s_per_step":0.12,"trace":[regret after evaluation 1, 2, ...]}
+-- then one summary per (problem, method): "op":"summary" with
+-- median_regret, the quartiles q25_regret / q75_regret, and the median time
+-- per BO step (a step: acquire, evaluate, condition or refit; the initial
+-- design's fit is counted in the first step).
+-- Timing: wall clock (luasystem's monotime when it loads, else CPU) and CPU
+-- (os.clock), one thread (lt.settings.num_threads = 1).
+local lt = require "lazytensor"
+local bo = require "lazytensor.bo"
+local problems = require "lazytensor.bo.problems"
+
+lt.settings.num_threads = 1
+
+local wall = os.clock
+do
+  local ok, system = pcall(require, "system")
+  if ok and type(system) == "table" and type(system.monotime) == "function" then
+    wall = system.monotime
+  end
+end
+
+local DEFAULT = {{"branin", 30}, {"hartmann6", 60}, {"levy4", 50}}
+
+local function parse_args(argv)
+  local o = {seeds = 10, acquisition = "logei", refit_every = 1, random = true}
+  local i = 1
+  while i <= #argv do
+    local a, v = argv[i], argv[i + 1]
+    if a == "--problems" then o.problems = v
+    elseif a == "--seeds" then o.seeds = tonumber(v)
+    elseif a == "--designs" then o.designs = v
+    elseif a == "--write-designs" then o.write_designs = v
+    elseif a == "--acquisition" then o.acquisition = v
+    elseif a == "--refit-every" then o.refit_every = tonumber(v)
+    elseif a == "--no-random" then o.random, i = false, i - 1
+    else error("bo_regret: unknown argument " .. tostring(a)) end
+    i = i + 2
+  end
+  local list = {}
+  if o.problems then
+    for item in o.problems:gmatch("[^,]+") do
+      local name, budget = item:match("^([%w]+):?(%d*)$")
+      local default
+      for _, p in ipairs(DEFAULT) do if p[1] == name then default = p[2] end end
+      list[#list + 1] = {name, tonumber(budget) or default or 50}
+    end
+  else
+    list = DEFAULT
+  end
+  o.problems = list
+  return o
+end
+
+-- Designs file: see the header.
+local function read_designs(path, problem)
+  local fh = assert(io.open(path, "r"))
+  local designs, current = {}, nil
+  local lineno = 0
+  for line in fh:lines() do
+    lineno = lineno + 1
+    if not line:match("^%s*#") and line:match("%S") then
+      local seed = line:match("^%s*design%s+(%-?%d+)%s*$")
+      if seed then
+        current = {seed = tonumber(seed), points = {}}
+        designs[#designs + 1] = current
+      else
+        assert(current, path .. ":" .. lineno .. ": a point before any 'design <seed>' line")
+        local row = {}
+        for num in line:gmatch("%S+") do
+          row[#row + 1] = assert(tonumber(num), path .. ":" .. lineno .. ": not a number: " .. num)
+        end
+        assert(#row == problem.dim, string.format("%s:%d: %d coordinates, %s has %d", path,
+                                                   lineno, #row, problem.name, problem.dim))
+        for j = 1, #row do
+          assert(row[j] >= problem.bounds[1][j] and row[j] <= problem.bounds[2][j],
+                 string.format("%s:%d: coordinate %d outside the bounds", path, lineno, j))
+        end
+        current.points[#current.points + 1] = row
+      end
+    end
+  end
+  fh:close()
+  return designs
+end
+
+local function write_designs(path, problem, designs)
+  local fh = assert(io.open(path, "w"))
+  fh:write(string.format("# bo_regret designs: %s, d = %d, %d designs of %d points, "
+                         .. "original coordinates\n", problem.name, problem.dim, #designs,
+                         #designs[1].points))
+  for _, dsg in ipairs(designs) do
+    fh:write(string.format("design %d\n", dsg.seed))
+    for _, row in ipairs(dsg.points) do
+      local parts = {}
+      for j, v in ipairs(row) do parts[j] = string.format("%.17g", v) end
+      fh:write(table.concat(parts, " "), "\n")
+    end
+  end
+  fh:close()
+end
+
+local function sobol_design(problem, n, seed)
+  local rows = bo.sobol(n, problem.dim, {seed = seed}):totable()
+  local lo, hi = problem.bounds[1], problem.bounds[2]
+  for _, row in ipairs(rows) do
+    for j = 1, problem.dim do row[j] = lo[j] + (hi[j] - lo[j]) * row[j] end
+  end
+  return {seed = seed, points = rows}
+end
+
+local function json_array(values)
+  local parts = {}
+  for i, v in ipairs(values) do parts[i] = string.format("%.6g", v) end
+  return "[" .. table.concat(parts, ",") .. "]"
+end
+
+local function emit(fields, trace)
+  local parts = {'"workload":"bo_regret"', '"system":"lazytensor"'}
+  for _, kv in ipairs(fields) do
+    local k, v = kv[1], kv[2]
+    if type(v) == "string" then
+      parts[#parts + 1] = string.format('"%s":"%s"', k, v)
+    elseif v == math.floor(v) and math.abs(v) < 1e9 then
+      parts[#parts + 1] = string.format('"%s":%d', k, v)
+    else
+      parts[#parts + 1] = string.format('"%s":%.6g', k, v)
+    end
+  end
+  if trace then parts[#parts + 1] = '"trace":' .. json_array(trace) end
+  print("{" .. table.concat(parts, ",") .. "}")
+  io.stdout:flush()
+end
+
+local function regret_trace(problem, history)
+  local trace, best = {}, math.huge
+  for i, rec in ipairs(history) do
+    if rec.y and rec.y < best then best = rec.y end
+    trace[i] = best - problem.optimum
+  end
+  return trace, best
+end
+
+local function run_bo(problem, budget, dsg, o)
+  local steps, wall_total, cpu_total = 0, 0, 0
+  local w0, c0 = wall(), os.clock()
+  local _, best, history = bo.minimize(function(x) return problem.f(x) end, problem.bounds, {
+    budget = budget, init = dsg.points, seed = dsg.seed, acquisition = o.acquisition,
+    refit_every = o.refit_every,
+    callback = function(rec)
+      local w, c = wall(), os.clock()
+      if rec.phase == "bo" then
+        steps, wall_total, cpu_total = steps + 1, wall_total + (w - w0), cpu_total + (c - c0)
+      end
+      w0, c0 = w, c
+    end})
+  local trace = regret_trace(problem, history)
+  return best, trace, history.failed or 0, steps, wall_total / math.max(steps, 1),
+         cpu_total / math.max(steps, 1)
+end
+
+local function run_random(problem, budget, seed)
+  lt.manual_seed(100000 + seed)
+  local U = lt.rand(budget, problem.dim):totable()
+  local lo, hi = problem.bounds[1], problem.bounds[2]
+  local history = {}
+  for i, u in ipairs(U) do
+    local x = {}
+    for j = 1, problem.dim do x[j] = lo[j] + (hi[j] - lo[j]) * u[j] end
+    history[i] = {x = x, y = problem.f(x)}
+  end
+  local trace, best = regret_trace(problem, history)
+  return best, trace
+end
+
+local function quantile(values, p)
+  local s = {}
+  for i, v in ipairs(values) do s[i] = v end
+  table.sort(s)
+  local pos = 1 + (#s - 1) * p
+  local lo = math.floor(pos)
+  local hi = math.min(lo + 1, #s)
+  return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+end
+
+local function designs_for(problem, o)
+  local init = 2 * problem.dim + 1
+  if o.designs then
+    local all = read_designs(o.designs .. "/" .. problem.name .. ".txt", problem)
+    local n = math.min(#all, o.seeds_given and o.seeds or #all)
+    local out = {}
+    for i = 1, n do out[i] = all[i] end
+    return out
+  end
+  local out = {}
+  for s = 1, o.seeds do out[s] = sobol_design(problem, init, s) end
+  if o.write_designs then
+    os.execute("mkdir -p '" .. o.write_designs .. "'")
+    write_designs(o.write_designs .. "/" .. problem.name .. ".txt", problem, out)
+  end
+  return out
+end
+
+local function summary(problem, method, budget, regrets, times, cpu)
+  local fields = {{"op", "summary"}, {"method", method}, {"problem", problem.name},
+                  {"budget", budget}, {"seeds", #regrets},
+                  {"median_regret", quantile(regrets, 0.5)},
+                  {"q25_regret", quantile(regrets, 0.25)}, {"q75_regret", quantile(regrets, 0.75)}}
+  if times then
+    fields[#fields + 1] = {"median_wall_s_per_step", quantile(times, 0.5)}
+    fields[#fields + 1] = {"median_cpu_s_per_step", quantile(cpu, 0.5)}
+  end
+  emit(fields)
+end
+
+local function main(argv)
+  local o = parse_args(argv)
+  for _, a in ipairs(argv) do if a == "--seeds" then o.seeds_given = true end end
+  for _, pb in ipairs(o.problems) do
+    local problem, budget = problems.get(pb[1]), pb[2]
+    local designs = designs_for(problem, o)
+    local regrets, times, cpus, random_regrets = {}, {}, {}, {}
+    for _, dsg in ipairs(designs) do
+      local best, trace, failed, steps, per_step, cpu_step = run_bo(problem, budget, dsg, o)
+      regrets[#regrets + 1], times[#times + 1], cpus[#cpus + 1] = trace[#trace], per_step, cpu_step
+      emit({{"method", "bo"}, {"acquisition", o.acquisition}, {"problem", problem.name},
+            {"seed", dsg.seed}, {"budget", budget}, {"init", #dsg.points}, {"best", best},
+            {"regret", trace[#trace]}, {"failed", failed}, {"steps", steps},
+            {"wall_s_per_step", per_step}, {"cpu_s_per_step", cpu_step}}, trace)
+      if o.random then
+        local rbest, rtrace = run_random(problem, budget, dsg.seed)
+        random_regrets[#random_regrets + 1] = rtrace[#rtrace]
+        emit({{"method", "random"}, {"problem", problem.name}, {"seed", dsg.seed},
+              {"budget", budget}, {"best", rbest}, {"regret", rtrace[#rtrace]}}, rtrace)
+      end
+    end
+    summary(problem, "bo", budget, regrets, times, cpus)
+    if o.random then summary(problem, "random", budget, random_regrets) end
+  end
+end
+
+main(arg or {})
