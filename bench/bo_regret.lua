@@ -8,31 +8,26 @@
 --
 -- Problems and budgets (init = 2·d + 1 points of the initial design):
 --   branin (d = 2) budget 30, hartmann6 (d = 6) budget 60, levy4 (d = 4)
---   budget 50; "name:budget" overrides a budget (branin:20).
+--   budget 60; "name:budget" sets a budget (branin:20); any name of
+--   lazytensor.bo.problems works (ackley2, hartmann3, rosenbrock4, ...).
 --
--- Initial designs: by default seed s uses lazytensor's scrambled Sobol
--- design (bo.sobol(init, d, {seed = s}) scaled to the bounds). So that a
--- peer loop (bench/peers, GPyTorch/BoTorch-style) starts from the very same
--- points, the designs can be written out (--write-designs DIR) or read in
--- (--designs DIR). The file format, one file DIR/<problem>.txt per problem
--- (e.g. DIR/branin.txt, DIR/hartmann6.txt, DIR/levy4.txt), plain text:
+-- Initial designs: by default seed s (1, ..., seeds) uses lazytensor's
+-- scrambled Sobol design (bo.sobol(init, d, {seed = s}) scaled to the
+-- bounds). So that a peer loop (bench/peers/bo_peer.py, BoTorch-style with
+-- GPyTorch) starts from the very same points, the designs can be written
+-- out (--write-designs DIR) or read in (--designs DIR). The file format, one
+-- plain-text file per problem and seed, DIR/bo_init_<problem>_<seed>.txt
+-- (e.g. DIR/bo_init_branin_1.txt):
 --
---   # any line starting with '#' is a comment; blank lines are ignored
---   design 1
---   -2.5 7.5
---   5.0 3.75
---   ...
---   design 2
---   ...
+--   5 2                  <- first line: n (points) and d (coordinates)
+--   -2.5 7.5             <- then n lines of d numbers: one point each,
+--   5 3.75                  in the problem's ORIGINAL coordinates
+--   ...                     (Branin: x1 in [-5, 10], x2 in [0, 15])
 --
--- "design <seed>" (an integer) starts the design of that seed; each line
--- after it is one point: d numbers separated by spaces or tabs, in the
--- problem's ORIGINAL coordinates (e.g. Branin's x1 in [-5, 10], x2 in
--- [0, 15]), as many lines as the design has points (init). Numbers are
--- written with %.17g, so a design read back is bit for bit the one written.
--- Seeds run in the file's order; with --designs, --seeds is the number of
--- designs read (all by default). A design whose points lie outside the
--- bounds or have the wrong number of coordinates is an error.
+-- numbers separated by spaces or tabs, written with %.17g (a design read
+-- back is bit for bit the one written). With --designs, seed s reads
+-- bo_init_<problem>_<s>.txt for s = 1, ..., seeds; a missing file, a point
+-- outside the bounds or a wrong count is an error.
 --
 -- Output: JSON lines. One per (problem, method, seed):
 --   {"workload":"bo_regret","system":"lazytensor","method":"bo"|"random",
@@ -59,7 +54,7 @@ do
   end
 end
 
-local DEFAULT = {{"branin", 30}, {"hartmann6", 60}, {"levy4", 50}}
+local DEFAULT = {{"branin", 30}, {"hartmann6", 60}, {"levy4", 60}}
 
 local function parse_args(argv)
   local o = {seeds = 10, acquisition = "logei", refit_every = 1, random = true}
@@ -92,49 +87,44 @@ local function parse_args(argv)
 end
 
 -- Designs file: see the header.
-local function read_designs(path, problem)
-  local fh = assert(io.open(path, "r"))
-  local designs, current = {}, nil
-  local lineno = 0
-  for line in fh:lines() do
-    lineno = lineno + 1
-    if not line:match("^%s*#") and line:match("%S") then
-      local seed = line:match("^%s*design%s+(%-?%d+)%s*$")
-      if seed then
-        current = {seed = tonumber(seed), points = {}}
-        designs[#designs + 1] = current
-      else
-        assert(current, path .. ":" .. lineno .. ": a point before any 'design <seed>' line")
-        local row = {}
-        for num in line:gmatch("%S+") do
-          row[#row + 1] = assert(tonumber(num), path .. ":" .. lineno .. ": not a number: " .. num)
-        end
-        assert(#row == problem.dim, string.format("%s:%d: %d coordinates, %s has %d", path,
-                                                   lineno, #row, problem.name, problem.dim))
-        for j = 1, #row do
-          assert(row[j] >= problem.bounds[1][j] and row[j] <= problem.bounds[2][j],
-                 string.format("%s:%d: coordinate %d outside the bounds", path, lineno, j))
-        end
-        current.points[#current.points + 1] = row
-      end
-    end
-  end
-  fh:close()
-  return designs
+local function design_path(dir, problem, seed)
+  return string.format("%s/bo_init_%s_%d.txt", dir, problem.name, seed)
 end
 
-local function write_designs(path, problem, designs)
-  local fh = assert(io.open(path, "w"))
-  fh:write(string.format("# bo_regret designs: %s, d = %d, %d designs of %d points, "
-                         .. "original coordinates\n", problem.name, problem.dim, #designs,
-                         #designs[1].points))
-  for _, dsg in ipairs(designs) do
-    fh:write(string.format("design %d\n", dsg.seed))
-    for _, row in ipairs(dsg.points) do
-      local parts = {}
-      for j, v in ipairs(row) do parts[j] = string.format("%.17g", v) end
-      fh:write(table.concat(parts, " "), "\n")
+local function read_design(dir, problem, seed)
+  local path = design_path(dir, problem, seed)
+  local fh = assert(io.open(path, "r"))
+  local text = fh:read("*a")
+  fh:close()
+  local nums = {}
+  for tok in text:gmatch("%S+") do
+    nums[#nums + 1] = assert(tonumber(tok), path .. ": not a number: " .. tok)
+  end
+  local n, d = nums[1], nums[2]
+  assert(d == problem.dim, string.format("%s: d = %s, %s has %d", path, tostring(d),
+                                         problem.name, problem.dim))
+  assert(#nums == 2 + n * d, string.format("%s: %d numbers, expected 2 + %d × %d", path,
+                                           #nums, n, d))
+  local points = {}
+  for i = 1, n do
+    local row = {}
+    for j = 1, d do
+      row[j] = nums[2 + (i - 1) * d + j]
+      assert(row[j] >= problem.bounds[1][j] and row[j] <= problem.bounds[2][j],
+             string.format("%s: point %d, coordinate %d outside the bounds", path, i, j))
     end
+    points[i] = row
+  end
+  return {seed = seed, points = points}
+end
+
+local function write_design(dir, problem, dsg)
+  local fh = assert(io.open(design_path(dir, problem, dsg.seed), "w"))
+  fh:write(string.format("%d %d\n", #dsg.points, problem.dim))
+  for _, row in ipairs(dsg.points) do
+    local parts = {}
+    for j, v in ipairs(row) do parts[j] = string.format("%.17g", v) end
+    fh:write(table.concat(parts, " "), "\n")
   end
   fh:close()
 end
@@ -224,18 +214,15 @@ end
 
 local function designs_for(problem, o)
   local init = 2 * problem.dim + 1
-  if o.designs then
-    local all = read_designs(o.designs .. "/" .. problem.name .. ".txt", problem)
-    local n = math.min(#all, o.seeds_given and o.seeds or #all)
-    local out = {}
-    for i = 1, n do out[i] = all[i] end
-    return out
-  end
   local out = {}
-  for s = 1, o.seeds do out[s] = sobol_design(problem, init, s) end
-  if o.write_designs then
-    os.execute("mkdir -p '" .. o.write_designs .. "'")
-    write_designs(o.write_designs .. "/" .. problem.name .. ".txt", problem, out)
+  if o.write_designs then os.execute("mkdir -p '" .. o.write_designs .. "'") end
+  for seed = 1, o.seeds do
+    if o.designs then
+      out[seed] = read_design(o.designs, problem, seed)
+    else
+      out[seed] = sobol_design(problem, init, seed)
+    end
+    if o.write_designs then write_design(o.write_designs, problem, out[seed]) end
   end
   return out
 end
@@ -254,7 +241,6 @@ end
 
 local function main(argv)
   local o = parse_args(argv)
-  for _, a in ipairs(argv) do if a == "--seeds" then o.seeds_given = true end end
   for _, pb in ipairs(o.problems) do
     local problem, budget = problems.get(pb[1]), pb[2]
     local designs = designs_for(problem, o)
