@@ -29,6 +29,9 @@
 -- bo_init_<problem>_<s>.txt for s = 1, ..., seeds; a missing file, a point
 -- outside the bounds or a wrong count is an error.
 --
+-- Random search: the design's points, then uniform points (seeded), as
+-- bench/peers/bo_peer.py's.
+--
 -- Output: JSON lines. One per (problem, method, seed):
 --   {"workload":"bo_regret","system":"lazytensor","method":"bo"|"random",
 --    "problem":"branin","seed":1,"budget":30,"init":5,"best":0.3981,
@@ -188,15 +191,18 @@ local function run_bo(problem, budget, dsg, o)
          cpu_total / math.max(steps, 1)
 end
 
-local function run_random(problem, budget, seed)
-  lt.manual_seed(100000 + seed)
-  local U = lt.rand(budget, problem.dim):totable()
+-- Random search as the peer's: the design's points, then uniform ones.
+local function run_random(problem, budget, dsg)
+  lt.manual_seed(100000 + dsg.seed)
+  local n0 = #dsg.points
+  local U = lt.rand(budget - n0, problem.dim):totable()
   local lo, hi = problem.bounds[1], problem.bounds[2]
   local history = {}
+  for i, x in ipairs(dsg.points) do history[i] = {x = x, y = problem.f(x)} end
   for i, u in ipairs(U) do
     local x = {}
     for j = 1, problem.dim do x[j] = lo[j] + (hi[j] - lo[j]) * u[j] end
-    history[i] = {x = x, y = problem.f(x)}
+    history[n0 + i] = {x = x, y = problem.f(x)}
   end
   local trace, best = regret_trace(problem, history)
   return best, trace
@@ -253,7 +259,7 @@ local function main(argv)
             {"regret", trace[#trace]}, {"failed", failed}, {"steps", steps},
             {"wall_s_per_step", per_step}, {"cpu_s_per_step", cpu_step}}, trace)
       if o.random then
-        local rbest, rtrace = run_random(problem, budget, dsg.seed)
+        local rbest, rtrace = run_random(problem, budget, dsg)
         random_regrets[#random_regrets + 1] = rtrace[#rtrace]
         emit({{"method", "random"}, {"problem", problem.name}, {"seed", dsg.seed},
               {"budget", budget}, {"best", rbest}, {"regret", rtrace[#rtrace]}}, rtrace)
