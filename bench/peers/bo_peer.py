@@ -44,13 +44,14 @@ A step's time (wall: perf_counter, CPU: process_time) is model building +
 fit + acquisition optimisation; the objective's evaluation is outside it.
 torch.set_num_threads(BENCH_THREADS) (default 1), BLAS threads the same.
 
-Initial designs: DESIGN_DIR/<problem>.txt, written by bench/bo_regret.lua
---write-designs (lazytensor's scrambled Sobol, 2d+1 points, one design per
-seed; the format is in that file's header); every design in the file runs
-unless SEEDs are named. Random search ("random") evaluates the same design,
+Initial designs: DESIGN_DIR/bo_init_<problem>_<seed>.txt, written by
+bench/bo_regret.lua --write-designs (lazytensor's scrambled Sobol, 2d+1
+points; the format is in that file's header: "n d", then n points in the
+problem's own coordinates); every seed DESIGN_DIR holds runs unless SEEDs
+are named. Random search ("random") evaluates the same design,
 then uniform points (numpy, seeded by the seed) up to the budget.
 Problems and budgets as bench/bo_regret.lua's: branin 30, hartmann6 60,
-levy4 50; "name:budget" overrides.
+levy4 60; "name:budget" overrides.
 
 One JSON line per (problem, seed): the simple regret (best f - f*), the
 regret after every evaluation ("trace"), step-time medians and totals.
@@ -122,7 +123,7 @@ def ackley(x):
 PROBLEMS = {  # name: (f, lower bounds, upper bounds, f*, budget)
     "branin": (branin, [-5.0, 0.0], [10.0, 15.0], 0.397887357729738, 30),
     "hartmann6": (hartmann6, [0.0] * 6, [1.0] * 6, -3.32236801141551, 60),
-    "levy4": (levy, [-10.0] * 4, [10.0] * 4, 0.0, 50),
+    "levy4": (levy, [-10.0] * 4, [10.0] * 4, 0.0, 60),
     "ackley2": (ackley, [-32.768] * 2, [32.768] * 2, 0.0, 40),
 }
 
@@ -136,25 +137,29 @@ def problem(spec):
     return name, f, np.array(lo), np.array(hi), fstar, int(budget) if budget else default
 
 
-def read_designs(d, name, dim):
-    """DIR/<problem>.txt in bench/bo_regret.lua's format: "design <seed>"
-    starts a design, each following line is a point (d numbers, original
-    coordinates); '#' lines and blank lines are ignored. [(seed, array)]."""
-    path = os.path.join(d, name + ".txt")
-    designs = []
+def design_path(d, name, seed):
+    return os.path.join(d, "bo_init_%s_%d.txt" % (name, seed))
+
+
+def design_seeds(d, name):
+    """The seeds of the designs DIR holds for this problem, in order."""
+    pre, seeds = "bo_init_%s_" % name, []
+    for f in os.listdir(d):
+        if f.startswith(pre) and f.endswith(".txt") and f[len(pre):-4].isdigit():
+            seeds.append(int(f[len(pre):-4]))
+    return sorted(seeds)
+
+
+def read_design(d, name, seed, dim):
+    """DIR/bo_init_<problem>_<seed>.txt, bench/bo_regret.lua's format: "n d",
+    then n points of d numbers in the problem's own coordinates."""
+    path = design_path(d, name, seed)
     with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            words = line.split()
-            if not words or words[0].startswith("#"):
-                continue
-            if words[0] == "design":
-                designs.append((int(words[1]), []))
-            elif not designs or len(words) != dim:
-                raise SystemExit("bo_peer.py: %s:%d: a point of %d numbers after a 'design <seed>' line "
-                                 "expected" % (path, lineno, dim))
-            else:
-                designs[-1][1].append([float(w) for w in words])
-    return [(seed, np.array(rows, dtype=np.float64)) for seed, rows in designs]
+        nums = fh.read().split()
+    n, k = int(nums[0]), int(nums[1])
+    if k != dim or len(nums) != 2 + n * k:
+        raise SystemExit("bo_peer.py: %s: expected 'n %d' and n x %d numbers" % (path, dim, dim))
+    return np.array([float(t) for t in nums[2:]], dtype=np.float64).reshape(n, k)
 
 
 def emit(rec):
@@ -417,11 +422,11 @@ def main():
         raise SystemExit("usage: bo_peer.py DESIGN_DIR run|random PROBLEM[:BUDGET] [SEED...]")
     d, mode, spec = sys.argv[1], sys.argv[2], sys.argv[3]
     name, _, lo, _, _, budget = problem(spec)
-    designs = read_designs(d, name, len(lo))
-    wanted = [int(s) for s in sys.argv[4:]]
-    for seed, x0 in designs:
-        if wanted and seed not in wanted:
-            continue
+    seeds = [int(s) for s in sys.argv[4:]] or design_seeds(d, name)
+    if not seeds:
+        raise SystemExit("bo_peer.py: no designs bo_init_%s_<seed>.txt in %s" % (name, d))
+    for seed in seeds:
+        x0 = read_design(d, name, seed, len(lo))
         if len(x0) >= budget:
             raise SystemExit("bo_peer.py: %s: design %d has %d points, the budget is %d"
                              % (name, seed, len(x0), budget))

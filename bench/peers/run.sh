@@ -29,7 +29,7 @@
 #                       sgpr bo")
 #   BENCH_BO_PROBLEMS   BO's problems, bench/bo_regret.lua's names, "name" or
 #                       "name:budget" (default "branin hartmann6 levy4":
-#                       budgets 30, 60, 50)
+#                       budgets 30, 60, 60)
 #   BENCH_BO_SEEDS      BO's seeds = initial designs (default 10)
 #   LO_SRC              linear_operator tree (default ../linear_operator_src
 #                       beside the repository)
@@ -145,7 +145,7 @@ for w in $WORKLOADS; do
       # its scrambled Sobol); the GPyTorch loop and random search read them
       mkdir -p "$DIR/bo_designs" || exit 1
       for p in $BO_PROBLEMS; do
-        if [ -f "$DIR/bo_designs/${p%%:*}.txt" ]; then
+        if [ -f "$DIR/bo_designs/bo_init_${p%%:*}_1.txt" ]; then
           designs="--designs $DIR/bo_designs"
         else
           designs="--write-designs $DIR/bo_designs"
@@ -157,8 +157,10 @@ for w in $WORKLOADS; do
           printf '{"workload":"BO","op":"*","system":"gpytorch","args":"BO %s","skipped":"%s"}\n' \
             "$p" "$GPY_MISSING" | tee -a "$OUT"
         else
-          run gpytorch BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" run "$p"
-          run random BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" random "$p"
+          # shellcheck disable=SC2046
+          run gpytorch BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" run "$p" $(seq "$BO_SEEDS")
+          # shellcheck disable=SC2046
+          run random BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" random "$p" $(seq "$BO_SEEDS")
         fi
       done
       ;;
