@@ -3,7 +3,7 @@
 -- over seeds at a fixed budget of evaluations, and the time per BO step.
 --
 --   lua5.4 bench/bo_regret.lua [--problems branin,hartmann6,levy4]
---       [--seeds 10] [--designs DIR] [--write-designs DIR]
+--       [--seeds 10] [--seed-from 1] [--designs DIR] [--write-designs DIR]
 --       [--acquisition logei] [--refit-every 1] [--no-random]
 --
 -- Problems and budgets (init = 2·d + 1 points of the initial design):
@@ -27,7 +27,8 @@
 -- numbers separated by spaces or tabs, written with %.17g (a design read
 -- back is bit for bit the one written). With --designs, seed s reads
 -- bo_init_<problem>_<s>.txt for s = 1, ..., seeds; a missing file, a point
--- outside the bounds or a wrong count is an error.
+-- outside the bounds or a wrong count is an error. --seed-from s0 runs
+-- seeds s0, ..., seeds only (to split a run over processes).
 --
 -- Random search: the design's points, then uniform points (seeded), as
 -- bench/peers/bo_peer.py's.
@@ -66,6 +67,7 @@ local function parse_args(argv)
     local a, v = argv[i], argv[i + 1]
     if a == "--problems" then o.problems = v
     elseif a == "--seeds" then o.seeds = tonumber(v)
+    elseif a == "--seed-from" then o.seed_from = tonumber(v)
     elseif a == "--designs" then o.designs = v
     elseif a == "--write-designs" then o.write_designs = v
     elseif a == "--acquisition" then o.acquisition = v
@@ -222,13 +224,13 @@ local function designs_for(problem, o)
   local init = 2 * problem.dim + 1
   local out = {}
   if o.write_designs then os.execute("mkdir -p '" .. o.write_designs .. "'") end
-  for seed = 1, o.seeds do
+  for seed = o.seed_from or 1, o.seeds do
     if o.designs then
-      out[seed] = read_design(o.designs, problem, seed)
+      out[#out + 1] = read_design(o.designs, problem, seed)
     else
-      out[seed] = sobol_design(problem, init, seed)
+      out[#out + 1] = sobol_design(problem, init, seed)
     end
-    if o.write_designs then write_design(o.write_designs, problem, out[seed]) end
+    if o.write_designs then write_design(o.write_designs, problem, out[#out]) end
   end
   return out
 end

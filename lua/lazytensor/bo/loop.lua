@@ -124,7 +124,9 @@ end
 
 local function check_positive_integer(name, v, default)
   if v == nil then return default end
-  if not is_integer(v) or v < 1 then fail("%s must be a positive integer, got %s", name, tostring(v)) end
+  if not is_integer(v) or v < 1 then
+    fail("%s must be a positive integer, got %s", name, tostring(v))
+  end
   return v
 end
 
@@ -139,7 +141,9 @@ local function check_options(f, opts, lo, hi)
   local d = #lo
   local o = {d = d}
   if opts.init ~= nil and type(opts.init) == "table" then
-    if #opts.init == 0 then fail("init must be a number of points or a non-empty list of points") end
+    if #opts.init == 0 then
+      fail("init must be a number of points or a non-empty list of points")
+    end
     local copy = {}
     for i, p in ipairs(opts.init) do copy[i] = p end
     o.init_points = check_init_points(copy, lo, hi)
@@ -293,7 +297,9 @@ local function new_model(state, tr)
     for j = 1, o.d do ls[j] = START.lengthscale end
     kernel = gp.kernels.matern52{lengthscale = ls, variance = START.variance}
   end
-  local spec = {x = lt.tensor(X), y = lt.tensor(y), kernel = kernel}
+  -- "kernel": the structure whose posterior lt.grad follows to the candidates
+  -- (never Toeplitz, whatever the points' spacing)
+  local spec = {x = lt.tensor(X), y = lt.tensor(y), kernel = kernel, structure = "kernel"}
   if o.noise then
     spec.noise, spec.fixed = o.noise / (tr.std * tr.std), {noise = true}
   else
