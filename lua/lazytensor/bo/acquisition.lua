@@ -38,6 +38,17 @@ local function is_finite(v)
 end
 helpers.is_finite = is_finite
 
+--- A value for a message, the same on every Lua and platform ("nan", not
+-- "-nan"; "2", not "2.0").
+local function show(v)
+  if type(v) ~= "number" then return tostring(v) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" end
+  if v == -math.huge then return "-inf" end
+  return string.format("%.15g", v)
+end
+helpers.show = show
+
 --- The number of input coordinates of a model (nil when it does not say).
 function helpers.input_dim(model)
   if type(model.d) == "number" then return model.d end
@@ -86,7 +97,7 @@ end
 --- Raises unless v is a finite number.
 function helpers.check_number(what, name, v)
   if not is_finite(v) then
-    fail("%s: %s must be a finite number, got %s", what, name, tostring(v))
+    fail("%s: %s must be a finite number, got %s", what, name, show(v))
   end
 end
 
@@ -113,7 +124,9 @@ function helpers.candidates(what, X, d)
   end
   for i, row in ipairs(X:totable()) do
     for j, v in ipairs(row) do
-      if not is_finite(v) then fail("%s: candidate %d, coordinate %d is %s", what, i, j, v) end
+      if not is_finite(v) then
+        fail("%s: candidate %d, coordinate %d is %s", what, i, j, show(v))
+      end
     end
   end
   return X
@@ -170,7 +183,7 @@ end
 function helpers.seed(what, seed)
   if seed == nil then return math.floor(lt.rand(1)[1] * (MODULUS - 2)) + 1 end
   if not is_finite(seed) or seed ~= math.floor(seed) then
-    fail("%s: opts.seed must be an integer, got %s", what, tostring(seed))
+    fail("%s: opts.seed must be an integer, got %s", what, show(seed))
   end
   return seed
 end
@@ -317,7 +330,7 @@ function acquisition.upper_confidence_bound(model, beta, opts)
   local what = "upper_confidence_bound"
   helpers.check_model(model, what)
   helpers.check_number(what, "beta", beta)
-  if beta < 0 then fail("%s: beta must be >= 0, got %s", what, tostring(beta)) end
+  if beta < 0 then fail("%s: beta must be >= 0, got %s", what, show(beta)) end
   opts = helpers.check_options(what, opts, {"maximize"})
   local sb = math.sqrt(beta)
   return analytic(model, what, function(mu, sigma)

@@ -67,7 +67,7 @@ local function sample_options(what, opts, extra)
   opts = h.check_options(what, opts, known)
   local samples = opts.samples or SAMPLES
   if type(samples) ~= "number" or samples ~= math.floor(samples) or samples < 1 then
-    fail("%s: opts.samples must be a positive integer, got %s", what, tostring(samples))
+    fail("%s: opts.samples must be a positive integer, got %s", what, h.show(samples))
   end
   return opts, samples, h.seed(what, opts.seed)
 end
@@ -140,7 +140,7 @@ function mc.q_upper_confidence_bound(model, beta, opts)
   local what = "q_upper_confidence_bound"
   h.check_model(model, what)
   h.check_number(what, "beta", beta)
-  if beta < 0 then fail("%s: beta must be >= 0, got %s", what, tostring(beta)) end
+  if beta < 0 then fail("%s: beta must be >= 0, got %s", what, h.show(beta)) end
   local samples, seed
   opts, samples, seed = sample_options(what, opts)
   local c = math.sqrt(beta * math.pi / 2)

@@ -19,7 +19,7 @@ local optim_bounded = require "lazytensor.optim_bounded"
 local optimize = {}
 
 local h = acquisition.helpers
-local fail, is_finite = h.fail, h.is_finite
+local fail, is_finite, show = h.fail, h.is_finite, h.show
 
 --- Bounds as lo, hi arrays of d numbers, checked.
 function optimize.parse_bounds(what, bounds)
@@ -43,11 +43,11 @@ function optimize.parse_bounds(what, bounds)
   for j = 1, #lo do
     if not is_finite(lo[j]) or not is_finite(hi[j]) then
       fail("%s: bounds of coordinate %d must be finite numbers, got %s and %s", what, j,
-           tostring(lo[j]), tostring(hi[j]))
+           show(lo[j]), show(hi[j]))
     end
     if lo[j] >= hi[j] then
       fail("%s: bounds of coordinate %d: lo = %s must be below hi = %s", what, j,
-           tostring(lo[j]), tostring(hi[j]))
+           show(lo[j]), show(hi[j]))
     end
     l[j], u[j] = lo[j], hi[j]
   end
@@ -72,7 +72,7 @@ local function count_option(what, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
   if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then
-    fail("%s: opts.%s must be a positive integer, got %s", what, name, tostring(v))
+    fail("%s: opts.%s must be a positive integer, got %s", what, name, show(v))
   end
   return v
 end

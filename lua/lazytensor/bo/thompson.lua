@@ -26,7 +26,7 @@ local function count_option(what, opts, name, default)
   local v = opts[name]
   if v == nil then return default end
   if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then
-    fail("%s: opts.%s must be a positive integer, got %s", what, name, tostring(v))
+    fail("%s: opts.%s must be a positive integer, got %s", what, name, h.show(v))
   end
   return v
 end
