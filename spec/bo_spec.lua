@@ -164,22 +164,35 @@ end
 ------------------------------------------------------- the posterior --
 
 describe("bo: the posterior follows the candidates", function()
-  it("posterior(X) has a gradient with respect to X (kernel, kron_masked, sgpr)", function()
+  it("posterior(X) has a gradient with respect to X (kernel, kron_masked, custom, dense, "
+     .. "sgpr, variational)", function()
+    local custom = gp.kernels.custom{params = {l = 0.4}, k = function(x1, x2, p)
+      return lt.kernel(x1, x2, {kind = "matern32", lengthscale = p.l})
+    end}
     local models = {
       model2("kernel"), model2(), -- auto: scattered 2-d points give kron_masked
+      gp.exact{x = X2, y = Y2, kernel = custom, noise = 0.01},
+      model2("dense"),
       gp.sgpr{x = X2, y = Y2, kernel = gp.kernels.rbf{lengthscale = L2}, inducing = 4,
               noise = 0.01},
+      gp.variational{x = X2, y = Y2, kernel = gp.kernels.matern52{lengthscale = 0.5},
+                     likelihood = gp.likelihoods.gaussian{noise = 0.05}, inducing = 4},
     }
+    -- q(u) moved off the prior (untrained, whitened: the posterior is the prior)
+    models[6]:set_variational(lt.tensor{0.5, -0.3, 0.2, 0.1}, lt.eye(4) * 0.5)
+    assert.are.equal("custom", models[3]:covariance().kind)
+    assert.are.equal("dense", models[4]:covariance().kind)
     assert.are.equal("kron_masked", models[2]:covariance().kind)
     local X = lt.tensor{{0.3, 0.4}, {0.7, 0.6}}
-    for _, m in ipairs(models) do
-      local ok, err = lt.gradcheck(function(Z)
+    for i, m in ipairs(models) do
+      local function f(Z)
         local post = m:posterior(Z)
         return (post:mean() + post:variance():sqrt()):sum()
-      end, X)
-      assert.is_true(ok, tostring(err))
-      local g = lt.grad(function(Z) return m:posterior(Z):mean():sum() end)(X)
-      assert.is_true(g:abs():max() > 1e-3) -- not a zero gradient
+      end
+      local ok, err = lt.gradcheck(f, X)
+      assert.is_true(ok, "model " .. i .. ": " .. tostring(err))
+      local g = lt.grad(f)(X)
+      assert.is_true(g:abs():max() > 1e-3, "model " .. i .. ": a zero gradient")
     end
   end)
 
