@@ -161,6 +161,16 @@ local function min_of(t)
   return m
 end
 
+describe("bo: the module", function()
+  it("loads the loop, the designs and the problems on first use", function()
+    assert.are.equal("function", type(bo.minimize))
+    assert.are.same({4, 3}, bo.sobol(4, 3):shape())
+    assert.are.same({5, 2}, bo.latin_hypercube(5, 2):shape())
+    assert.are.equal(require("lazytensor.bo.problems"), bo.problems)
+    assert.are.equal(require("lazytensor.bo.problems").branin, bo.problem("branin"))
+  end)
+end)
+
 ------------------------------------------------------- the posterior --
 
 describe("bo: the posterior follows the candidates", function()

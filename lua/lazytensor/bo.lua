@@ -39,8 +39,9 @@ function bo.minimize(...) return require("lazytensor.bo.loop").minimize(...) end
 function bo.sobol(...) return require("lazytensor.bo.design").sobol(...) end
 function bo.latin_hypercube(...) return require("lazytensor.bo.design").latin_hypercube(...) end
 
---- A test problem by name: bo/problems.lua (loaded on first use).
-function bo.problem(name) return require("lazytensor.bo.problems")[name] end
+--- A test problem by name ("branin", "hartmann6", "levy4", ...):
+-- bo/problems.lua's get (loaded on first use).
+function bo.problem(name) return require("lazytensor.bo.problems").get(name) end
 
 -- bo.problems: the table of bo/problems.lua, loaded when first read.
 return setmetatable(bo, {__index = function(t, key)

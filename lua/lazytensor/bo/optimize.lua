@@ -1,8 +1,9 @@
 --- bo.optimize: maximise an acquisition over a box, as BoTorch's
 -- optimize_acqf does: evaluate it at raw_samples random candidates inside
--- the bounds, start bounded L-BFGS (lazytensor.optim_bounded) from the best
--- `restarts` of them with the gradient lt.grad gives with respect to the
--- candidates, and return the best point found.
+-- the bounds, start bounded L-BFGS (lazytensor.optim_bounded) from
+-- `restarts` of them (the best and others drawn with Boltzmann weights, as
+-- BoTorch's initialize_q_batch) with the gradient lt.grad gives with
+-- respect to the candidates, and return the best point found.
 --
 -- bo.optimize(acq, bounds [, opts]) → x ({q, d} tensor), value (a number)
 --   acq: a function of a {q, d} tensor of candidates returning its value
@@ -122,15 +123,50 @@ local function raw_values(what, acq, stream, o)
   return out
 end
 
--- The best `count` raw candidates with finite values, best first.
-local function best_starts(raw, count)
-  local finite = {}
+-- The index where the running sum of the weights passes u (the last
+-- positive weight when rounding leaves u beyond their sum).
+local function draw(weights, u)
+  local last
+  for k, w in ipairs(weights) do
+    if w > 0 then
+      if u <= w then return k end
+      u, last = u - w, k
+    end
+  end
+  return last
+end
+
+-- `count` starts among the raw candidates with finite values, as
+-- BoTorch's initialize_q_batch chooses them: the best, then the others
+-- drawn without replacement with weights exp(z), z the standardised value
+-- — mostly good points, but spread over the modes rather than all around
+-- the best one.
+local function choose_starts(raw, count, stream)
+  local finite, sum, sq = {}, 0, 0
   for _, r in ipairs(raw) do
-    if is_finite(r.value) then finite[#finite + 1] = r end
+    if is_finite(r.value) then
+      finite[#finite + 1] = r
+      sum, sq = sum + r.value, sq + r.value * r.value
+    end
   end
   table.sort(finite, function(a, b) return a.value > b.value end)
-  local starts = {}
-  for i = 1, math.min(count, #finite) do starts[i] = finite[i] end
+  local m = #finite
+  if m <= count then return finite end
+  local mean = sum / m
+  local sd = math.sqrt(math.max(sq / m - mean * mean, 0))
+  local weights = {}
+  for i, r in ipairs(finite) do
+    weights[i] = sd > 0 and math.exp(math.min(50, (r.value - mean) / sd)) or 1
+  end
+  local starts, total = {finite[1]}, 0
+  weights[1] = 0
+  for i = 2, m do total = total + weights[i] end
+  while #starts < count and total > 0 do
+    local k = draw(weights, stream:uniform() * total)
+    starts[#starts + 1] = finite[k]
+    total = total - weights[k]
+    weights[k] = 0
+  end
   return starts
 end
 
@@ -171,7 +207,7 @@ function optimize.optimize(acq, bounds, opts)
   local what = "optimize"
   local o = options(what, acq, bounds, opts)
   local stream = h.stream(o.seed)
-  local starts = best_starts(raw_values(what, acq, stream, o), o.restarts)
+  local starts = choose_starts(raw_values(what, acq, stream, o), o.restarts, stream)
   if #starts == 0 then fail("%s: the acquisition is not finite at any raw sample", what) end
   local flo, fhi = {}, {}
   for i = 1, o.q do
