@@ -37,7 +37,10 @@
 --   {"workload":"bo_regret","system":"lazytensor","method":"bo"|"random",
 --    "problem":"branin","seed":1,"budget":30,"init":5,"best":0.3981,
 --    "regret":0.0002,"failed":0,"steps":25,"wall_s_per_step":0.12,
---    "cpu_s_per_step":0.12,"trace":[regret after evaluation 1, 2, ...]}
+--    "cpu_s_per_step":0.12,"acquisition_cpu_s_per_step":0.1,
+--    "update_cpu_s_per_step":0.02,"trace":[regret after evaluation 1, 2, ...]}
+-- (acquisition: bo.optimize of the acquisition; update: the refit or
+-- model:condition after the step; both CPU seconds, os.clock)
 -- then one summary per (problem, method): "op":"summary" with
 -- median_regret, the quartiles q25_regret / q75_regret, and the median time
 -- per BO step (a step: acquire, evaluate, condition or refit; the initial
@@ -176,7 +179,7 @@ local function regret_trace(problem, history)
 end
 
 local function run_bo(problem, budget, dsg, o)
-  local steps, wall_total, cpu_total = 0, 0, 0
+  local steps, wall_total, cpu_total, acq_total, update_total = 0, 0, 0, 0, 0
   local w0, c0 = wall(), os.clock()
   local _, best, history = bo.minimize(function(x) return problem.f(x) end, problem.bounds, {
     budget = budget, init = dsg.points, seed = dsg.seed, acquisition = o.acquisition,
@@ -185,12 +188,15 @@ local function run_bo(problem, budget, dsg, o)
       local w, c = wall(), os.clock()
       if rec.phase == "bo" then
         steps, wall_total, cpu_total = steps + 1, wall_total + (w - w0), cpu_total + (c - c0)
+        acq_total = acq_total + rec.acquisition_seconds
+        update_total = update_total + rec.update_seconds
       end
       w0, c0 = w, c
     end})
   local trace = regret_trace(problem, history)
-  return best, trace, history.failed or 0, steps, wall_total / math.max(steps, 1),
-         cpu_total / math.max(steps, 1)
+  local per = math.max(steps, 1)
+  return best, trace, history.failed or 0, steps, wall_total / per, cpu_total / per,
+         acq_total / per, update_total / per
 end
 
 -- Random search as the peer's: the design's points, then uniform ones.
@@ -254,12 +260,15 @@ local function main(argv)
     local designs = designs_for(problem, o)
     local regrets, times, cpus, random_regrets = {}, {}, {}, {}
     for _, dsg in ipairs(designs) do
-      local best, trace, failed, steps, per_step, cpu_step = run_bo(problem, budget, dsg, o)
+      local best, trace, failed, steps, per_step, cpu_step, acq_step, update_step =
+        run_bo(problem, budget, dsg, o)
       regrets[#regrets + 1], times[#times + 1], cpus[#cpus + 1] = trace[#trace], per_step, cpu_step
       emit({{"method", "bo"}, {"acquisition", o.acquisition}, {"problem", problem.name},
             {"seed", dsg.seed}, {"budget", budget}, {"init", #dsg.points}, {"best", best},
             {"regret", trace[#trace]}, {"failed", failed}, {"steps", steps},
-            {"wall_s_per_step", per_step}, {"cpu_s_per_step", cpu_step}}, trace)
+            {"wall_s_per_step", per_step}, {"cpu_s_per_step", cpu_step},
+            {"acquisition_cpu_s_per_step", acq_step}, {"update_cpu_s_per_step", update_step}},
+           trace)
       if o.random then
         local rbest, rtrace = run_random(problem, budget, dsg)
         random_regrets[#random_regrets + 1] = rtrace[#rtrace]
