@@ -518,7 +518,7 @@ local function evaluate(state, f, u, phase, step)
     state.values[i] = state.o.maximize and -y or y
     if state.best_y == nil or (state.o.maximize and y > state.best_y)
        or (not state.o.maximize and y < state.best_y) then
-      state.best_x, state.best_y, state.history.best_index = x, y, i
+      state.best_x, state.best_y, state.history.best_index = {unpack(x)}, y, i
     end
   end
   rec.best = state.best_y
