@@ -237,6 +237,16 @@ describe("lt.grad", function()
     close(g, 30.0333, 1e-5, "log Φ'(−30)")
   end)
 
+  it("differentiates a 1-d tensor's reductions along its only dimension", function()
+    local v = lt.tensor{1, 5, 3}
+    for _, name in ipairs{"sum", "mean", "max", "min", "norm"} do
+      local ok, err = lt.gradcheck(function(t) return t[name](t, 1) * 2 end, v)
+      assert(ok, name .. ": " .. tostring(err))
+    end
+    local g = lt.grad(function(t) return t:max(1) end)(v)
+    assert.same({0, 1, 0}, {g[1], g[2], g[3]})
+  end)
+
   it("counts a NaN difference as a failure", function()
     local ok = lt.gradcheck(function(p) return (p - 1):log() end, 0.5)
     assert.is_false(ok)

@@ -260,8 +260,16 @@ end
 
 -- ------------------------------------------------------------ reductions
 
+-- The dimension a reduction of x runs along, nil for all of x: a 1-d x
+-- reduced along its only dimension gives a scalar, as a full reduction does.
+local function reduced_dim(x, dim)
+  if dim ~= nil and x:dim() == 1 then return nil end
+  return dim
+end
+
 -- G spread back over a dense x reduced along dim (or over all of x).
 local function spread(x, G, dim)
+  dim = reduced_dim(x, dim)
   if dim == nil then return lt.full(x:shape(), G) end
   local s = x:shape()
   s[dim] = 1
@@ -285,7 +293,8 @@ end
 
 -- max / min: the cotangent goes to the first entry that attains it.
 local function extremum(r, g)
-  local x, dim, y = r.args[1], r.args[2], r.outs[1]
+  local x, y = r.args[1], r.outs[1]
+  local dim = reduced_dim(x, r.args[2])
   local mask = zeros_like(x)
   local flat_mask = mask:reshape(mask:numel())
   local flat_x

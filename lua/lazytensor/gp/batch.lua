@@ -115,6 +115,44 @@ function BatchModel:set_vector(v)
   end
 end
 
+--- The members' raw vectors (the fit's parameters through their bounds,
+-- gp/hyper.lua), one after another.
+function BatchModel:raw_vector()
+  local v = {}
+  for _, m in ipairs(self.members) do
+    for _, x in ipairs(m:raw_vector()) do v[#v + 1] = x end
+  end
+  return v
+end
+
+function BatchModel:set_raw_vector(v)
+  local off = 0
+  for _, m in ipairs(self.members) do
+    local count = #m:get_vector()
+    m:set_raw_vector({unpack(v, off + 1, off + count)})
+    off = off + count
+  end
+end
+
+--- The sum of the members' log posteriors (log-likelihoods without
+-- priors) and its gradient with respect to raw_vector's entries.
+function BatchModel:log_posterior_and_grad()
+  local total, grad = 0, {}
+  for _, m in ipairs(self.members) do
+    local value, g = m:log_posterior_and_grad()
+    total = total + value
+    for _, x in ipairs(g) do grad[#grad + 1] = x end
+  end
+  return total, grad
+end
+
+--- The members' log posteriors, a tensor of b.
+function BatchModel:log_posterior()
+  local out = {}
+  for i, m in ipairs(self.members) do out[i] = m:log_posterior() end
+  return lt.tensor(out)
+end
+
 -- A member's K + noise as its model builds it: the structure's noisy(noise)
 -- where it has one (the noise's own links to the gradient), else K with the
 -- noise on its diagonal.
@@ -149,10 +187,11 @@ function BatchModel:mll_and_grad()
   return total, grad
 end
 
---- Maximises the sum of the members' log-likelihoods over all their
--- hyperparameters at once (each member's only move its own). opts as a
--- member's fit. Returns {mll = a tensor of b, iterations, converged,
--- reason, evaluations}.
+--- Maximises the sum of the members' log-likelihoods (log posteriors with
+-- priors) over all their hyperparameters at once (each member's only move
+-- its own), through the members' bounds (the same for all: gp.exact's
+-- bounds and priors are given to each member). opts as a member's fit.
+-- Returns {mll = a tensor of b, iterations, converged, reason, evaluations}.
 function BatchModel:fit(opts)
   opts = opts or {}
   local method = opts.method or "lbfgs"
@@ -164,8 +203,8 @@ function BatchModel:fit(opts)
          .. "method = '%s' chooses its steps by line search and takes no lr", method)
   end
   local function objective(v)
-    self:set_vector(v)
-    local ok, value, grad = pcall(self.mll_and_grad, self)
+    self:set_raw_vector(v)
+    local ok, value, grad = pcall(self.log_posterior_and_grad, self)
     if not ok then
       -- a member's failed factorisation is a bad point: the optimiser steps back
       if type(value) == "string" and value:find("lazytensor:", 1, true) then
@@ -177,13 +216,13 @@ function BatchModel:fit(opts)
     end
     return value, grad
   end
-  local best, _, info = optim[method](objective, self:get_vector(), {
+  local best, _, info = optim[method](objective, self:raw_vector(), {
     maximize = true, max_iter = opts.max_iter or 100, lr = opts.lr, gtol = opts.gtol,
     callback = opts.callback and function(iter, v, _, gnorm)
       return opts.callback(iter, v, self, gnorm)
     end,
   })
-  self:set_vector(best)
+  self:set_raw_vector(best)
   return {mll = self:mll(), iterations = info.iterations, converged = info.converged,
           reason = info.reason, evaluations = info.evaluations}
 end

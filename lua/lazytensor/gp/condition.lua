@@ -328,7 +328,17 @@ local function merged_spec(model, points, y, noise)
           mean = model.mean_kind, mean_value = model.mean_value,
           fixed = {noise = model.fixed.noise, mean = model.fixed.mean}, structure = structure,
           trace_rank = model.trace_rank, grid = model.grid,
-          distributed = model.make_kernel ~= nil or nil}
+          distributed = model.make_kernel ~= nil or nil,
+          -- the hyperparameters are kept as they are (even set outside
+          -- their bounds by hand): the model's bounds and priors are
+          -- copied onto the new one (keep_hyper), not checked again
+          bounds = type(noise_all) == "number" and not model.fixed.noise
+                   and {noise = {0, math.huge}} or nil}
+end
+
+-- The model's bounds and priors, carried over to the new model.
+local function keep_hyper(new, model)
+  new.bounds, new.priors, new.hyper_spec = model.bounds, model.priors, model.hyper_spec
 end
 
 -- Whether the factor update applies (see the file's comment).
@@ -349,6 +359,7 @@ local function condition_model(model, x_new, y_new, noise_new)
   local F
   if updatable(model, #points) then F = appended_factor(model, factor_of(model), points, noise) end
   local new = H.gp.exact(spec)
+  keep_hyper(new, model)
   if F then keep_factor(new, F) end
   return new
 end

@@ -140,7 +140,19 @@ local SPEC_NAMES = {"lengthscale", "variance", "period", "alpha", "offset", "wei
 local function tree_operator(kernel, P1, P2, theta, cache)
   local function points(P, dims)
     local key = (P == P1 and "1:" or "2:") .. (dims and table.concat(dims, ",") or "all")
-    cache[key] = cache[key] or points_tensor(P, dims)
+    if not cache[key] then
+      if lt.is_tensor(P) then -- a tensor (followed, e.g. sgpr's inducing points): P·E
+        if dims then
+          local E = lt.zeros(P:size(2), #dims)
+          for q, d in ipairs(dims) do E:set(d, q, 1) end
+          cache[key] = P * E
+        else
+          cache[key] = P
+        end
+      else
+        cache[key] = points_tensor(P, dims)
+      end
+    end
     return cache[key]
   end
   local function build(k)
@@ -253,20 +265,40 @@ end
 --- The covariance of a tree with custom kernels over points, for gp.exact
 -- (gp/structure.lua's interface): K at the current hyperparameters, the
 -- cross- and test covariances, and mll_and_grad by lt.grad.
-function custom.build(kernel, points)
+-- opts.structure = "ski" (opts.grid): K ≈ W·k(G, G)·Wᵀ, interpolated from
+-- the grid points G (gp/ski.lua's custom_grid), test points inside the
+-- grid interpolated the same way.
+function custom.build(kernel, points, opts)
+  opts = opts or {}
   local cache = {}
   local theta = {} -- the current values: no free parameter replaced
-  local K = lt.psd(tree_operator(kernel, points, nil, theta, cache))
+  local grid = opts.structure == "ski" and require("lazytensor.gp.ski").custom_grid(points, opts)
+  -- K at the hyperparameters th (followed inside lt.grad)
+  local function covariance(th)
+    if grid then
+      local Kgrid = lt.psd(tree_operator(kernel, grid.G, nil, th, cache))
+      return lt.psd(grid.W * Kgrid * grid.W:t()), Kgrid
+    end
+    return lt.psd(tree_operator(kernel, points, nil, th, cache))
+  end
+  local K, Kgrid = covariance(theta)
   local cov = {
     kind = "custom",
-    explain = string.format("custom: %d inputs, a kernel written in Lua (gp.kernels.custom): K "
+    explain = grid and grid.explain .. ", its gradients by lt.grad" or
+              string.format("custom: %d inputs, a kernel written in Lua (gp.kernels.custom): K "
                             .. "is what its k returns (%s), its gradients by lt.grad", #points,
                             lt.type(K)),
     K = K,
   }
   function cov.noisy(noise) return K:add_diag(noise), {} end
-  function cov.cross(star) return tree_operator(kernel, star, points, theta, {}) end
+  function cov.cross(star)
+    local Ws = grid and grid.interp(star)
+    if Ws then return Ws * Kgrid * grid.W:t() end
+    return tree_operator(kernel, star, points, theta, {})
+  end
   function cov.test_covariance(star)
+    local Ws = grid and grid.interp(star)
+    if Ws then return lt.psd(Ws * Kgrid * Ws:t()) end
     return lt.psd(tree_operator(kernel, star, nil, theta, {}))
   end
   function cov.noise_explain(per_point)
@@ -281,7 +313,7 @@ function custom.build(kernel, points)
     local function log_likelihood(p)
       local th = {}
       for i, k in ipairs(index) do th[k] = p.kernel[i] end
-      local Kp = lt.psd(tree_operator(kernel, points, nil, th, cache))
+      local Kp = covariance(th)
       local noise = p.log_noise and p.log_noise:exp() or model.noise
       local mean = p.mean or model.mean_value
       return lt.mvn(lt.zeros(n), Kp:add_diag(noise)):log_prob(y - mean)
@@ -295,6 +327,44 @@ function custom.build(kernel, points)
     return value, g, {method = n <= lt.settings.max_cholesky_size and "cholesky" or "slq"}
   end
   return cov
+end
+
+-- ------------------------------------------- shared with the other models
+-- (gp.sgpr, gp.multitask, structure = "ski"): each writes its objective
+-- with lazytensor operations on the kernel's covariances and hands it to
+-- lt.grad.
+
+--- lt.grad's parameter list for the kernel tree: a list of {name = log
+-- value} tables (one per kernel with free hyperparameters) and the list of
+-- those kernels, in the same order.
+function custom.kernel_params(kernel)
+  local theta = log_theta(kernel)
+  local list, index = {}, {}
+  for k, names in pairs(theta) do
+    list[#list + 1] = names
+    index[#index + 1] = k
+  end
+  return list, index
+end
+
+--- The covariance of the tree between P1 and P2 (point arrays or n×d
+-- tensors, followed ones included; P2 nil: P1 with itself) at the log
+-- hyperparameters p_kernel (lt.grad's view of kernel_params' list; nil: the
+-- current values). cache: a table shared by the calls on the same points.
+function custom.operator(kernel, index, p_kernel, P1, P2, cache)
+  local th = {}
+  if p_kernel then
+    for i, k in ipairs(index) do th[k] = p_kernel[i] end
+  end
+  return tree_operator(kernel, P1, P2, th, cache or {})
+end
+
+--- The kernel's part of a gradient vector (Kernel:parameters() order) from
+-- lt.grad's gradients of kernel_params' list.
+function custom.kernel_grad(kernel, index, grads_kernel)
+  local by_kernel = {}
+  for i, k in ipairs(index) do by_kernel[k] = grads_kernel[i] end
+  return flatten_grad(kernel, by_kernel, {})
 end
 
 --- k(x, y) for two points (coordinate arrays): prior variances, dense use.

@@ -31,6 +31,8 @@ local structure = require "lazytensor.gp.structure"
 local optim = require "lazytensor.optim"
 local batch = require "lazytensor.gp.batch"
 local condition = require "lazytensor.gp.condition"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
 
 local gp = {kernels = kernels, structure = structure}
 
@@ -135,7 +137,7 @@ local function options(what, opts, keys)
 end
 
 local EXACT_KEYS = {"x", "y", "kernel", "noise", "mean", "mean_value", "fixed", "structure",
-                    "trace_rank", "grid", "distributed"}
+                    "trace_rank", "grid", "distributed", "bounds", "priors"}
 
 -- σ² a positive finite number, or n positive finite per-point variances.
 local function check_noise(noise, n)
@@ -164,8 +166,10 @@ end
 -- stochastic gradients, default 64, 0 for none; see inv_quad_logdet's
 -- control_variate), distributed (true: K's components are mpi.kernel
 -- operators whose products and gradients are spread over MPI ranks; needs
--- lazytensor.mpi and the "kernel" structure, doc/mpi.md). Any other key is
--- an error.
+-- lazytensor.mpi and the "kernel" structure, doc/mpi.md), bounds and
+-- priors (gp/hyper.lua: on the kernel's hyperparameters and the noise; a
+-- fitted scalar noise has the floor {1e-4, ∞} unless bounds.noise says
+-- otherwise). Any other key is an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -209,7 +213,43 @@ function gp.exact(spec)
     if fixed.noise == false then fail("per-point noise is fixed; fixed.noise cannot be false") end
     self.fixed.noise = true
   end
+  gp.parse_hyper(self, spec, spec.noise == nil and yvar)
   return self
+end
+
+-- Bounds and priors (gp/hyper.lua) of a log-space model: the kernel's
+-- hyperparameters and the noise (a scalar σ²); the floor on a fitted
+-- noise. yvar: the noise was not given but chosen as 1% of yvar (the
+-- targets' variance), and a start at or below the floor moves to twice
+-- the floor. Shared with gp.sgpr and gp.multitask (extra: their
+-- own hyperparameters, {values = name → value, free = name → true for the
+-- fitted ones, defaults = name → default bounds}).
+function gp.parse_hyper(self, spec, yvar, extra)
+  extra = extra or {}
+  local values, free = ltkernel.log_space(self.kernel)
+  local defaults = {}
+  for name, v in pairs(extra.values or {}) do
+    if values[name] ~= nil then fail("the kernel has a hyperparameter named '%s' too", name) end
+    values[name], free[name] = v, extra.free[name]
+    defaults[name] = extra.defaults and extra.defaults[name]
+  end
+  if type(self.noise) == "number" then
+    values.noise, free.noise = self.noise, not self.fixed.noise or nil
+    if free.noise then
+      defaults.noise = {hyper.NOISE_FLOOR, math.huge}
+      local given = type(spec.bounds) == "table" and spec.bounds.noise
+      if yvar and not given and self.noise <= hyper.NOISE_FLOOR then
+        self.noise = math.max(0.01 * yvar, 2 * hyper.NOISE_FLOOR)
+        values.noise = self.noise
+      end
+    end
+  elseif type(spec.bounds) == "table" and spec.bounds.noise ~= nil then
+    fail("bounds.noise: the noise is per point (fixed), so bounds on it would never act")
+  end
+  self.bounds, self.priors = hyper.parse_model(fail, values, free, spec.bounds, spec.priors,
+                                               defaults)
+  -- as given, for model:condition's new model
+  self.hyper_spec = {bounds = spec.bounds, priors = spec.priors}
 end
 
 --- True when the noise is one variance per point (fixed), false for σ².
@@ -218,6 +258,26 @@ function Model:per_point_noise()
 end
 
 ------------------------------------------------------------ parameters --
+
+--- The hyperparameters' names → values (gp/hyper.lua's log-space models).
+function Model:hyper_values()
+  local values = ltkernel.log_space(self.kernel)
+  if not self:per_point_noise() then values.noise = self.noise end
+  return values
+end
+
+--- For each entry of get_vector, its hyperparameter's name (false: the mean).
+function Model:hyper_entries()
+  local _, _, entries = ltkernel.log_space(self.kernel)
+  if not self.fixed.noise then entries[#entries + 1] = "noise" end
+  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = false end
+  return entries
+end
+
+--- raw_vector, set_raw_vector, log_prior, log_posterior,
+-- log_posterior_and_grad (gp/hyper.lua): the fit's parameters, through the
+-- bounds, and the log posterior.
+hyper.install(Model)
 
 --- log hyperparameters: kernel's, then log noise, then the constant mean.
 function Model:get_vector()
@@ -425,7 +485,10 @@ local function check_fit_lr(method, lr)
   end
 end
 
---- Maximises the MLL over the hyperparameters (L-BFGS by default).
+--- Maximises the MLL — with priors the log posterior, MLL + Σ log prior —
+-- over the hyperparameters (L-BFGS by default), through their bounds: the
+-- optimiser moves raw_vector()'s entries (log θ, or r of gp/hyper.lua for a
+-- bounded one; the noise's floor makes its r log(σ² − 10⁻⁴)).
 -- opts: max_iter, method ("lbfgs" | "adam"), lr (adam), gtol,
 -- callback(iter, mll, model), fixed_probes (default true).
 -- lt.settings.progress, when set, also hears of every iteration.
@@ -455,9 +518,9 @@ function Model:fit(opts)
   if fixed then probe_seed, after_seed = draw_seed(), draw_seed() end
   local stochastic = false
   local function objective(v)
-    self:set_vector(v)
+    self:set_raw_vector(v)
     if fixed then lt.manual_seed(probe_seed) end
-    local ok, value, grad, info = pcall(self.mll_and_grad, self)
+    local ok, value, grad, info = pcall(self.log_posterior_and_grad, self)
     if not ok then
       -- A failed factorisation (too small a noise, say) is a bad point, not
       -- the end of the fit: report it as −∞ so the optimiser steps back.
@@ -472,7 +535,7 @@ function Model:fit(opts)
     return value, grad
   end
   local progress = lt.settings.progress
-  local x0 = self:get_vector()
+  local x0 = self:raw_vector()
   -- The start is evaluated here, to know whether the objective is a
   -- stochastic estimate; the optimiser's own first call gets that result.
   local first = {pcall(objective, x0)}
@@ -504,11 +567,18 @@ function Model:fit(opts)
       if opts.callback then return opts.callback(iter, v, self, gnorm) end
     end,
   })
+  if run_ok then self:set_raw_vector(best) end
+  -- with priors the optimum's value is the log posterior; the MLL on the same probes
+  local mll, log_posterior = value, nil
+  if run_ok and next(self.priors) ~= nil then
+    if fixed then lt.manual_seed(probe_seed) end
+    mll, log_posterior = (self:mll()), value
+  end
   if fixed then lt.manual_seed(after_seed) end
   if not run_ok then error(best, 0) end
-  self:set_vector(best)
-  return {mll = value, iterations = info.iterations, converged = info.converged,
-          reason = info.reason, evaluations = info.evaluations, stochastic = stochastic,
+  return {mll = mll, log_posterior = log_posterior, iterations = info.iterations,
+          converged = info.converged, reason = info.reason, evaluations = info.evaluations,
+          stochastic = stochastic,
           probes = stochastic and (fixed and "fixed" or "fresh") or nil,
           probe_seed = stochastic and fixed and probe_seed or nil, line_search = search}
 end
@@ -781,16 +851,19 @@ condition.install(Model, batch.BatchModel, {
 gp.sgpr = require("lazytensor.gp.sgpr").constructor{
   fail = fail, to_points = to_points, to_vector = to_vector, options = options,
   check_noise = check_noise, fit = Model.fit, test_points_tensor = test_points_tensor,
+  parse_hyper = gp.parse_hyper,
 }
 
 --- Multitask GP regression (intrinsic coregionalisation, B ⊗ K): see
 -- gp/multitask.lua. spec: x, y (n×t, NaN for a missing value), kernel,
--- rank (of W in B = W·Wᵀ + diag(v), default 1), noise (σ²), mean
--- ("constant": one per task, or "zero"), fixed = {noise, mean}.
+-- rank (of W in B = W·Wᵀ + diag(v), default 1), noise (σ²), task_noise
+-- (true: a noise variance of each task added to σ², as GPyTorch's
+-- MultitaskGaussianLikelihood), mean ("constant": one per task, or
+-- "zero"), fixed = {noise, task_noise, mean}, bounds, priors.
 -- @function gp.multitask
 gp.multitask = require("lazytensor.gp.multitask").constructor{
   fail = fail, to_points = to_points, options = options, check_noise = check_noise,
-  fit = Model.fit, test_points_tensor = test_points_tensor,
+  fit = Model.fit, test_points_tensor = test_points_tensor, parse_hyper = gp.parse_hyper,
 }
 
 --- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.

@@ -75,6 +75,31 @@ function ltkernel.values(kernel)
   return out
 end
 
+--- For the log-space models (gp.exact, gp.sgpr, gp.multitask: every kind
+-- of gp.kernels): name → value (a number, or a flat list: ARD's, the
+-- spectral mixture's matrices row by row), the set of the free names, and
+-- the names of kernel:parameters()'s entries, in its order.
+function ltkernel.log_space(kernel)
+  local values, free, name_of = {}, {}, {}
+  for _, h in ipairs(ltkernel.hypers(kernel)) do
+    local v = h.leaf.values[h.param]
+    if type(v) == "table" and type(v[1]) == "table" then
+      local flat = {}
+      for _, row in ipairs(v) do
+        for _, x in ipairs(row) do flat[#flat + 1] = x end
+      end
+      v = flat
+    end
+    values[h.name] = v
+    if h.free then free[h.name] = true end
+    name_of[h.leaf] = name_of[h.leaf] or {}
+    name_of[h.leaf][h.param] = h.name
+  end
+  local entries = {}
+  for i, p in ipairs(kernel:parameters()) do entries[i] = name_of[p.kernel][p.name] end
+  return values, free, entries
+end
+
 --- Stores a value (a number or a list) under its name.
 function ltkernel.set(kernel, name, value)
   for _, h in ipairs(ltkernel.hypers(kernel)) do

@@ -27,8 +27,18 @@
 -- the value and the gradients keyed by W's low-rank leaf, v's diagonal,
 -- K's leaves and σ²'s identity (exact below max_cholesky_size, the
 -- stochastic estimate above).
+--
+-- task_noise = true (GPyTorch's MultitaskGaussianLikelihood by default):
+-- each task a has a noise variance τ_a of its own added to the shared σ²,
+-- Ky = B ⊗ K + diag(σ² + τ_a) ⊗ I, both fitted above the floor 1e-4 (the
+-- data fix only their sums). The eigen rule needs one noise for all, so
+-- this takes the general path above (exact below max_cholesky_size, an
+-- (nt)³ Cholesky factor) even with every value observed.
 local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
+local custom = require "lazytensor.gp.custom"
 
 local multitask = {}
 
@@ -37,7 +47,8 @@ local log, exp, pi, sqrt = math.log, math.exp, math.pi, math.sqrt
 local MT = {}
 MT.__index = MT
 
-local KEYS = {"x", "y", "kernel", "rank", "noise", "mean", "fixed"}
+local KEYS = {"x", "y", "kernel", "rank", "noise", "task_noise", "mean", "fixed", "bounds",
+              "priors"}
 
 -- Y as a Lua array of n rows of t numbers (NaN: missing), from a tensor or table.
 local function target_rows(h, y, n)
@@ -107,6 +118,20 @@ local function initial_B(C, t, r)
   return W, v
 end
 
+-- The multitask model's own hyperparameters for gp.parse_hyper: the
+-- tasks' variances v, and the per-task noises (with the floor when fitted).
+local function hyper_extra(self)
+  local extra = {values = {task_variance = self.v}, free = {task_variance = true}, defaults = {}}
+  if self.task_noise then
+    extra.values.task_noise = self.task_noise
+    if not self.fixed.task_noise then
+      extra.free.task_noise = true
+      extra.defaults.task_noise = {hyper.NOISE_FLOOR, math.huge}
+    end
+  end
+  return extra
+end
+
 --- The model's constructor, given init.lua's shared helpers (h.fail,
 -- h.to_points, h.options, h.check_noise, h.fit).
 function multitask.constructor(h)
@@ -126,7 +151,13 @@ function multitask.constructor(h)
     if type(r) ~= "number" or r ~= math.floor(r) or r < 1 or r > t then
       h.fail("multitask: rank = %s must be a whole number from 1 to t = %d", tostring(r), t)
     end
-    local fixed = h.options("multitask fixed", spec.fixed, {"noise", "mean"})
+    local fixed = h.options("multitask fixed", spec.fixed, {"noise", "task_noise", "mean"})
+    if spec.task_noise ~= nil and type(spec.task_noise) ~= "boolean" then
+      h.fail("multitask: task_noise must be true or false, got %s", type(spec.task_noise))
+    end
+    if fixed.task_noise and not spec.task_noise then
+      h.fail("multitask: fixed.task_noise needs task_noise = true")
+    end
     local mean_kind = spec.mean or "constant"
     if mean_kind ~= "constant" and mean_kind ~= "zero" then
       h.fail("mean must be 'constant' or 'zero', got %s", tostring(mean_kind))
@@ -147,17 +178,52 @@ function multitask.constructor(h)
     local W, v = initial_B(C, t, r)
     local self = setmetatable({
       points = points, X = lt.tensor(points), n = n, d = d, t = t, rank = r,
-      rows = rows, observed = observed, complete = #observed == n * t,
+      rows = rows, observed = observed,
+      -- the eigen rule needs one noise for all: per-task noise takes the
+      -- general path (a lazy Kronecker + diagonal) even with every value observed
+      complete = #observed == n * t and not spec.task_noise,
       kernel = spec.kernel, W = W, v = v, noise = noise,
       mean_kind = mean_kind, means = {},
-      fixed = {noise = fixed.noise or nil, mean = fixed.mean or nil}, h = h,
+      fixed = {noise = fixed.noise or nil, task_noise = fixed.task_noise or nil,
+               mean = fixed.mean or nil}, h = h,
     }, MT)
     for a = 1, t do self.means[a] = mean_kind == "zero" and 0 or means[a] end
+    if spec.task_noise then
+      -- each task's own noise starts at 1% of its variance, above the floor
+      self.task_noise = {}
+      for a = 1, t do self.task_noise[a] = math.max(0.01 * C[a][a], 2 * hyper.NOISE_FLOOR) end
+    end
+    h.parse_hyper(self, spec, spec.noise == nil and total_var, hyper_extra(self))
     return self
   end
 end
 
 ------------------------------------------------------------ parameters --
+
+--- The hyperparameters' names → values (gp/hyper.lua's log-space models):
+-- the kernel's, task_variance (v, t values), noise (σ²) and task_noise.
+function MT:hyper_values()
+  local values = ltkernel.log_space(self.kernel)
+  values.task_variance, values.noise, values.task_noise = self.v, self.noise, self.task_noise
+  return values
+end
+
+--- For each entry of get_vector, its hyperparameter's name (false: W and the means).
+function MT:hyper_entries()
+  local _, _, entries = ltkernel.log_space(self.kernel)
+  local function add(name, count)
+    for _ = 1, count do entries[#entries + 1] = name end
+  end
+  add(false, self.t * self.rank)
+  add("task_variance", self.t)
+  if not self.fixed.noise then add("noise", 1) end
+  if self.task_noise and not self.fixed.task_noise then add("task_noise", self.t) end
+  if self.mean_kind == "constant" and not self.fixed.mean then add(false, self.t) end
+  return entries
+end
+
+-- raw_vector, set_raw_vector, log_prior, log_posterior, log_posterior_and_grad
+hyper.install(MT)
 
 --- The kernel's log-hyperparameters, W (t×r, row by row), log v (t), log σ²
 -- (unless fixed), the t constant means (unless fixed or zero).
@@ -168,6 +234,9 @@ function MT:get_vector()
   end
   for a = 1, self.t do out[#out + 1] = log(self.v[a]) end
   if not self.fixed.noise then out[#out + 1] = log(self.noise) end
+  if self.task_noise and not self.fixed.task_noise then
+    for a = 1, self.t do out[#out + 1] = log(self.task_noise[a]) end
+  end
   if self.mean_kind == "constant" and not self.fixed.mean then
     for a = 1, self.t do out[#out + 1] = self.means[a] end
   end
@@ -194,6 +263,14 @@ function MT:set_vector(vec)
     off = off + 1
     self.noise = exp(vec[off])
   end
+  if self.task_noise and not self.fixed.task_noise then
+    local tau = {}
+    for a = 1, self.t do
+      off = off + 1
+      tau[a] = exp(vec[off])
+    end
+    self.task_noise = tau
+  end
   if self.mean_kind == "constant" and not self.fixed.mean then
     for a = 1, self.t do
       off = off + 1
@@ -217,6 +294,11 @@ end
 -- kinds: gp/structure.lua's plan), else the dense K itself, linked by its
 -- derivative matrices.
 local function kernel_matrix(self, P1, P2)
+  if custom.contains(self.kernel) then -- gp.kernels.custom: differentiated by lt.grad (custom_mll)
+    local K = custom.operator(self.kernel, nil, nil, P1, P2, {})
+    if P2 == nil then K = lt.psd(K) end
+    return K
+  end
   local plan = structure.c_plan(self.kernel)
   local params = self.kernel:parameters()
   if plan then
@@ -294,8 +376,21 @@ local function complete_mll(self, want_grad)
   return value, grad
 end
 
--- Some values missing: the lazy (B ⊗ K)[obs, obs] + σ²I and
--- inv_quad_logdet{grad = true} on it.
+-- The task of the observation at idx (task by task, n per task).
+local function task_of(self, idx)
+  return math.floor((idx - 1) / self.n) + 1
+end
+
+-- The per-task noises of the observations (a 1-d tensor), or nil.
+local function task_noise_vector(self)
+  if not self.task_noise then return nil end
+  local per = {}
+  for j, idx in ipairs(self.observed) do per[j] = self.task_noise[task_of(self, idx)] end
+  return lt.tensor(per)
+end
+
+-- Some values missing, or per-task noise: the lazy (B ⊗ K)[obs, obs] + σ²I
+-- (+ diag(τ_task) with per-task noise) and inv_quad_logdet{grad = true} on it.
 local function masked_mll(self, want_grad)
   local n, t = self.n, self.t
   local K, to_params = kernel_matrix(self, self.points)
@@ -310,6 +405,9 @@ local function masked_mll(self, want_grad)
     Kfactor = lt.submatrix(K, all)
   end
   local Ky = lt.submatrix(lt.kron(Wleaf + vleaf, Kfactor), self.observed) + N
+  local tau = task_noise_vector(self)
+  local T = tau and lt.diag(tau)
+  if T then Ky = Ky + T end
   local R = residuals(self)
   local r = {}
   for j, idx in ipairs(self.observed) do
@@ -332,6 +430,15 @@ local function masked_mll(self, want_grad)
   local gv = grads[vleaf] and grads[vleaf].diag or lt.zeros(t)
   for a = 1, t do grad[#grad + 1] = -0.5 * gv[a] * self.v[a] end
   if not self.fixed.noise then grad[#grad + 1] = -0.5 * grads[N].scale * self.noise end
+  if T and not self.fixed.task_noise then
+    local gT, sums = grads[T].diag, {}
+    for a = 1, t do sums[a] = 0 end
+    for j, idx in ipairs(self.observed) do
+      local a = task_of(self, idx)
+      sums[a] = sums[a] + gT[j]
+    end
+    for a = 1, t do grad[#grad + 1] = -0.5 * sums[a] * self.task_noise[a] end
+  end
   if self.mean_kind == "constant" and not self.fixed.mean then
     local alpha = grads[r].values * 0.5
     local sums = {}
@@ -345,14 +452,73 @@ local function masked_mll(self, want_grad)
   return value, grad
 end
 
+-- With a custom kernel in the tree (gp.kernels.custom): the MLL from
+-- lazytensor operations, Ky = (B ⊗ K)[obs, obs] + σ²I (+ diag(τ_task)), B =
+-- lt.lowrank(W) + lt.diag(v), and lt.mvn's log_prob, at lt.grad's
+-- parameters p (nil: the current values): p.kernel (custom.kernel_params'
+-- list, index its kernels), p.W, p.log_v, p.log_noise, p.log_tau, p.means
+-- when free. Exact (an (nt)³ Cholesky factor) up to max_cholesky_size, the
+-- stochastic estimate above: the eigen rule of complete_mll is not used.
+local function custom_mll(self, p, index)
+  p = p or {}
+  local n, t = self.n, self.t
+  local nobs = #self.observed
+  local K = lt.psd(custom.operator(self.kernel, index, p.kernel, self.points, nil, {}))
+  local v = p.log_v and p.log_v:exp() or lt.tensor(self.v)
+  local B = lt.lowrank(p.W or self.W) + lt.diag(v)
+  local KB = lt.kron(B, K)
+  if nobs < n * t then KB = lt.submatrix(KB, self.observed) end
+  local noise = p.log_noise and p.log_noise:exp() or self.noise
+  local Ky = KB + lt.identity(nobs, noise)
+  -- S: the observations' tasks (nobs×t, one 1 a row)
+  local S, yobs = lt.zeros(nobs, t), {}
+  for j, idx in ipairs(self.observed) do
+    local a = task_of(self, idx)
+    S:set(j, a, 1)
+    yobs[j] = self.rows[(idx - 1) % n + 1][a]
+  end
+  if self.task_noise then
+    local tau = p.log_tau and p.log_tau:exp() or lt.tensor(self.task_noise)
+    Ky = Ky + lt.diag(S * tau)
+  end
+  local r = lt.tensor(yobs) - S * (p.means or lt.tensor(self.means))
+  return lt.mvn(lt.zeros(nobs), lt.psd(Ky)):log_prob(r)
+end
+
+-- The MLL and its gradient (get_vector's order) with a custom kernel: lt.grad of custom_mll.
+local function custom_mll_and_grad(self)
+  local list, index = custom.kernel_params(self.kernel)
+  local params = {kernel = list, W = self.W, log_v = lt.tensor(self.v):log()}
+  if not self.fixed.noise then params.log_noise = log(self.noise) end
+  if self.task_noise and not self.fixed.task_noise then
+    params.log_tau = lt.tensor(self.task_noise):log()
+  end
+  if self.mean_kind == "constant" and not self.fixed.mean then
+    params.means = lt.tensor(self.means)
+  end
+  local grads, value = lt.grad(function(p) return custom_mll(self, p, index) end)(params)
+  local g = custom.kernel_grad(self.kernel, index, grads.kernel)
+  local function add(list_of)
+    for _, x in ipairs(list_of) do g[#g + 1] = x end
+  end
+  for _, row in ipairs(grads.W:totable()) do add(row) end
+  add(grads.log_v:totable())
+  if params.log_noise then g[#g + 1] = grads.log_noise end
+  if params.log_tau then add(grads.log_tau:totable()) end
+  if params.means then add(grads.means:totable()) end
+  return value, g
+end
+
 --- The marginal log-likelihood of the observed values.
 function MT:mll()
+  if custom.contains(self.kernel) then return custom_mll(self) end
   if self.complete then return (complete_mll(self, false)) end
   return (masked_mll(self, false))
 end
 
 --- The MLL and its gradient with respect to get_vector()'s parameters.
 function MT:mll_and_grad()
+  if custom.contains(self.kernel) then return custom_mll_and_grad(self) end
   if self.complete then return complete_mll(self, true) end
   return masked_mll(self, true)
 end
@@ -392,8 +558,9 @@ function MT:predict(xstar, opts)
     return mean, outer(prior, Bdiag) - explained
   end
   -- Missing values: the cross-covariance (B ⊗ K*x)[:, obs] and solves with Ky.
+  local tau = task_noise_vector(self)
   local Ky = lt.submatrix(lt.kron(lt.psd(B), lt.psd(Kd)), self.observed)
-             :add_diag(self.noise)
+             :add_diag(tau and tau + self.noise or self.noise)
   local all = {}
   for i = 1, t * ns do all[i] = i end
   local cross = lt.submatrix(lt.kron(B, Ks), all, self.observed):dense() -- t·n* × obs
@@ -419,9 +586,16 @@ function MT:describe()
     for b, v in ipairs(row) do cells[b] = string.format("%.4g", v) end
     rows[a] = "  " .. table.concat(cells, " ")
   end
-  return string.format("%s\nnoise = %.6g%s\ntask covariance B (rank %d + diagonal):\n%s",
+  local tau = ""
+  if self.task_noise then
+    local cells = {}
+    for a, v in ipairs(self.task_noise) do cells[a] = string.format("%.6g", v) end
+    tau = string.format("\ntask noise = {%s}%s", table.concat(cells, ", "),
+                        self.fixed.task_noise and " (fixed)" or "")
+  end
+  return string.format("%s\nnoise = %.6g%s%s\ntask covariance B (rank %d + diagonal):\n%s",
                        self.kernel:describe(), self.noise, self.fixed.noise and " (fixed)" or "",
-                       self.rank, table.concat(rows, "\n"))
+                       tau, self.rank, table.concat(rows, "\n"))
 end
 
 return multitask

@@ -29,6 +29,9 @@
 -- gradients add those of both operators and of the trace term's tr Kxx.
 local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
+local hyper = require "lazytensor.gp.hyper"
+local ltkernel = require "lazytensor.gp.ltkernel"
+local custom = require "lazytensor.gp.custom"
 
 local sgpr = {}
 
@@ -41,7 +44,8 @@ sgpr.block_entries = 4194304
 local SGPR = {}
 SGPR.__index = SGPR
 
-local KEYS = {"x", "y", "kernel", "inducing", "noise", "mean", "mean_value", "fixed", "jitter"}
+local KEYS = {"x", "y", "kernel", "inducing", "noise", "mean", "mean_value", "fixed", "jitter",
+              "bounds", "priors"}
 
 -- Evenly spread rows of x (in the data's order) as the initial inducing points.
 local function spread_rows(X, m)
@@ -90,8 +94,26 @@ local function trace_of_kernel(kernel, points)
   return total, g
 end
 
+-- Σ k(x_i, x_i) for a tree with a custom kernel (gp.kernels.custom): the
+-- diagonals of k(X_b, X_b) over blocks of TRACE_BLOCK rows (n·TRACE_BLOCK
+-- kernel entries, not n²), at the log hyperparameters p_kernel (nil: the
+-- current values; see custom.operator).
+local TRACE_BLOCK = 128
+local function custom_trace(self, index, p_kernel)
+  local total
+  for first = 1, self.n, TRACE_BLOCK do
+    local len = math.min(TRACE_BLOCK, self.n - first + 1)
+    local K = custom.operator(self.kernel, index, p_kernel, self.X:narrow(1, first, len), nil, {})
+    local s = K:dense():diagonal():sum()
+    total = total and total + s or s
+  end
+  return total
+end
+
 --- The model's constructor, given init.lua's shared helpers (h.fail,
--- h.to_points, h.to_vector, h.options, h.check_noise, h.fit).
+-- h.to_points, h.to_vector, h.options, h.check_noise, h.fit, h.parse_hyper).
+-- bounds and priors as gp.exact's (the kernel's hyperparameters and the
+-- noise, with its floor 1e-4 when fitted).
 function sgpr.constructor(h)
   SGPR.fit = h.fit
   return function(spec)
@@ -106,9 +128,10 @@ function sgpr.constructor(h)
     local n, d = X:size(1), X:size(2)
     kernel:check_inputs(d)
     local plan, why = structure.c_plan(kernel)
-    if not plan then
+    local is_custom = custom.contains(kernel)
+    if not plan and not is_custom then
       h.fail("sgpr needs a kernel lt.kernel computes (its kinds, and sums, products and scales "
-             .. "of them), got %s", why)
+             .. "of them, or gp.kernels.custom in them), got %s", why)
     end
     local y = h.to_vector(spec.y, n, "y", true)
     local fixed = h.options("sgpr fixed", spec.fixed, {"noise", "mean", "inducing"})
@@ -127,21 +150,46 @@ function sgpr.constructor(h)
       fixed = {noise = fixed.noise or nil, mean = fixed.mean or nil,
                inducing = fixed.inducing or nil},
       h = h,
+      -- a custom kernel in the tree: the bound from lazytensor operations,
+      -- differentiated by lt.grad (custom_bound)
+      custom = is_custom or nil,
     }, SGPR)
     self.m = self.Z:size(1)
     self.mean_value = self.mean_kind == "zero" and 0 or (spec.mean_value or ymean)
     if type(self.mean_value) ~= "number" then h.fail("mean_value must be a number") end
     -- A fixed jitter on Kzz's diagonal (part of the model: the bound and its
     -- gradient are those of Kzz + jitter·I), relative to the mean prior variance.
-    self.jitter = spec.jitter or 1e-6 * trace_of_kernel(kernel, points) / #points
+    self.jitter = spec.jitter or 1e-6 * (is_custom and custom_trace(self) or
+                                         trace_of_kernel(kernel, points)) / #points
     if type(self.jitter) ~= "number" or not (self.jitter >= 0) then -- luacheck: ignore 581
       h.fail("sgpr: jitter must be a non-negative number")
     end
+    h.parse_hyper(self, spec, spec.noise == nil and yvar)
     return self
   end
 end
 
 ------------------------------------------------------------ parameters --
+
+--- The hyperparameters' names → values (gp/hyper.lua's log-space models).
+function SGPR:hyper_values()
+  local values = ltkernel.log_space(self.kernel)
+  values.noise = self.noise
+  return values
+end
+
+--- For each entry of get_vector, its hyperparameter's name (false: the
+-- mean and the inducing points).
+function SGPR:hyper_entries()
+  local _, _, entries = ltkernel.log_space(self.kernel)
+  if not self.fixed.noise then entries[#entries + 1] = "noise" end
+  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = false end
+  for _ = 1, self.fixed.inducing and 0 or self.m * self.d do entries[#entries + 1] = false end
+  return entries
+end
+
+-- raw_vector, set_raw_vector, log_prior, log_posterior, log_posterior_and_grad
+hyper.install(SGPR)
 
 --- log hyperparameters (kernel's, log σ², the constant mean), then the
 -- inducing points' coordinates (row by row) unless fixed.inducing.
@@ -188,8 +236,10 @@ end
 
 ------------------------------------------------------------ the bound --
 
--- The kernel's tree of C operators (gp/structure.lua's plan).
+-- The kernel's tree of C operators (gp/structure.lua's plan; nil with a
+-- custom kernel).
 local function components(self)
+  if self.custom then return nil end
   return (structure.c_plan(self.kernel))
 end
 
@@ -216,8 +266,10 @@ local function project(plan, A)
 end
 
 -- The kernel's operator between A and B (n×d tensors; B nil: A with
--- itself), and the list of its lt.kernel leaves.
-local function kernel_op(plan, A, B)
+-- itself), and the list of its lt.kernel leaves (none with a custom kernel:
+-- custom.operator's tree at the current values).
+local function kernel_op(self, plan, A, B)
+  if self.custom then return custom.operator(self.kernel, nil, nil, A, B, {}) end
   return structure.plan_operator(plan, project(plan, A), B and project(plan, B))
 end
 
@@ -265,12 +317,12 @@ end
 local function factor(self)
   local comps = components(self)
   local m = self.m
-  local Kzz = kernel_op(comps, self.Z):dense():add_diag(self.jitter)
+  local Kzz = kernel_op(self, comps, self.Z):dense():add_diag(self.jitter)
   local Lz = bound_cholesky(self, Kzz, "Kzz")
   local r = self.y - self.mean_value
   local P, c = lt.zeros(m, m), lt.zeros(m)
   each_block(self, r, function(Xb, rb)
-    local Ub = kernel_op(comps, Xb, self.Z):dense()
+    local Ub = kernel_op(self, comps, Xb, self.Z):dense()
     local UbT = Ub:t()
     P = P + UbT * Ub
     c = c + UbT * rb
@@ -301,8 +353,53 @@ local function bound(self, f)
          {quad = quad, logdet = logdet, trK = trK, trM = trM, rr = rr}
 end
 
+-- The bound with a custom kernel in the tree, from lazytensor operations
+-- (the same whitened form as factor and bound: Lz, V = Lz⁻¹Kzx, B = I +
+-- V·Vᵀ/σ², tr Q = ‖V‖²), at lt.grad's parameters p (nil: the current
+-- values): p.kernel (custom.kernel_params' list, index its kernels),
+-- p.log_noise, p.mean, p.Z when free. Kxz is made whole (n×m), not by blocks.
+local function custom_bound(self, p, index)
+  p = p or {}
+  local n, m = self.n, self.m
+  local Z = p.Z or self.Z
+  local log_s2 = p.log_noise or log(self.noise)
+  local s2 = p.log_noise and p.log_noise:exp() or self.noise
+  local r = self.y - (p.mean or self.mean_value)
+  local Kzz = custom.operator(self.kernel, index, p.kernel, Z, nil, {}):dense()
+  local Kxz = custom.operator(self.kernel, index, p.kernel, self.X, Z, {}):dense()
+  local Lz = bound_cholesky(self, Kzz:add_diag(self.jitter), "Kzz")
+  local V = lower_solve(Lz, Kxz:t()) -- m×n
+  local LB = bound_cholesky(self, symmetrize(V * V:t()) * (1 / s2) + lt.eye(m), "B")
+  local w = lower_solve(LB, V * r)
+  local quad = (r:dot(r) - w:dot(w) / s2) / s2
+  local logdet = 2 * LB:diagonal():log():sum() + n * log_s2
+  local trK = custom_trace(self, index, p.kernel)
+  local trM = V:cmul(V):sum()
+  return -0.5 * (quad + logdet + n * log(2 * pi)) - (trK - trM) / (2 * s2)
+end
+
+-- The bound and its gradient (get_vector's order) with a custom kernel: lt.grad of custom_bound.
+local function custom_mll_and_grad(self)
+  local list, index = custom.kernel_params(self.kernel)
+  local params = {kernel = list}
+  if not self.fixed.noise then params.log_noise = log(self.noise) end
+  if self.mean_kind == "constant" and not self.fixed.mean then params.mean = self.mean_value end
+  if not self.fixed.inducing then params.Z = self.Z end
+  local grads, value = lt.grad(function(p) return custom_bound(self, p, index) end)(params)
+  local g = custom.kernel_grad(self.kernel, index, grads.kernel)
+  if params.log_noise then g[#g + 1] = grads.log_noise end
+  if params.mean then g[#g + 1] = grads.mean end
+  if params.Z then
+    for _, row in ipairs(grads.Z:totable()) do
+      for _, z in ipairs(row) do g[#g + 1] = z end
+    end
+  end
+  return value, g
+end
+
 --- The collapsed lower bound F ≤ log p(y) (a number).
 function SGPR:mll()
+  if self.custom then return custom_bound(self) end
   return (bound(self, factor(self)))
 end
 
@@ -328,6 +425,7 @@ end
 
 --- The bound and its gradient with respect to get_vector()'s parameters.
 function SGPR:mll_and_grad()
+  if self.custom then return custom_mll_and_grad(self) end
   local f = factor(self)
   local value, parts = bound(self, f)
   local s2, m = self.noise, self.m
@@ -359,7 +457,7 @@ function SGPR:mll_and_grad()
   local alpha_sq, alpha_sum = 0, 0
   -- Kxz, a block of rows at a time: cotangent [Kxz_b | α_b]·Rᵀ.
   each_block(self, f.r, function(Xb, rb)
-    local K, kparts = kernel_op(f.comps, Xb, self.Z)
+    local K, kparts = kernel_op(self, f.comps, Xb, self.Z)
     local len = Xb:size(1)
     local L = lt.zeros(len, m + 1)
     local Kb = K:dense()
@@ -372,7 +470,7 @@ function SGPR:mll_and_grad()
     L:free()
   end)
   -- Kzz (jitter is a constant): <Wzz, ∂Kzz>.
-  local Kz, zparts = kernel_op(f.comps, self.Z)
+  local Kz, zparts = kernel_op(self, f.comps, self.Z)
   add_kernel_grads(self, f.comps, Kz:bilinear_derivative(Wzz, lt.eye(m)), zparts, grad, "x1",
                    zgrad)
   -- The trace term's −tr Kxx / (2σ²).
@@ -410,7 +508,7 @@ local function test_tensor(self, xstar) return self.h.test_points_tensor(xstar, 
 -- K*z·Σ⁻¹·c/σ² + m = V2ᵀ·LB⁻¹·Lz⁻¹·c/σ² + m.
 local function predictive_parts(self, star)
   local f = factor(self)
-  local Kzs = kernel_op(f.comps, self.Z, star):dense()
+  local Kzs = kernel_op(self, f.comps, self.Z, star):dense()
   local V1 = lower_solve(f.Lz, Kzs)
   local V2 = lower_solve(f.LB, V1)
   local w = lower_solve(f.LB, lower_solve(f.Lz, f.c))
@@ -436,7 +534,7 @@ end
 function SGPR:posterior(xstar)
   local star = test_tensor(self, xstar)
   local f, V1, V2, mean = predictive_parts(self, star)
-  local Kss = kernel_op(f.comps, star)
+  local Kss = kernel_op(self, f.comps, star)
   return lt.mvn(mean, lt.psd(Kss - lt.lowrank(V1:t():contiguous())
                              + lt.lowrank(V2:t():contiguous())))
 end

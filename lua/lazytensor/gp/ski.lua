@@ -192,4 +192,53 @@ function ski.build(kernel, points, opts)
   return cov
 end
 
+-- A custom kernel's (gp.kernels.custom) K_grid is k(G, G) over the grid's
+-- points, dense (its structure is unknown: neither Toeplitz nor separable
+-- can be assumed), so the grid is smaller by default and capped.
+ski.CUSTOM_DEFAULT_GRID = {[1] = 1000, [2] = 30, [3] = 12}
+ski.MAX_CUSTOM_CELLS = 4096
+
+--- For a tree with a custom kernel (gp/custom.lua's SKI covariance): the
+-- interpolation W of the points, the grid's points G (m^d rows of d
+-- coordinates, dimension 1 slowest: the order of lt.interp's columns and
+-- of a Kronecker product), and interp(star) → W* for test points inside
+-- the grid (nil outside).
+function ski.custom_grid(points, opts)
+  local n, d = #points, #points[1]
+  if d > 3 then fail("SKI interpolates in 1 to 3 dimensions, x has %d", d) end
+  local m = opts.grid or ski.CUSTOM_DEFAULT_GRID[d]
+  if type(m) ~= "number" or m ~= math.floor(m) or m < 4 then
+    fail("grid = %s must be a whole number of at least 4 points per dimension", tostring(m))
+  end
+  if m ^ d > ski.MAX_CUSTOM_CELLS then
+    fail("a custom kernel's K_grid is k(G, G) over the grid's points, dense (Toeplitz or "
+         .. "Kronecker structure cannot be assumed of it): grid = %d in %d-d is %d cells, more "
+         .. "than the %d allowed; take a smaller grid", m, d, m ^ d, ski.MAX_CUSTOM_CELLS)
+  end
+  local axes = grid_axes(points, m)
+  local grids = interp_grids(axes)
+  local G = {}
+  local idx = {}
+  for k = 1, d do idx[k] = 0 end
+  for _ = 1, m ^ d do
+    local row = {}
+    for k, a in ipairs(axes) do row[k] = a.lo + idx[k] * a.h end
+    G[#G + 1] = row
+    for k = d, 1, -1 do -- the last dimension fastest
+      idx[k] = idx[k] + 1
+      if idx[k] < m then break end
+      idx[k] = 0
+    end
+  end
+  local function interp(star)
+    if not inside(axes, star) then return nil end
+    return lt.interp(lt.tensor(star), grids)
+  end
+  local size = d > 1 and string.format("%d^%d", m, d) or tostring(m)
+  return {W = lt.interp(lt.tensor(points), grids), G = G, interp = interp,
+          explain = string.format("ski: %d inputs interpolated (cubic, 4^%d weights a row) from "
+                                  .. "a regular grid of %s points; K ≈ W·K_grid·Wᵀ with K_grid "
+                                  .. "= k(G, G) of the custom kernel, dense", n, d, size)}
+end
+
 return ski

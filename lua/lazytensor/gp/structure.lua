@@ -762,12 +762,14 @@ function structure.build(kernel, points, opts)
   kernel:check_inputs(#points[1])
   local custom = require "lazytensor.gp.custom"
   if custom.contains(kernel) then -- lt.grad's
-    if (opts.structure or "auto") ~= "auto" or opts.make_kernel then
+    local want = opts.structure or "auto"
+    if (want ~= "auto" and want ~= "ski") or opts.make_kernel then
       error("lazytensor: gp: a custom kernel's covariance is what its k returns; structure = '"
             .. tostring(opts.structure or "kernel") .. "' (or distributed) is not available "
-            .. "for it", 0)
+            .. "for it (structure = 'auto' or 'ski')", 0)
     end
-    return custom.build(kernel, points)
+    if want == "ski" then check_ski_grid(opts.grid, #points[1]) end
+    return custom.build(kernel, points, {structure = want, grid = opts.grid})
   end
   local want = opts.structure or "auto"
   if opts.make_kernel then
