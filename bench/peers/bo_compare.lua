@@ -102,6 +102,7 @@ local function normalise(r)
     r.step_wall_total_s = r.wall_s_per_step * r.steps
     r.step_cpu_total_s = r.cpu_s_per_step * r.steps
   end
+  -- bo_regret.lua runs at lt.settings.num_threads = 1 (it says so in no field)
   r.workload, r.op, r.threads = "BO", "bo_run", r.threads or 1
   return r
 end

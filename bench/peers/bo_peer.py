@@ -62,7 +62,6 @@ import os
 import statistics
 import sys
 import time
-import warnings
 
 THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
