@@ -5,6 +5,7 @@
 -- callback and the history.
 local lt = require "lazytensor"
 local bo = require "lazytensor.bo"
+local gp = require "lazytensor.gp"
 local design = require "lazytensor.bo.design"
 local problems = require "lazytensor.bo.problems"
 
@@ -219,8 +220,13 @@ describe("bo.minimize", function()
   local bounds = problems.branin.bounds
 
   it("on Branin beats random search's median and gets close to the optimum", function()
+    -- The median of 5 seeds: with these small settings one run's regret is
+    -- chaotic in the last bits of the fit (over 40 seeds the median is 0.017
+    -- to 0.019 whether the loop fits the model itself or by model:fit, 4 and
+    -- 9 of the 40 runs end above 0.05), and seeds 1-3's median moved from 0.039
+    -- to 0.052 with a change of 10⁻⁷ in the log posterior.
     local budget, found, random = 25, {}, {}
-    for seed = 1, 3 do
+    for seed = 1, 5 do
       local _, y = bo.minimize(branin, bounds, opts{budget = budget, seed = seed})
       found[seed] = y
       -- random search: the same budget of uniform points
@@ -316,6 +322,50 @@ describe("bo.minimize", function()
     assert.is_true(h.model.fixed.noise)
     -- the model's noise is the known variance over the values' variance
     assert.is_true(math.abs(h.model.noise - 0.25 / h.transform.std ^ 2) < 1e-12)
+  end)
+
+  it("builds its model with BoTorch's priors and the noise floor, kept by condition", function()
+    local _, _, h = bo.minimize(branin, bounds, opts{budget = 9, seed = 2, refit_every = 2})
+    -- the last step (k = 4) refitted, the one before conditioned (k = 3)
+    local function check(model)
+      local names = {}
+      for name, p in pairs(model.priors) do names[#names + 1] = name .. " " .. p:describe() end
+      table.sort(names)
+      assert.are.same({"lengthscale gamma(3, 6)", "noise gamma(1.1, 0.05)",
+                       "variance gamma(2, 0.15)"}, names)
+      assert.are.same({noise = {1e-4, math.huge}}, model.bounds)
+      assert.is_true(model.noise > 1e-4)
+    end
+    check(h.model)
+    assert.is_table(h[9].fit)
+    -- the fit is the model's own: its log posterior is the model's
+    assert.is_true(math.abs(h[9].fit.log_posterior - h.model:log_posterior()) < 1e-8)
+    check(h.model:condition({{0.5, 0.5}}, {0}))
+    -- a step by model:condition keeps them as well
+    local _, _, h2 = bo.minimize(branin, bounds, opts{budget = 8, seed = 2, refit_every = 5})
+    assert.is_nil(h2[8].fit)
+    check(h2.model)
+  end)
+
+  it("gives a caller's kernel the priors of the names it has, the noise's always", function()
+    local function prior_names(model)
+      local names = {}
+      for name in pairs(model.priors) do names[#names + 1] = name end
+      table.sort(names)
+      return names
+    end
+    local _, _, h = bo.minimize(branin, bounds, opts{budget = 7, seed = 1,
+      kernel = gp.kernels.rbf{lengthscale = {0.3, 0.3}, variance = 1}})
+    assert.are.same({"lengthscale", "noise", "variance"}, prior_names(h.model))
+    -- a tree's hyperparameters are k<i>_<name>: only the noise's prior and floor
+    local _, _, h2 = bo.minimize(branin, bounds, opts{budget = 7, seed = 1,
+      kernel = gp.kernels.rbf{lengthscale = 0.3} + gp.kernels.matern52{lengthscale = 0.5}})
+    assert.are.same({"noise"}, prior_names(h2.model))
+    assert.are.same({noise = {1e-4, math.huge}}, h2.model.bounds)
+    -- a known noise: no prior or bound on it
+    local _, _, h3 = bo.minimize(branin, bounds, opts{budget = 7, seed = 1, noise = 0.01})
+    assert.are.same({"lengthscale", "variance"}, prior_names(h3.model))
+    assert.are.same({}, h3.model.bounds)
   end)
 
   it("maximises with maximize = true", function()

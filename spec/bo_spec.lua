@@ -152,7 +152,7 @@ local function model1()
   local y = {}
   for i, x in ipairs(X1) do y[i] = f1(x) end
   return gp.exact{x = X1, y = y, kernel = gp.kernels.rbf{lengthscale = 0.15, variance = 1},
-                  noise = 1e-4, mean = "zero"}, y
+                  noise = 1e-4, fixed = {noise = true}, mean = "zero"}, y
 end
 
 local function min_of(t)
@@ -474,7 +474,7 @@ describe("bo.thompson", function()
     end
     local model = gp.exact{x = xs, y = ys, kernel = gp.kernels.rbf{lengthscale = 0.2,
                                                                     variance = 1},
-                           noise = 1e-6, mean = "zero"}
+                           noise = 1e-6, fixed = {noise = true}, mean = "zero"}
     local x, v = bo.thompson(model, {{0}, {1}}, {samples = 8, n_candidates = 400, seed = 3})
     assert.are.same({8, 1}, x:shape())
     assert.are.same({8}, v:shape())

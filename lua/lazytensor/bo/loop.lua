@@ -13,9 +13,10 @@
 -- refit_every steps, by a new model whose hyperparameters are refitted
 -- starting from the current ones. The model works on inputs mapped to the
 -- unit cube by the bounds and on values standardised (mean 0, variance 1)
--- as BoTorch's Normalize and Standardize do; its hyperparameters are
--- maximum a posteriori under BoTorch's (0.11) Gamma priors, the noise kept
--- above 1e-4 (standardised).
+-- as BoTorch's Normalize and Standardize do; it is built with BoTorch's
+-- (0.11) Gamma priors and the noise floor 1e-4 (standardised) as gp.exact's
+-- priors and bounds, and its hyperparameters are gp.exact's fit: maximum a
+-- posteriori.
 --
 -- The failure rule: an evaluation of f that raises an error, or returns
 -- something other than a finite number, is recorded in the history as
@@ -27,7 +28,7 @@
 -- gave a table there (minimize fills it as it goes, whatever stops it).
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
-local optim = require "lazytensor.optim"
+local ltkernel = require "lazytensor.gp.ltkernel"
 local design = require "lazytensor.bo.design"
 
 local loop = {}
@@ -63,11 +64,31 @@ local OPTIONS = {
 }
 
 -- BoTorch 0.11's SingleTaskGP priors (get_matern_kernel_with_gamma_prior,
--- get_gaussian_likelihood_with_gamma_prior) and its noise floor.
-local NOISE_FLOOR = 1e-4
+-- get_gaussian_likelihood_with_gamma_prior) and its noise floor
+-- (MIN_INFERRED_NOISE_LEVEL = 1e-4, gp.exact's default floor), given to
+-- gp.exact as its priors and bounds.
+local NOISE_FLOOR = require("lazytensor.gp.hyper").NOISE_FLOOR
 local function default_priors()
   return {lengthscale = gp.priors.gamma(3, 6), variance = gp.priors.gamma(2, 0.15),
           noise = gp.priors.gamma(1.1, 0.05)}
+end
+
+-- The priors and bounds of the model over kernel: the default priors on the
+-- hyperparameters of that name the kernel has (a single kernel's
+-- "lengthscale" and "variance"; a tree's are named k<i>_<name> and get
+-- none), the noise prior and floor when the noise is learnt.
+local function hyper_spec(kernel, known_noise)
+  local names = ltkernel.log_space(kernel)
+  local priors, bounds = {}, {}
+  for name, p in pairs(default_priors()) do
+    if name == "noise" then
+      if not known_noise then priors.noise = p end
+    elseif names[name] ~= nil then
+      priors[name] = p
+    end
+  end
+  if not known_noise then bounds.noise = {NOISE_FLOOR, math.huge} end
+  return priors, bounds
 end
 -- Starting values: the priors' modes (lengthscale 1/3; the outputscale's
 -- mode 6.7 is far above a standardised variance, so 1), noise 1e-2.
@@ -299,7 +320,9 @@ local function new_model(state, tr)
   end
   -- "kernel": the structure whose posterior lt.grad follows to the candidates
   -- (never Toeplitz, whatever the points' spacing)
-  local spec = {x = lt.tensor(X), y = lt.tensor(y), kernel = kernel, structure = "kernel"}
+  local priors, bounds = hyper_spec(kernel, o.noise ~= nil)
+  local spec = {x = lt.tensor(X), y = lt.tensor(y), kernel = kernel, structure = "kernel",
+                priors = priors, bounds = bounds}
   if o.noise then
     spec.noise, spec.fixed = o.noise / (tr.std * tr.std), {noise = true}
   else
@@ -308,64 +331,19 @@ local function new_model(state, tr)
   return gp.exact(spec)
 end
 
--- MAP hyperparameters: MLL + Σ log prior, maximised by L-BFGS over u, where
--- the noise is σ² = floor + e^u (kept above the floor) and every other
--- entry is get_vector()'s. The MLL's gradient is the model's; the priors'
--- and the noise map's derivatives come from lt.grad.
-local function prior_terms(L, priors)
-  return lt.grad(function(u, g)
-    local d = L.d
-    local ls = u:narrow(1, 1, d)
-    local total = (ls * g:narrow(1, 1, d)):sum() + priors.lengthscale:log_density(ls:exp())
-    local lv = u[L.variance]
-    total = total + lv * g[L.variance] + priors.variance:log_density(lv:exp())
-    if L.noise then
-      local s2 = u[L.noise]:exp() + NOISE_FLOOR
-      total = total + s2:log() * g[L.noise] + priors.noise:log_density(s2)
-    end
-    return total + u[L.mean] * g[L.mean]
-  end)
-end
-
-local function vector_of(L, u)
-  local v = {unpack(u)}
-  if L.noise then v[L.noise] = math.log(NOISE_FLOOR + math.exp(u[L.noise])) end
-  return v
-end
-
-local function unconstrained_of(L, v)
-  local u = {unpack(v)}
-  if L.noise then
-    u[L.noise] = math.log(math.max(math.exp(v[L.noise]) - NOISE_FLOOR, NOISE_FLOOR * 1e-3))
+-- The fit: the model's own (gp.exact's fit maximises its log posterior,
+-- MLL + Σ log prior, through its bounds by L-BFGS), from the hyperparameters
+-- the model has. A fit that raises (a start whose factorisation fails)
+-- leaves the start.
+local function fit(model, max_iter)
+  local start = model:get_vector()
+  local ok, r = pcall(model.fit, model, {max_iter = max_iter})
+  if not ok then
+    model:set_vector(start)
+    return {log_posterior = -math.huge, iterations = 0, reason = tostring(r)}
   end
-  return u
-end
-
-local function fit_map(model, L, max_iter)
-  local terms = prior_terms(L, default_priors())
-  local function objective(u)
-    local v = vector_of(L, u)
-    model:set_vector(v)
-    local ok, mll, g = pcall(model.mll_and_grad, model)
-    if not ok or not finite(mll) then
-      local zero = {}
-      for i = 1, #u do zero[i] = 0 end
-      return -math.huge, zero
-    end
-    local grads, h = terms(lt.tensor(u), lt.tensor(g))
-    local gv = 0
-    for i = 1, #g do gv = gv + g[i] * v[i] end
-    return mll + (h - gv), grads:totable()
-  end
-  local u0 = unconstrained_of(L, model:get_vector())
-  local ok, best, value, info = pcall(optim.lbfgs, objective, u0,
-                                      {maximize = true, max_iter = max_iter})
-  if not ok then -- the start itself not finite: keep the start
-    model:set_vector(vector_of(L, u0))
-    return {log_posterior = -math.huge, iterations = 0, reason = tostring(best)}
-  end
-  model:set_vector(vector_of(L, best))
-  return {log_posterior = value, iterations = info.iterations, reason = info.reason}
+  return {log_posterior = r.log_posterior or r.mll, mll = r.mll, iterations = r.iterations,
+          reason = r.reason}
 end
 
 -- A new model over every point so far, standardised afresh, its
@@ -382,13 +360,7 @@ local function refit(state)
     if L.noise then v[L.noise] = math.log(START.noise) end
     model:set_vector(v)
   end
-  local info
-  if state.o.kernel then -- a kernel of the caller's: its own hyperparameters, the MLL
-    local r = model:fit{max_iter = state.o.fit_iter}
-    info = {log_posterior = r.mll, iterations = r.iterations, reason = r.reason}
-  else
-    info = fit_map(model, L, state.o.fit_iter)
-  end
+  local info = fit(model, state.o.fit_iter)
   state.model, state.transform = model, tr
   return info
 end
@@ -601,7 +573,8 @@ end
 -- step; k: every k-th step, the others by model:condition), beta (UCB's,
 -- 2), callback(record, history) (returning true stops), noise (the
 -- observations' known variance; default learnt), kernel (a gp.kernels
--- kernel instead of Matérn-5/2 ARD; fitted by its MLL), maximize (true:
+-- kernel instead of Matérn-5/2 ARD; the default priors on its hyperparameters
+-- named lengthscale and variance, the noise's prior and floor), maximize (true:
 -- maximise f), history (a table to fill as the loop goes), restarts,
 -- raw_samples, samples (bo.optimize's and the MC acquisitions'), fit_iter.
 function loop.minimize(f, bounds, opts)
