@@ -334,10 +334,13 @@ end
 -- The fit: the model's own (gp.exact's fit maximises its log posterior,
 -- MLL + Σ log prior, through its bounds by L-BFGS), from the hyperparameters
 -- the model has. A fit that raises (a start whose factorisation fails)
--- leaves the start.
+-- leaves the start. fixed_probes = false: the model is exact (a Cholesky
+-- factor) at a loop's sizes, so the fit draws nothing, and with it the fit
+-- leaves lt's generator alone (fixed probes draw two seeds and reseed it),
+-- so that a seeded run's stream is the design's and the acquisitions'.
 local function fit(model, max_iter)
   local start = model:get_vector()
-  local ok, r = pcall(model.fit, model, {max_iter = max_iter})
+  local ok, r = pcall(model.fit, model, {max_iter = max_iter, fixed_probes = false})
   if not ok then
     model:set_vector(start)
     return {log_posterior = -math.huge, iterations = 0, reason = tostring(r)}
