@@ -106,7 +106,8 @@ test: deps
 
 RUN_LUA = LUA_CPATH='./?.so;;' LUA_PATH='./lua/?.lua;./lua/?/init.lua;;' $(LUA)
 DEMOS = examples/seed.lua examples/co2.lua examples/volcano.lua examples/learn_covariance.lua \
-        examples/diabetes_ard.lua examples/deep_kernel.lua examples/breast_cancer.lua
+        examples/diabetes_ard.lua examples/deep_kernel.lua examples/breast_cancer.lua \
+        examples/bo_demo.lua
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -1,9 +1,12 @@
 #!/bin/sh
-# bench/peers/run.sh [W5] [W8] [GPY]: lazytensor and linear_operator (with
+# bench/peers/run.sh [W5] [W8] [GPY] [BO]: lazytensor and linear_operator (with
 # torch autograd) side by side on the same problems, one after the other for
 # each problem so that both see the same load; GPY runs GPyTorch 1.12's own
-# model classes (bench/peers/gpy_peer.py's docstring lists its rows).
-# `make bench-peers` runs all three.
+# model classes (bench/peers/gpy_peer.py's docstring lists its rows); BO runs
+# lazytensor.bo.minimize (bench/bo_regret.lua) against a BoTorch-style loop
+# written with GPyTorch 1.12 (bench/peers/bo_peer.py) and random search on
+# the same initial designs, compared by bench/peers/bo_compare.lua.
+# `make bench-peers` runs all four.
 #
 # Each problem's data and exact answers are made by bench/peers/lt_side.lua
 # (into $BENCH_PEERS_DATA); bench/peers/peers.py reads them. Every
@@ -24,6 +27,10 @@
 #   BENCH_TIMEOUT       seconds per program (default 1800)
 #   BENCH_PEERS_GPY     GPY's rows (default "exact iterative predict love
 #                       sgpr bo")
+#   BENCH_BO_PROBLEMS   BO's problems, bench/bo_regret.lua's names, "name" or
+#                       "name:budget" (default "branin hartmann6 levy4":
+#                       budgets 30, 60, 60)
+#   BENCH_BO_SEEDS      BO's seeds = initial designs (default 10)
 #   LO_SRC              linear_operator tree (default ../linear_operator_src
 #                       beside the repository)
 #   GPYT_SRC            GPyTorch v1.12 tree (default ../gpytorch_src)
@@ -41,10 +48,12 @@ SIZES=${BENCH_PEERS_SIZES:-1000 4000 20000}
 KINDS=${BENCH_PEERS_KINDS:-rbf matern52}
 DIMS=${BENCH_PEERS_DIMS:-2 5}
 PATHS=${BENCH_PEERS_PATHS:-exact iterative}
-WORKLOADS=${*:-W5 W8 GPY}
+WORKLOADS=${*:-W5 W8 GPY BO}
 LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
 GPYT_SRC=${GPYT_SRC:-$ROOT/../gpytorch_src}
 GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo}
+BO_PROBLEMS=${BENCH_BO_PROBLEMS:-branin hartmann6 levy4}
+BO_SEEDS=${BENCH_BO_SEEDS:-10}
 export LO_SRC GPYT_SRC BENCH_THREADS="${BENCH_THREADS:-1}"
 # BLAS threads follow BENCH_THREADS on both sides
 export OPENBLAS_NUM_THREADS="$BENCH_THREADS" OMP_NUM_THREADS="$BENCH_THREADS"
@@ -131,9 +140,42 @@ for w in $WORKLOADS; do
         fi
       done
       ;;
-    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8, GPY)" >&2; exit 1 ;;
+    BO)
+      # lazytensor writes each problem's designs once (seeds 1..BO_SEEDS,
+      # its scrambled Sobol); the GPyTorch loop and random search read them
+      mkdir -p "$DIR/bo_designs" || exit 1
+      for p in $BO_PROBLEMS; do
+        if [ -f "$DIR/bo_designs/bo_init_${p%%:*}_1.txt" ]; then
+          designs="--designs $DIR/bo_designs"
+        else
+          designs="--write-designs $DIR/bo_designs"
+        fi
+        # shellcheck disable=SC2086
+        run lazytensor BO "$LUA" bench/bo_regret.lua --problems "$p" --seeds "$BO_SEEDS" \
+          --no-random $designs
+        if [ -n "$GPY_MISSING" ]; then
+          printf '{"workload":"BO","op":"*","system":"gpytorch","args":"BO %s","skipped":"%s"}\n' \
+            "$p" "$GPY_MISSING" | tee -a "$OUT"
+        else
+          # shellcheck disable=SC2046
+          run gpytorch BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" run "$p" $(seq "$BO_SEEDS")
+          # shellcheck disable=SC2046
+          run random BO "$PY" bench/peers/bo_peer.py "$DIR/bo_designs" random "$p" $(seq "$BO_SEEDS")
+        fi
+      done
+      ;;
+    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8, GPY, BO)" >&2; exit 1 ;;
   esac
 done
 printf '{"workload":"meta","op":"load_end","loadavg":"%s"}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
 echo
-"$LUA" bench/peers/compare.lua "$OUT"
+case " $WORKLOADS " in
+  *" BO "*) # compare.lua takes every lazytensor line: BO's go to bo_compare.lua
+    grep -v '"workload": *"\(BO\|bo_regret\)"' "$OUT" > "$RC.main"
+    "$LUA" bench/peers/compare.lua "$RC.main"
+    rm -f "$RC.main"
+    echo
+    "$LUA" bench/peers/bo_compare.lua "$OUT"
+    ;;
+  *) "$LUA" bench/peers/compare.lua "$OUT" ;;
+esac

@@ -90,8 +90,20 @@ end
 
 -- ------------------------------------------------ the tree from tensors
 
--- The points of the active dimensions as a tensor (all when dims is nil).
+-- The columns dims of an n×d tensor of points (all when dims is nil) as
+-- X·E, E a constant 0/1 selection: inside lt.grad followed points stay
+-- followed (a copy into a view would be refused).
+local function columns_of(X, dims)
+  if not dims then return X end
+  local E = lt.zeros(X:size(2), #dims)
+  for q, d in ipairs(dims) do E:set(d, q, 1) end
+  return X * E
+end
+
+-- The points of the active dimensions as a tensor (all when dims is nil);
+-- a tensor of points is kept (followed inside lt.grad).
 local function points_tensor(points, dims)
+  if lt.is_tensor(points) then return columns_of(points, dims) end
   if not dims then return lt.tensor(points) end
   local rows = {}
   for i, p in ipairs(points) do

@@ -76,14 +76,27 @@ local function to_points(x, what)
   return points
 end
 
+-- A dense tensor xstar as an n*×d tensor of its own (a 1-d one: n* points
+-- of one coordinate), nil for a Lua array. Built from xstar by followed
+-- operations (reshape, clone), so that inside lt.grad a followed xstar
+-- stays followed through what is computed from it — lt.kernel follows its
+-- points — and the posterior has a gradient with respect to the test
+-- points (bo's acquisitions). A copy: a later write into the caller's
+-- tensor does not change an operator built on it.
+local function own_points_tensor(xstar)
+  if not lt.is_tensor(xstar) or lt.is_lazy(xstar) then return nil end
+  if xstar:dim() == 1 then return xstar:reshape(xstar:size(1), 1):clone() end
+  return xstar:clone()
+end
+
 -- Test points xstar as an n*×d tensor, checked against the d coordinates
 -- of the training inputs (gp.sgpr and gp.multitask).
 local function test_points_tensor(xstar, d)
-  local star = lt.tensor(to_points(xstar, "xstar"))
-  if star:size(2) ~= d then
-    fail("xstar has %d coordinates, the training inputs %d", star:size(2), d)
+  local points = to_points(xstar, "xstar") -- checks shape and finiteness
+  if #points[1] ~= d then
+    fail("xstar has %d coordinates, the training inputs %d", #points[1], d)
   end
-  return star
+  return own_points_tensor(xstar) or lt.tensor(points)
 end
 
 -- finite: refuse NaN and ±inf entries too (targets; noise has its own
@@ -747,6 +760,41 @@ local function explained_covariance(Kst, Kinv)
                      matmul = function(X) return Kst * (Kinv * (KsT * X)) end}
 end
 
+-- Structures whose covariances at test points off their grid are the
+-- kernel's plain entries: with a tensor xstar, the posterior takes them
+-- from lt.kernel (structure.point_covariances) instead.
+local PLAIN_OFF_GRID = {kron = true, kron_masked = true, dense = true}
+
+-- Where the posterior's cross- and test covariances come from, and xstar's
+-- own tensor when they take it (nil: the points). The kernel and custom
+-- structures build them from the tensor itself; kron, kron_masked and dense
+-- from lt.kernel when the kernel has a C plan. So inside lt.grad the
+-- posterior follows a followed xstar (bo's acquisitions differentiate
+-- with respect to the candidates). Toeplitz (grid positions) and SKI
+-- (interpolation) take the points and do not follow it.
+local function posterior_points(self, cov, xstar)
+  local own = own_points_tensor(xstar)
+  if not own then return cov, nil end
+  if cov.kind == "kernel" or cov.kind == "custom" then return cov, own end
+  if PLAIN_OFF_GRID[cov.kind] then
+    local plain = structure.point_covariances(self.kernel, self.points)
+    if plain then return plain, own end
+  end
+  return cov, nil
+end
+
+--- Whether model:posterior(xstar) of a tensor xstar follows it inside
+-- lt.grad (a gradient with respect to the test points exists), and the
+-- covariance's structure: true for the kernel and custom structures, and
+-- for kron, kron_masked and dense when every part of the kernel has a C
+-- operator; false for Toeplitz and SKI (build with structure = "kernel").
+function Model:posterior_follows_inputs()
+  local cov = self:covariance()
+  local ok = cov.kind == "kernel" or cov.kind == "custom"
+             or (PLAIN_OFF_GRID[cov.kind] and structure.c_plan(self.kernel) ~= nil) or false
+  return ok, cov.kind
+end
+
 --- The posterior of f at xstar: an lt.mvn whose mean is the predictive mean
 -- and whose covariance is the lazy operator Kss − Ksx·Ky⁻¹·Kxs (Kss the
 -- prior covariance of the test points, in the training covariance's
@@ -760,8 +808,9 @@ function Model:posterior(xstar, opts)
   opts = options("posterior", opts, {"love"})
   local star = test_points(self, xstar)
   local cov = self:covariance()
+  local at, star_tensor = posterior_points(self, cov, xstar)
   local Ky = noisy(self, cov)
-  local Kst = cov.cross(star)
+  local Kst = at.cross(star_tensor or star)
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
   local explained
   if opts.love then
@@ -769,7 +818,7 @@ function Model:posterior(xstar, opts)
   else
     explained = explained_covariance(Kst, noisy_inverse(self, Ky))
   end
-  return lt.mvn(mean, lt.psd(cov.test_covariance(star) - explained))
+  return lt.mvn(mean, lt.psd(at.test_covariance(star_tensor or star) - explained))
 end
 
 --- A readable summary of the hyperparameters.

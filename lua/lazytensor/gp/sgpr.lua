@@ -253,9 +253,11 @@ local function project(plan, A)
     else
       local key = table.concat(c.dims, ",")
       if not by_dims[key] then
-        local P = lt.zeros(A:size(1), #c.dims)
-        for q, d in ipairs(c.dims) do P:narrow(2, q, 1):copy(A:narrow(2, d, 1)) end
-        by_dims[key] = P
+        -- A·E, E a constant 0/1 selection: followed test points stay
+        -- followed inside lt.grad (a copy into a view would be refused)
+        local E = lt.zeros(A:size(2), #c.dims)
+        for q, d in ipairs(c.dims) do E:set(d, q, 1) end
+        by_dims[key] = A * E
       end
       out[i] = by_dims[key]
     end

@@ -548,9 +548,21 @@ local function plan_text(plan, node, inside)
   return text
 end
 
--- The points as an n×d tensor of the active dimensions `dims` (in that
--- order, which ARD's lengthscales follow), all of them when dims is nil.
+-- The columns dims of an n×d tensor of points (all when dims is nil) as
+-- X·E, E a constant 0/1 selection: inside lt.grad followed points stay
+-- followed (a copy into a view would be refused).
+local function columns_of(X, dims)
+  if not dims then return X end
+  local E = lt.zeros(X:size(2), #dims)
+  for q, d in ipairs(dims) do E:set(d, q, 1) end
+  return X * E
+end
+
+-- The points (coordinate arrays, or an n×d tensor kept as it is) as an
+-- n×d tensor of the active dimensions `dims` (in that order, which ARD's
+-- lengthscales follow), all of them when dims is nil.
 local function points_tensor(points, dims)
+  if lt.is_tensor(points) then return columns_of(points, dims) end
   if not dims then return lt.tensor(points) end
   local rows = {}
   for i, p in ipairs(points) do
@@ -818,6 +830,25 @@ function structure.build(kernel, points, opts)
     cov.explain = string.format("dense: %d inputs, dense structure requested", #points)
   end
   return cov
+end
+
+--- The cross- and test covariances of a kernel with a C plan at test points
+-- given as a tensor (n*×d), against the training points (coordinate
+-- arrays): lt.kernel operators built from the test points' own tensor, so
+-- inside lt.grad they follow it. For the structures whose covariances at
+-- test points off their grid are the kernel's plain entries (kron,
+-- kron_masked, dense): the same values as theirs, to rounding. nil when the
+-- kernel has no C plan.
+function structure.point_covariances(kernel, points)
+  local plan = c_plan(kernel)
+  if not plan then return nil end
+  local X = plan_points(points, plan)
+  return {
+    cross = function(star) return (plan_operator(plan, plan_points(star, plan), X)) end,
+    test_covariance = function(star)
+      return lt.psd((plan_operator(plan, plan_points(star, plan))))
+    end,
+  }
 end
 
 --- Prior variances k(x, x) at each point.
