@@ -94,7 +94,7 @@ function Laplace:parameters()
   local p = {}
   for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
     if hp.free then
-      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      local r = hyper.to_raw(self.bounds, hp.name, hp.value)
       p[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
