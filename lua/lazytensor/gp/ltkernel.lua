@@ -127,15 +127,7 @@ end
 function ltkernel.log_space(kernel)
   local values, free, name_of = {}, {}, {}
   for _, h in ipairs(ltkernel.hypers(kernel)) do
-    local v = h.node.values[h.param]
-    if type(v) == "table" and type(v[1]) == "table" then
-      local flat = {}
-      for _, row in ipairs(v) do
-        for _, x in ipairs(row) do flat[#flat + 1] = x end
-      end
-      v = flat
-    end
-    values[h.name] = v
+    values[h.name] = h.value
     if h.free then free[h.name] = true end
     name_of[h.node] = name_of[h.node] or {}
     name_of[h.node][h.param] = h.name
