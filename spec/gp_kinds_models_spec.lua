@@ -171,6 +171,14 @@ describe("new kernel kinds in gp.variational and gp.laplace", function()
 
   it("gp.variational: every hyperparameter is in the parameter table and a fit raises the ELBO",
      function()
+    for _, c in ipairs(CASES) do
+      local x, y = data(24, c.one_d)
+      local model = gp.variational{x = x, y = y, kernel = c.make(), likelihood = gaussian(0.1),
+                                   inducing = 6}
+      local before = model:elbo()
+      local res = model:fit{epochs = 15, lr = 0.05}
+      assert(res.elbo > before + 1, c.name .. ": " .. res.elbo .. " vs " .. before)
+    end
     local x, y = data(24, false)
     local model = gp.variational{x = x, y = y, kernel = CASES[4].make() + K.linear{offset = 0.3},
                                  likelihood = gaussian(0.1), inducing = 6}
