@@ -23,6 +23,11 @@
 -- One lt.grad of ½ âᵀKâ − ½ log|B| + bᵀKâ gives both. The specs check the
 -- sum against central differences of log q, the mode found again at each
 -- point (without the implicit part some components are wrong by 70% there).
+--
+-- With gp.likelihoods.softmax{classes = C}: C latent GPs sharing the kernel
+-- (R&W §3.5, Algorithms 3.3 and 3.4), the latents n×C matrices; the mode,
+-- log q, the same two-part gradient and the predictions are in
+-- gp/laplace_softmax.lua.
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
