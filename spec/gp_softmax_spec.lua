@@ -342,8 +342,5 @@ describe("gp.likelihoods.softmax", function()
     assert.are.equal(before, model:elbo())
     local lik = L.softmax{classes = 3}
     fails("n×3", function() lik:expected_log_prob(lt.tensor{1}, lt.tensor{0.1}, lt.tensor{1}) end)
-    fails("not supported by gp.laplace", function()
-      gp.laplace{x = x, y = {1, 2, 3, 1, 2, 3}, kernel = gp.kernels.rbf{}, likelihood = lik}
-    end)
   end)
 end)

@@ -482,9 +482,6 @@ describe("gp.variational", function()
       gp.variational{x = x, y = y, kernel = k, likelihood = gp.likelihoods.bernoulli{},
                      inducing = 3}
     end, "0 or 1")
-    fails(function()
-      gp.variational{x = x, y = y, kernel = gp.kernels.linear{}, likelihood = lik, inducing = 3}
-    end, "leaves must be")
     fails(function() gp.variational{x = x, y = y, kernel = k, likelihood = {}, inducing = 3} end,
           "likelihood")
     fails(function()

@@ -23,12 +23,18 @@
 -- One lt.grad of ½ âᵀKâ − ½ log|B| + bᵀKâ gives both. The specs check the
 -- sum against central differences of log q, the mode found again at each
 -- point (without the implicit part some components are wrong by 70% there).
+--
+-- With gp.likelihoods.softmax{classes = C}: C latent GPs sharing the kernel
+-- (R&W §3.5, Algorithms 3.3 and 3.4), the latents n×C matrices; the mode,
+-- log q, the same two-part gradient and the predictions are in
+-- gp/laplace_softmax.lua.
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
 local variational = require "lazytensor.gp.variational"
 local hyper = require "lazytensor.gp.hyper"
 local ltkernel = require "lazytensor.gp.ltkernel"
+local multiclass = require "lazytensor.gp.laplace_softmax"
 
 local laplace = {}
 
@@ -41,6 +47,16 @@ local h
 
 local function fail(fmt, ...) h.fail("laplace: " .. fmt, ...) end
 
+-- Labels 1..C as a constant n×C one-hot matrix.
+local function one_hot(y, C)
+  local rows = {}
+  for i, v in ipairs(y:totable()) do
+    rows[i] = {}
+    for c = 1, C do rows[i][c] = c == v and 1 or 0 end
+  end
+  return lt.tensor(rows)
+end
+
 --- The model's constructor, given init.lua's helpers.
 function laplace.constructor(helpers)
   h = helpers
@@ -49,12 +65,9 @@ function laplace.constructor(helpers)
     h.options("laplace", spec, KEYS)
     variational.check_kernel(spec.kernel, helpers)
     local lik = spec.likelihood
-    if getmetatable(lik) == likelihoods.Likelihood and lik.kind == "softmax" then
-      -- R&W §3.5's multiclass Laplace (a block-structured W) is not built
-      fail("softmax (multiclass) is not supported by gp.laplace; use gp.variational")
-    end
-    if getmetatable(lik) ~= likelihoods.Likelihood or not lik.newton then
-      fail("likelihood must be gp.likelihoods.bernoulli{...} or poisson{}")
+    local softmax = getmetatable(lik) == likelihoods.Likelihood and lik.kind == "softmax"
+    if getmetatable(lik) ~= likelihoods.Likelihood or not (lik.newton or softmax) then
+      fail("likelihood must be gp.likelihoods.bernoulli{...}, poisson{} or softmax{classes = C}")
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
     ltkernel.check_inputs(X, fail, "x")
@@ -82,7 +95,8 @@ function laplace.constructor(helpers)
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
                          bounds = bounds, priors = prior_set,
                          likelihood = lik, jitter = jitter, max_newton = max_newton,
-                         tol = tol}, Laplace)
+                         tol = tol, classes = softmax and lik.classes or nil,
+                         Y = softmax and one_hot(y, lik.classes) or nil}, Laplace)
   end
 end
 
@@ -94,7 +108,7 @@ function Laplace:parameters()
   local p = {}
   for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
     if hp.free then
-      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      local r = hyper.to_raw(self.bounds, hp.name, hp.value)
       p[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
@@ -183,6 +197,12 @@ function Laplace:find_mode()
   local fp = self.kernel:fingerprint()
   if self.mode and self.mode_fp == fp then return self.mode end
   local K = K_of(self)
+  if self.classes then
+    local md = multiclass.find_mode(K, self.Y, self.start, self.max_newton, self.tol)
+    md.K = K
+    self.mode, self.mode_fp, self.start = md, fp, md.A
+    return md
+  end
   local n = self.n
   -- a warm start: the previous â (f = K·a keeps Ψ's bookkeeping consistent)
   local a = self.start or lt.zeros(n)
@@ -234,8 +254,8 @@ end
 -- ({iterations, converged}).
 function Laplace:mll()
   local md = self:find_mode()
-  local value = md.psi - md.L:diagonal():log():sum()
-  return value, {iterations = md.iterations, converged = md.converged}
+  local half_logdet = self.classes and md.fac.half_logdet or md.L:diagonal():log():sum()
+  return md.psi - half_logdet, {iterations = md.iterations, converged = md.converged}
 end
 
 -- g = ∂(−½ log|B(f)|)/∂f at fixed θ, by lt.grad through W(f).
@@ -267,6 +287,7 @@ end
 -- opts.posterior = true adds the priors' log densities.
 function Laplace:gradient_objective(opts)
   local md = self:find_mode()
+  if self.classes then return self:multiclass_objective(md, opts) end
   local a, sW = md.d1, md.sW
   local b
   if not opts or opts.implicit ~= false then
@@ -281,6 +302,18 @@ function Laplace:gradient_objective(opts)
     local Ka = K * a
     local value = a:dot(Ka) * 0.5 - logdet
     if b then value = value + b:dot(Ka) end
+    if opts and opts.posterior then value = value + log_prior(self, logs) end
+    return value
+  end
+  return f, self:parameters()
+end
+
+-- gradient_objective's multiclass surrogate (gp/laplace_softmax.lua).
+function Laplace:multiclass_objective(md, opts)
+  local b
+  if not opts or opts.implicit ~= false then b = multiclass.implicit_b(md, md.K) end
+  local function f(logs)
+    local value = multiclass.surrogate(K_of(self, logs), md, self.Y, b)
     if opts and opts.posterior then value = value + log_prior(self, logs) end
     return value
   end
@@ -351,11 +384,17 @@ end
 ------------------------------------------------------------ prediction --
 
 --- Latent mean and variance at xstar (Algorithm 3.2): k*ᵀ∇log p(f̂) and
--- k** − ‖L⁻¹(W^½·k*)‖².
+-- k** − ‖L⁻¹(W^½·k*)‖². With softmax (Algorithm 3.4): n*×C means and
+-- variances, then per test point the C×C covariance of the classes'
+-- latents (a Lua array of C×C tables).
 function Laplace:predict(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
   local Kxs = K_of(self, nil, self.X, star) -- n×n*
+  if self.classes then
+    local kss = ltkernel.evaluator(self.kernel):diag(star):totable()
+    return multiclass.predict(md, self.Y, Kxs, kss)
+  end
   local mean = Kxs:t() * md.d1
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
   local prior = ltkernel.evaluator(self.kernel):diag(star)
@@ -364,17 +403,25 @@ end
 
 --- The predictive distribution of y: for bernoulli P(y = 1) = E Φ(f)
 -- (probit, exactly Φ(m/√(1 + v))) or E σ(f) (logit, by quadrature), and
--- its variance.
+-- its variance. With softmax: the n*×C class probabilities E softmax(f*)
+-- by Monte Carlo under N(μ*, Σ*) (the C×C covariance kept) over the
+-- likelihood's fixed base samples (softmax{samples, seed}), and p(1 − p).
 function Laplace:predict_y(xstar)
-  local mean, var = self:predict(xstar)
+  local mean, var, covs = self:predict(xstar)
+  if self.classes then return multiclass.predict_y(mean, covs, self.likelihood.base_samples()) end
   return self.likelihood:predict_y(mean, var)
 end
 
 --- q(f(xstar)) as an lt.mvn (covariance K** − Vᵀ·V, V = L⁻¹W^½K(x, x*)).
+-- With softmax: one lt.mvn of the n*·C latents stacked class by class
+-- (f^1(x*), …, f^C(x*)), the classes correlated.
 function Laplace:posterior(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
   local Kxs = K_of(self, nil, self.X, star)
+  if self.classes then
+    return multiclass.posterior(md, self.Y, Kxs, ltkernel.evaluator(self.kernel):matrix(star))
+  end
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
   local Kss = ltkernel.evaluator(self.kernel):operator(star)
   return lt.mvn(Kxs:t() * md.d1, lt.psd(Kss - lt.lowrank(V:t():contiguous())))

@@ -6,14 +6,19 @@
 -- = <tensor>, ...}) with hyperparameters from the parameter table, and the
 -- tree's sums and products are elementwise sums and products of the dense
 -- matrices (scale(k)'s factor multiplies). Base kinds: rbf, matern12,
--- matern32, matern52, rq, periodic (stationary: k(x, x) is the variance);
+-- matern32, matern52, rq, periodic, cosine, spectral_mixture (stationary:
+-- k(x, x) is the variance, Σ weights for the mixture), linear and
+-- polynomial (v·(xᵀx + c)^p: k(x, x) from each row's squared norm);
 -- ARD lengthscales; `dims` (a leaf reads its columns of the inputs, as
 -- A·E with E a constant 0/1 selection matrix, so followed inputs stay
 -- followed).
 --
 -- Hyperparameter names: a single base kernel's own (lengthscale, variance,
 -- ...); in a tree, "k<i>_<name>" with i the leaf's position in the tree
--- read left to right (scale(k)'s factor a leaf with a variance).
+-- read left to right (scale(k)'s factor a leaf with a variance). The
+-- spectral mixture's means and scales (Q×d matrices in the kernel) are flat
+-- lists here, row by row, as the ARD lengthscales are lists: each entry a
+-- hyperparameter, bounds and priors by the list's name.
 local lt = require "lazytensor"
 local hyper = require "lazytensor.gp.hyper"
 
@@ -23,8 +28,13 @@ local KINDS = {
   rbf = {"lengthscale", "variance"}, matern12 = {"lengthscale", "variance"},
   matern32 = {"lengthscale", "variance"}, matern52 = {"lengthscale", "variance"},
   rq = {"lengthscale", "alpha", "variance"}, periodic = {"lengthscale", "period", "variance"},
+  cosine = {"period", "variance"}, spectral_mixture = {"weights", "means", "scales"},
+  linear = {"variance", "offset"}, polynomial = {"variance", "offset"},
   scale = {"variance"},
 }
+
+-- Kinds whose k(x, x) depends on x.
+local INNER_PRODUCT = {linear = true, polynomial = true}
 
 --- Raises fail(...) unless every leaf is a supported base kernel or a
 -- scale factor inside a product.
@@ -37,8 +47,9 @@ function ltkernel.check(kernel, fail, inside_product)
     fail("a scale factor must multiply a kernel (gp.kernels.scale(k))")
   end
   if not KINDS[kernel.kind] and kernel.kind ~= "custom" then
-    fail("the kernel's leaves must be of kind rbf, matern12, matern32, matern52, rq, periodic "
-         .. "or custom (or scale factors), got %s", tostring(kernel.kind))
+    fail("the kernel's leaves must be of kind rbf, matern12, matern32, matern52, rq, periodic, "
+         .. "cosine, spectral_mixture, linear, polynomial or custom (or scale factors), got %s",
+         tostring(kernel.kind))
   end
 end
 
@@ -53,25 +64,59 @@ local function leaves(kernel, out)
   return out
 end
 
---- The hyperparameters: a list of {name, leaf, param, free} in a fixed order.
+-- A matrix (a list of rows) as a flat list, row by row; other values as they are.
+local function flat(v)
+  if type(v) ~= "table" or type(v[1]) ~= "table" then return v end
+  local out = {}
+  for _, row in ipairs(v) do
+    for _, x in ipairs(row) do out[#out + 1] = x end
+  end
+  return out
+end
+
+-- A flat list back into rows of `cols` entries.
+local function rows_of(list, cols)
+  local out = {}
+  for i, x in ipairs(list) do
+    local r = math.floor((i - 1) / cols) + 1
+    out[r] = out[r] or {}
+    out[r][#out[r] + 1] = x
+  end
+  return out
+end
+
+-- What the models read as a leaf (hp.leaf.values[hp.param]): the leaf
+-- itself, or for a mixture a view whose values show its matrices as flat
+-- lists (the form of the models' parameter tables and of set).
+local function leaf_view(leaf)
+  if leaf.kind ~= "spectral_mixture" then return leaf end
+  local values = setmetatable({}, {__index = function(_, k) return flat(leaf.values[k]) end})
+  return setmetatable({values = values}, {__index = leaf})
+end
+
+--- The hyperparameters: a list of {name, node, leaf, param, value, free}
+-- in a fixed order (node: the kernel's leaf; value: its current value, a
+-- number or a flat list; leaf: node, or a view with values of that form).
 function ltkernel.hypers(kernel)
   local list = leaves(kernel)
   local out = {}
   for i, leaf in ipairs(list) do
     local prefix = #list == 1 and not kernel.children and "" or ("k" .. i .. "_")
+    local view = leaf_view(leaf)
     -- a custom kernel's (gp.kernels.custom) are its own, by name
     for _, param in ipairs(KINDS[leaf.kind] or leaf.names) do
-      out[#out + 1] = {name = prefix .. param, leaf = leaf, param = param,
-                       free = not leaf.fixed[param]}
+      out[#out + 1] = {name = prefix .. param, node = leaf, leaf = view, param = param,
+                       value = flat(leaf.values[param]), free = not leaf.fixed[param]}
     end
   end
   return out
 end
 
---- name → current value (a number, or a list for ARD).
+--- name → current value (a number, or a list: ARD's, the spectral
+-- mixture's matrices flattened row by row).
 function ltkernel.values(kernel)
   local out = {}
-  for _, h in ipairs(ltkernel.hypers(kernel)) do out[h.name] = h.leaf.values[h.param] end
+  for _, h in ipairs(ltkernel.hypers(kernel)) do out[h.name] = h.value end
   return out
 end
 
@@ -82,29 +127,25 @@ end
 function ltkernel.log_space(kernel)
   local values, free, name_of = {}, {}, {}
   for _, h in ipairs(ltkernel.hypers(kernel)) do
-    local v = h.leaf.values[h.param]
-    if type(v) == "table" and type(v[1]) == "table" then
-      local flat = {}
-      for _, row in ipairs(v) do
-        for _, x in ipairs(row) do flat[#flat + 1] = x end
-      end
-      v = flat
-    end
-    values[h.name] = v
+    values[h.name] = h.value
     if h.free then free[h.name] = true end
-    name_of[h.leaf] = name_of[h.leaf] or {}
-    name_of[h.leaf][h.param] = h.name
+    name_of[h.node] = name_of[h.node] or {}
+    name_of[h.node][h.param] = h.name
   end
   local entries = {}
   for i, p in ipairs(kernel:parameters()) do entries[i] = name_of[p.kernel][p.name] end
   return values, free, entries
 end
 
---- Stores a value (a number or a list) under its name.
+--- Stores a value (a number or a list; a flat list for a matrix) under its name.
 function ltkernel.set(kernel, name, value)
   for _, h in ipairs(ltkernel.hypers(kernel)) do
     if h.name == name then
-      h.leaf.values[h.param] = value
+      local old = h.node.values[h.param]
+      if type(old) == "table" and type(old[1]) == "table" and type(value[1]) ~= "table" then
+        value = rows_of(value, #old[1])
+      end
+      h.node.values[h.param] = value
       return
     end
   end
@@ -136,13 +177,17 @@ function ltkernel.evaluator(kernel, raw, bounds)
     local v
     if r ~= nil and h.free then
       v = hyper.from_raw(bounds, h.name, r)
+      local cur = h.node.values[h.param]
+      if type(cur) == "table" and type(cur[1]) == "table" then
+        v = v:reshape(#cur, #cur[1]) -- the mixture's Q×d matrix, from its flat list
+      end
     else
-      v = h.leaf.values[h.param]
+      v = h.node.values[h.param]
       if type(v) == "table" then v = lt.tensor(v) end
     end
     value[h.name] = v
-    leaf_value[h.leaf] = leaf_value[h.leaf] or {}
-    leaf_value[h.leaf][h.param] = v
+    leaf_value[h.node] = leaf_value[h.node] or {}
+    leaf_value[h.node][h.param] = v
   end
   return setmetatable({kernel = kernel, value = value, leaf_value = leaf_value}, Evaluator)
 end
@@ -160,10 +205,12 @@ local function project(leaf, A)
   return A * E
 end
 
--- A leaf's lt.kernel spec.
+-- A leaf's lt.kernel spec (with polynomial's degree, the mixture's Q).
 function Evaluator:spec(leaf)
   local spec = {kind = leaf.kind}
   for param, v in pairs(self.leaf_value[leaf]) do spec[param] = v end
+  if leaf.kind == "polynomial" then spec.degree = leaf.degree end
+  if leaf.kind == "spectral_mixture" then spec.num_mixtures = #leaf.values.weights end
   return spec
 end
 
@@ -200,41 +247,78 @@ function Evaluator:matrix(A, B)
   return self:node(self.kernel, A, B)
 end
 
--- Whether a custom kernel is in the tree (its k(x, x) depends on x).
-local function has_custom(k)
-  if k.kind == "custom" then return true end
-  for _, c in ipairs(k.children or {}) do
-    if has_custom(c) then return true end
-  end
-  return false
+-- The sum of a mixture's weights (followed: a 1-d tensor; else a list).
+local function total(w)
+  if lt.is_tensor(w) then return w:sum() end
+  local s = 0
+  for _, x in ipairs(w) do s = s + x end
+  return s
 end
 
--- k(x, x) of a subtree: each stationary leaf's variance combined (a custom
--- leaf, whose k(x, x) depends on x, counts as 1: a scale for jitters).
-function Evaluator:diag_value(k)
-  if not k.children then
-    if k.kind == "custom" then return 1 end
-    return self.leaf_value[k].variance
-  end
+-- k(x, x) of a leaf with no dependence on x: a stationary leaf's variance
+-- (Σ weights for the mixture); nil for the kinds whose k(x, x) varies.
+function Evaluator:leaf_diag_value(k)
+  if k.kind == "custom" or INNER_PRODUCT[k.kind] then return nil end
+  if k.kind == "spectral_mixture" then return total(self.leaf_value[k].weights) end
+  return self.leaf_value[k].variance
+end
+
+-- Combines a tree's children's values (sum or product); `mul` the product.
+local function combine(kind, values, mul)
   local acc
-  for _, c in ipairs(k.children) do
-    local v = self:diag_value(c)
+  for _, v in ipairs(values) do
     if acc == nil then
       acc = v
-    elseif k.kind == "sum" then
+    elseif kind == "sum" then
       acc = acc + v
     else
-      acc = acc * v
+      acc = mul(acc, v)
     end
   end
   return acc
 end
 
---- k(x, x) at the points A (n×d; a 1-d tensor of n): the variances of
--- stationary kinds, the diagonal of k(A, A) with a custom kernel.
+-- k(x, x) of a subtree as one number, a scale (the jitter's): each leaf's
+-- value as leaf_diag_value's, an inner-product leaf's variance, a custom
+-- leaf 1.
+function Evaluator:diag_value(k)
+  if not k.children then
+    if k.kind == "custom" then return 1 end
+    return self:leaf_diag_value(k) or self.leaf_value[k].variance
+  end
+  local values = {}
+  for i, c in ipairs(k.children) do values[i] = self:diag_value(c) end
+  return combine(k.kind, values, function(a, b) return a * b end)
+end
+
+-- k(x, x) at the rows of A of a subtree: a number (or a 0-d tensor) where
+-- it does not depend on x, else an n-vector: v·(‖x‖² + c)^p of an
+-- inner-product leaf, the diagonal of a custom leaf's matrix.
+function Evaluator:diag_node(k, A)
+  if not k.children then
+    local c = self:leaf_diag_value(k)
+    if c ~= nil then return c end
+    if k.kind == "custom" then return self:node(k, A):diagonal() end
+    local P, p = project(k, A), self.leaf_value[k]
+    local t = P:cmul(P):sum(2) + p.offset
+    if k.kind == "polynomial" then t = t:pow(k.degree) end
+    return t * p.variance
+  end
+  local values = {}
+  for i, c in ipairs(k.children) do values[i] = self:diag_node(c, A) end
+  return combine(k.kind, values, function(a, b)
+    if lt.is_tensor(a) and a:dim() == 1 and lt.is_tensor(b) and b:dim() == 1 then
+      return a:cmul(b)
+    end
+    return a * b
+  end)
+end
+
+--- k(x, x) at the points A (n×d): an n-vector.
 function Evaluator:diag(A)
-  if has_custom(self.kernel) then return self:matrix(A):diagonal() end
-  return lt.full({A:size(1)}, 1) * self:diag_value(self.kernel)
+  local v = self:diag_node(self.kernel, A)
+  if lt.is_tensor(v) and v:dim() == 1 then return v end
+  return lt.full({A:size(1)}, 1) * v
 end
 
 --- k(A, A) as an operator: the lazy lt.kernel of a single base kernel,
