@@ -157,6 +157,20 @@ int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const do
 
 /* ----------------------------------------------------- kernel_tilemul.c */
 
+/* AVX-512 code paths (kernel_tilemul.c, kernel_eval.c): compiled with GCC
+ * or clang on x86-64 as functions with their own target attribute, and
+ * taken when the CPU running the code has AVX-512F — asked at each call
+ * (__builtin_cpu_supports reads what libgcc recorded at load time), so the
+ * library runs on any x86-64 and keeps no state of its own. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && \
+    !defined(LT_NO_TARGET_CLONES)
+#define LT_KERNEL_AVX512 1
+static inline int lt_kernel_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+#define LT_KERNEL_AVX512 0
+static inline int lt_kernel_has_avx512(void) { return 0; }
+#endif
+
 /* Yt[c·ldy + i] += Σ_j T[i·ldt + j]·Xt[c·ldx + j] (i < r, j < w, c < k). */
 void lt_tile_dots(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *Xt,
                   size_t ldx, double *Yt, size_t ldy);

@@ -35,6 +35,10 @@
 
 #include "kernel.h"
 
+#if LT_KERNEL_AVX512
+#include <immintrin.h>
+#endif
+
 #define PI 3.14159265358979323846
 
 /* From this many dimensions on, distances of the radial kinds go through
@@ -337,14 +341,117 @@ static void tile_compute(const lt_keval *e, size_t i0, size_t rows, size_t j0, s
     lt_ksm_tile(e, i0, rows, j0, cols, out, ld);
     return;
   }
-  if (s->kind == LT_KERNEL_PERIODIC) distances_periodic(e, i0, rows, j0, cols, out, ld, work, dper);
-  else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
-  else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
-  for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);
+  if (s->kind == LT_KERNEL_PERIODIC || e->gemm) {
+    if (s->kind == LT_KERNEL_PERIODIC)
+      distances_periodic(e, i0, rows, j0, cols, out, ld, work, dper);
+    else distances_gemm(e, i0, rows, j0, cols, out, ld);
+    for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);
+    return;
+  }
+  /* a row's distances are mapped while the row is in the first-level cache */
+  for (size_t i = 0; i < rows; i++) {
+    distances_direct(e->a, e->b, i0 + i, 1, j0, cols, out + i * ld, ld);
+    map_row(s, out + i * ld, NULL, cols);
+  }
 }
+
+/* ------------------------------------------------------- AVX-512 (rbf) */
+
+#if LT_KERNEL_AVX512
+/* exp_vec on eight lanes: the same clamps, reduction and polynomial, each
+ * a·b + c fused as the AVX-512 clone of exp_vec fuses it, and 2^k applied
+ * by vscalefpd (one rounding, as p·s1·s2: the same numbers down to the
+ * subnormals) instead of the integer arithmetic that builds s1 and s2 —
+ * a third fewer instructions. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512d exp512(__m512d x) {
+  const __m512d shifter = _mm512_set1_pd(0x1.8p52);
+  x = _mm512_min_pd(_mm512_set1_pd(709.0), x);
+  x = _mm512_max_pd(_mm512_set1_pd(-745.5), x);
+  __m512d t = _mm512_fmadd_pd(x, _mm512_set1_pd(1.4426950408889634), shifter);
+  __m512d kf = _mm512_sub_pd(t, shifter);
+  __m512d r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(6.93147180369123816490e-01), x);
+  r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(1.90821492927058770002e-10), r);
+  static const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                             1.0 / 362880.0,    1.0 / 40320.0,    1.0 / 5040.0,
+                             1.0 / 720.0,       1.0 / 120.0,      1.0 / 24.0,
+                             1.0 / 6.0,         0.5,              1.0,
+                             1.0};
+  __m512d p = _mm512_set1_pd(1.0 / 6227020800.0);
+  for (size_t q = 0; q < sizeof c / sizeof c[0]; q++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[q]));
+  return _mm512_scalef_pd(p, kf);
+}
+
+/* The lanes of the last, partial vector of a row of len from j. */
+static inline __mmask8 tail_mask(size_t len, size_t j) {
+  return len - j >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (len - j)) - 1);
+}
+
+/* rbf entries v·e^{−q/2} of row ia against columns j0 .. j0 + cols: the
+ * distance (coordinate by coordinate, as distances_direct) and the entry
+ * in one pass, q never stored. */
+__attribute__((target("avx512f"))) static void rbf_row512_direct(const lt_kpoints *A,
+                                                                 const lt_kpoints *B, size_t ia,
+                                                                 size_t j0, size_t cols, double v,
+                                                                 double *o) {
+  size_t d = A->d;
+  const __m512d vv = _mm512_set1_pd(v), half = _mm512_set1_pd(-0.5);
+  for (size_t j = 0; j < cols; j += 8) {
+    __mmask8 m = tail_mask(cols, j);
+    __m512d q = _mm512_setzero_pd();
+    for (size_t c = 0; c < d; c++) {
+      __m512d zi = _mm512_set1_pd(A->zt[c * A->n + ia]);
+      __m512d t = _mm512_sub_pd(zi, _mm512_maskz_loadu_pd(m, B->zt + c * B->n + j0 + j));
+      q = _mm512_fmadd_pd(t, t, q);
+    }
+    _mm512_mask_storeu_pd(o + j, m, _mm512_mul_pd(vv, exp512(_mm512_mul_pd(half, q))));
+  }
+}
+
+/* The same from the cross terms −2 z_iᵀz_j that dgemm left in o: q =
+ * max(0, o + ‖z_i‖² + ‖z_j‖²), as distances_gemm. */
+__attribute__((target("avx512f"))) static void rbf_row512_cross(double *o, double ni,
+                                                                const double *nj, size_t cols,
+                                                                double v) {
+  const __m512d vv = _mm512_set1_pd(v), half = _mm512_set1_pd(-0.5), vi = _mm512_set1_pd(ni);
+  for (size_t j = 0; j < cols; j += 8) {
+    __mmask8 m = tail_mask(cols, j);
+    __m512d q = _mm512_add_pd(_mm512_add_pd(_mm512_maskz_loadu_pd(m, o + j), vi),
+                              _mm512_maskz_loadu_pd(m, nj + j));
+    q = _mm512_max_pd(_mm512_setzero_pd(), q);
+    _mm512_mask_storeu_pd(o + j, m, _mm512_mul_pd(vv, exp512(_mm512_mul_pd(half, q))));
+  }
+}
+
+/* A tile of rbf values (or ∂/∂log v, the same numbers). */
+static void rbf_tile512(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                        double *out, size_t ld) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  double v = e->spec.variance;
+  if (!e->gemm) {
+    for (size_t i = 0; i < rows; i++) rbf_row512_direct(A, B, i0 + i, j0, cols, v, out + i * ld);
+    return;
+  }
+  size_t d = A->d;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)d, -2.0,
+              A->z + i0 * d, (int)d, B->z + j0 * d, (int)d, 0.0, out, (int)ld);
+  for (size_t i = 0; i < rows; i++) {
+    double *o = out + i * ld;
+    rbf_row512_cross(o, A->norm2[i0 + i], B->norm2 + j0, cols, v);
+    /* exactly v on the diagonal of K(x, x): q = 0 there, e^0 = 1 */
+    if (e->same && i0 + i >= j0 && i0 + i < j0 + cols) o[i0 + i - j0] = v;
+  }
+}
+#endif
 
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work) {
   if (rows == 0 || cols == 0) return;
+#if LT_KERNEL_AVX512
+  if (e->spec.kind == LT_KERNEL_RBF && e->spec.derivative != LT_KERNEL_D_LENGTHSCALE &&
+      lt_kernel_has_avx512()) {
+    rbf_tile512(e, i0, rows, j0, cols, out, ld);
+    return;
+  }
+#endif
   tile_compute(e, i0, rows, j0, cols, out, ld, work);
 }
