@@ -77,6 +77,12 @@ size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols);
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work);
 
+/* t[j] = e^{t[j]} by the exp the tiles use (kernel_eval.c): the portable
+ * exp_vec (avx512 0), or its AVX-512 form (avx512 1; returns 0 and leaves
+ * t alone where the CPU or the build has none). For the C tests, which
+ * measure both against libm. */
+int lt_kernel_exp_row(double *t, size_t len, int avx512);
+
 /* Entries [i0, i0 + rows) × [j0, j0 + cols) of the kernel operator K into
  * out (row stride ld), evaluated: what hadamard.c's tiled products read. */
 int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t rows, size_t j0,

@@ -371,13 +371,22 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512d exp512(_
   __m512d kf = _mm512_sub_pd(t, shifter);
   __m512d r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(6.93147180369123816490e-01), x);
   r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(1.90821492927058770002e-10), r);
-  static const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                             1.0 / 362880.0,    1.0 / 40320.0,    1.0 / 5040.0,
-                             1.0 / 720.0,       1.0 / 120.0,      1.0 / 24.0,
-                             1.0 / 6.0,         0.5,              1.0,
+  static const double c[] = {1.0 / 479001600.0,
+                             1.0 / 39916800.0,
+                             1.0 / 3628800.0,
+                             1.0 / 362880.0,
+                             1.0 / 40320.0,
+                             1.0 / 5040.0,
+                             1.0 / 720.0,
+                             1.0 / 120.0,
+                             1.0 / 24.0,
+                             1.0 / 6.0,
+                             0.5,
+                             1.0,
                              1.0};
   __m512d p = _mm512_set1_pd(1.0 / 6227020800.0);
-  for (size_t q = 0; q < sizeof c / sizeof c[0]; q++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[q]));
+  for (size_t q = 0; q < sizeof c / sizeof c[0]; q++)
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[q]));
   return _mm512_scalef_pd(p, kf);
 }
 
@@ -409,9 +418,8 @@ __attribute__((target("avx512f"))) static void rbf_row512_direct(const lt_kpoint
 
 /* The same from the cross terms −2 z_iᵀz_j that dgemm left in o: q =
  * max(0, o + ‖z_i‖² + ‖z_j‖²), as distances_gemm. */
-__attribute__((target("avx512f"))) static void rbf_row512_cross(double *o, double ni,
-                                                                const double *nj, size_t cols,
-                                                                double v) {
+__attribute__((target("avx512f"))) static void
+rbf_row512_cross(double *o, double ni, const double *nj, size_t cols, double v) {
   const __m512d vv = _mm512_set1_pd(v), half = _mm512_set1_pd(-0.5), vi = _mm512_set1_pd(ni);
   for (size_t j = 0; j < cols; j += 8) {
     __mmask8 m = tail_mask(cols, j);
@@ -442,6 +450,34 @@ static void rbf_tile512(const lt_keval *e, size_t i0, size_t rows, size_t j0, si
   }
 }
 #endif
+
+HOT_CLONES
+static void exp_row_portable(double *t, size_t len) {
+  for (size_t j = 0; j < len; j++) t[j] = exp_vec(t[j]);
+}
+
+#if LT_KERNEL_AVX512
+__attribute__((target("avx512f"))) static void exp_row512(double *t, size_t len) {
+  for (size_t j = 0; j < len; j += 8) {
+    __mmask8 m = tail_mask(len, j);
+    _mm512_mask_storeu_pd(t + j, m, exp512(_mm512_maskz_loadu_pd(m, t + j)));
+  }
+}
+#endif
+
+int lt_kernel_exp_row(double *t, size_t len, int avx512) {
+#if LT_KERNEL_AVX512
+  if (avx512) {
+    if (!lt_kernel_has_avx512()) return 0;
+    exp_row512(t, len);
+    return 1;
+  }
+#else
+  if (avx512) return 0;
+#endif
+  exp_row_portable(t, len);
+  return 1;
+}
 
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work) {

@@ -153,10 +153,9 @@ static void axpys_portable(size_t r, size_t w, size_t k, const double *T, size_t
  * keep a loaded vector in its register. */
 #define KEEP(v) __asm__("" : "+v"(v))
 
-__attribute__((target("avx512f"), always_inline)) static inline void dots512_block(int R, int C, size_t w,
-                                                                    const double *T, size_t ldt,
-                                                                    const double *Xt, size_t ldx,
-                                                                    double *Yt, size_t ldy) {
+__attribute__((target("avx512f"), always_inline)) static inline void
+dots512_block(int R, int C, size_t w, const double *T, size_t ldt, const double *Xt, size_t ldx,
+              double *Yt, size_t ldy) {
   __m512d acc[4][4];
   for (int a = 0; a < R; a++)
     for (int b = 0; b < C; b++) acc[a][b] = _mm512_setzero_pd();
@@ -185,14 +184,17 @@ __attribute__((target("avx512f"), always_inline)) static inline void dots512_blo
 }
 
 /* One block shape per call site, so that every loop above unrolls. */
-#define DOTS512_ROWS(R)                                                                       \
-  do {                                                                                        \
-    size_t c = 0;                                                                             \
-    for (; c + 4 <= k; c += 4)                                                                \
-      dots512_block(R, 4, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy);     \
-    if (k - c == 3) dots512_block(R, 3, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
-    if (k - c == 2) dots512_block(R, 2, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
-    if (k - c == 1) dots512_block(R, 1, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
+#define DOTS512_ROWS(R)                                                                   \
+  do {                                                                                    \
+    size_t c = 0;                                                                         \
+    for (; c + 4 <= k; c += 4)                                                            \
+      dots512_block(R, 4, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
+    if (k - c == 3)                                                                       \
+      dots512_block(R, 3, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
+    if (k - c == 2)                                                                       \
+      dots512_block(R, 2, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
+    if (k - c == 1)                                                                       \
+      dots512_block(R, 1, w, T + i * ldt, ldt, Xt + c * ldx, ldx, Yt + c * ldy + i, ldy); \
   } while (0)
 
 __attribute__((target("avx512f"))) static void dots512(size_t r, size_t w, size_t k,
@@ -204,10 +206,9 @@ __attribute__((target("avx512f"))) static void dots512(size_t r, size_t w, size_
   for (; i < r; i++) DOTS512_ROWS(1);
 }
 
-__attribute__((target("avx512f"), always_inline)) static inline void axpys512_block(int V, int C, size_t r,
-                                                                     const double *T, size_t ldt,
-                                                                     const double *X, size_t ldx,
-                                                                     double *Yt, size_t ldy) {
+__attribute__((target("avx512f"), always_inline)) static inline void
+axpys512_block(int V, int C, size_t r, const double *T, size_t ldt, const double *X, size_t ldx,
+               double *Yt, size_t ldy) {
   __m512d acc[4][4];
   for (int b = 0; b < C; b++)
     for (int v = 0; v < V; v++) acc[b][v] = _mm512_loadu_pd(Yt + (size_t)b * ldy + 8 * (size_t)v);
@@ -228,14 +229,14 @@ __attribute__((target("avx512f"), always_inline)) static inline void axpys512_bl
     for (int v = 0; v < V; v++) _mm512_storeu_pd(Yt + (size_t)b * ldy + 8 * (size_t)v, acc[b][v]);
 }
 
-#define AXPYS512_LANES(V)                                                                     \
-  do {                                                                                        \
-    size_t c = 0;                                                                             \
-    for (; c + 4 <= k; c += 4)                                                                \
-      axpys512_block(V, 4, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy);                 \
-    if (k - c == 3) axpys512_block(V, 3, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy);   \
-    if (k - c == 2) axpys512_block(V, 2, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy);   \
-    if (k - c == 1) axpys512_block(V, 1, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy);   \
+#define AXPYS512_LANES(V)                                                                   \
+  do {                                                                                      \
+    size_t c = 0;                                                                           \
+    for (; c + 4 <= k; c += 4)                                                              \
+      axpys512_block(V, 4, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy);               \
+    if (k - c == 3) axpys512_block(V, 3, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy); \
+    if (k - c == 2) axpys512_block(V, 2, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy); \
+    if (k - c == 1) axpys512_block(V, 1, r, T + j, ldt, X + c, ldx, Yt + c * ldy + j, ldy); \
   } while (0)
 
 __attribute__((target("avx512f"))) static void axpys512(size_t r, size_t w, size_t k,
