@@ -199,6 +199,27 @@ static void check_tile(const setup *s, size_t i0, size_t rows, size_t j0, size_t
       else tiny_ok &= fabs(got - ref) <= 1e-290 * fmax(bound, 1.0) && got >= 0;
     }
   CHECK(worst <= 1.0, "%s: error %g of its bound", what, worst);
+  /* the distances directly (d < 10): an entry is v·exp(−q/2) with q summed
+   * as the tile sums it, one fused multiply-add a coordinate, and exp the
+   * tiles' own — the same number to the last bit (the AVX-512 path; the
+   * portable builds fuse no multiply-adds where the CPU has no FMA) */
+  if (!s->e.gemm && lt_kernel_has_avx512() && cols <= 640) {
+    int same_bits = 1;
+    for (size_t i = 0; i < rows; i++) {
+      double x[640];
+      for (size_t j = 0; j < cols; j++) {
+        double q = 0;
+        for (size_t c = 0; c < d; c++) {
+          double u = s->P.zt[c * n + i0 + i] - s->P.zt[c * n + j0 + j];
+          q = fma(u, u, q);
+        }
+        x[j] = -0.5 * q;
+      }
+      lt_kernel_exp_row(x, cols, lt_kernel_has_avx512());
+      for (size_t j = 0; j < cols; j++) same_bits &= T[i * ld + j] == v * x[j];
+    }
+    CHECK(same_bits, "%s: entries differ from v·exp(−q/2)", what);
+  }
   CHECK(diag_ok, "%s: the diagonal is not exactly v", what);
   CHECK(tiny_ok, "%s: entries below 1e-290", what);
   free(T);
