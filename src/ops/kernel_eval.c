@@ -1,16 +1,25 @@
 /*
  * ops/kernel_eval.c — kernel entries a tile at a time (see kernel.h).
  *
- * A tile is evaluated in two passes over it: distances (q = ‖z_i − z_j‖²
- * with z the scaled points; S = Σ_d sin²(z_i,d − z_j,d) for periodic), then
- * one loop per kind and derivative mapping them to entries. Both passes run
- * along a row of the tile over contiguous numbers, so the compiler
- * vectorises them; exp is our own (exp_vec) because libm's exp is a call
- * the vectoriser cannot see through. The file is compiled with
+ * A tile is evaluated as distances (q = ‖z_i − z_j‖² with z the scaled
+ * points; S = Σ_d sin²(z_i,d − z_j,d) for periodic), then one loop per kind
+ * and derivative mapping them to entries; with direct distances a row is
+ * mapped right after its distances, while it is in the first-level cache.
+ * Both run along a row of the tile over contiguous numbers, so the
+ * compiler vectorises them; exp is our own (exp_vec) because libm's exp is
+ * a call the vectoriser cannot see through. The file is compiled with
  * -fno-math-errno -fno-trapping-math (Makefile), which lets sqrt and the
  * clamps vectorise; on x86-64 with GCC the tile function is also built for
- * AVX2 and AVX-512 and picked at load time. No clone contracts a·b + c
- * into an FMA (ISO C mode), so every clone gives the same bits.
+ * AVX2 and AVX-512 and picked at load time. The Makefile's
+ * -ffp-contract=fast fuses a·b + c where the clone has FMA (the AVX-512
+ * one), so the clones may differ in the last bit, never between runs.
+ *
+ * rbf values (the common case, and most of K·X's time) take a path of
+ * their own where the CPU has AVX-512 (lt_kernel_has_avx512, asked at each
+ * tile): distance and entry in one pass, and exp_vec's arithmetic as
+ * intrinsics with 2^k by vscalefpd — the same numbers as exp_vec's AVX-512
+ * clone, a third fewer instructions (tests/c/test_kernel_eval.c checks
+ * both against libm, and the entries bit for bit).
  *
  * Entries, with q the scaled squared distance (r²/l², or Σ_d r_d²/l_d²
  * with ARD), a = √(cq) (c = 1,

@@ -3,7 +3,7 @@
  * entries, on several threads.
  *
  * K is cut into row blocks of BLOCK_ROWS rows and each block into tiles of
- * at most TILE_COLS columns: a tile (256 kB) is evaluated into a thread's
+ * at most TILE_COLS columns: a tile (266 kB) is evaluated into a thread's
  * own buffer (or read where the stored matrix keeps it) and multiplied at
  * once with the rows of X it meets (dgemm, or dgemv for one column), so
  * each entry is evaluated once for all columns of X, and memory stays
@@ -48,8 +48,10 @@
 #define PANEL_BUDGET ((size_t)16 << 20)
 /* Up to this many columns, kernel_tilemul.c's loops; beyond, BLAS
  * (bench/kernel_flops.lua, n = 4000, one thread, ns an entry of K·X,
- * loops / dgemm: d = 2, k = 12 1.33 / 1.33, 16 1.80 / 1.49, 24 2.51 / 1.85,
- * 32 3.35 / 2.40; d = 10, k = 12 1.70 / 1.61, 16 1.95 / 1.61). */
+ * loops / dgemm, with the AVX-512 loops: d = 2, k = 1 0.63 / 0.85, 8 0.86 /
+ * 0.86, 16 1.23 / 1.17, 32 1.94 / 2.21 — even from 8 on, within the
+ * machine's noise; the portable loops: d = 2, k = 12 1.33 / 1.33, 16 1.80 /
+ * 1.49). */
 #define COLUMN_MAX 12
 /* Fewer entries than this are made on one thread. */
 #define PARALLEL_MIN_ENTRIES ((size_t)1 << 16)
