@@ -77,6 +77,12 @@ size_t lt_kernel_tile_work(const lt_keval *e, size_t rows, size_t cols);
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work);
 
+/* t[j] = e^{t[j]} by the exp the tiles use (kernel_eval.c): the portable
+ * exp_vec (avx512 0), or its AVX-512 form (avx512 1; returns 0 and leaves
+ * t alone where the CPU or the build has none). For the C tests, which
+ * measure both against libm. */
+int lt_kernel_exp_row(double *t, size_t len, int avx512);
+
 /* Entries [i0, i0 + rows) × [j0, j0 + cols) of the kernel operator K into
  * out (row stride ld), evaluated: what hadamard.c's tiled products read. */
 int lt_kernel_operator_tile(lt_context *ctx, lt_tensor *K, size_t i0, size_t rows, size_t j0,
@@ -156,6 +162,20 @@ int lt_kernel_upper_product(lt_context *ctx, const double *U, size_t n, const do
                             double *Y, int nthreads);
 
 /* ----------------------------------------------------- kernel_tilemul.c */
+
+/* AVX-512 code paths (kernel_tilemul.c, kernel_eval.c): compiled with GCC
+ * or clang on x86-64 as functions with their own target attribute, and
+ * taken when the CPU running the code has AVX-512F — asked at each call
+ * (__builtin_cpu_supports reads what libgcc recorded at load time), so the
+ * library runs on any x86-64 and keeps no state of its own. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && \
+    !defined(LT_NO_TARGET_CLONES)
+#define LT_KERNEL_AVX512 1
+static inline int lt_kernel_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+#define LT_KERNEL_AVX512 0
+static inline int lt_kernel_has_avx512(void) { return 0; }
+#endif
 
 /* Yt[c·ldy + i] += Σ_j T[i·ldt + j]·Xt[c·ldx + j] (i < r, j < w, c < k). */
 void lt_tile_dots(size_t r, size_t w, size_t k, const double *T, size_t ldt, const double *Xt,

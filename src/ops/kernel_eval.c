@@ -1,16 +1,25 @@
 /*
  * ops/kernel_eval.c — kernel entries a tile at a time (see kernel.h).
  *
- * A tile is evaluated in two passes over it: distances (q = ‖z_i − z_j‖²
- * with z the scaled points; S = Σ_d sin²(z_i,d − z_j,d) for periodic), then
- * one loop per kind and derivative mapping them to entries. Both passes run
- * along a row of the tile over contiguous numbers, so the compiler
- * vectorises them; exp is our own (exp_vec) because libm's exp is a call
- * the vectoriser cannot see through. The file is compiled with
+ * A tile is evaluated as distances (q = ‖z_i − z_j‖² with z the scaled
+ * points; S = Σ_d sin²(z_i,d − z_j,d) for periodic), then one loop per kind
+ * and derivative mapping them to entries; with direct distances a row is
+ * mapped right after its distances, while it is in the first-level cache.
+ * Both run along a row of the tile over contiguous numbers, so the
+ * compiler vectorises them; exp is our own (exp_vec) because libm's exp is
+ * a call the vectoriser cannot see through. The file is compiled with
  * -fno-math-errno -fno-trapping-math (Makefile), which lets sqrt and the
  * clamps vectorise; on x86-64 with GCC the tile function is also built for
- * AVX2 and AVX-512 and picked at load time. No clone contracts a·b + c
- * into an FMA (ISO C mode), so every clone gives the same bits.
+ * AVX2 and AVX-512 and picked at load time. The Makefile's
+ * -ffp-contract=fast fuses a·b + c where the clone has FMA (the AVX-512
+ * one), so the clones may differ in the last bit, never between runs.
+ *
+ * rbf values (the common case, and most of K·X's time) take a path of
+ * their own where the CPU has AVX-512 (lt_kernel_has_avx512, asked at each
+ * tile): distance and entry in one pass, and exp_vec's arithmetic as
+ * intrinsics with 2^k by vscalefpd — the same numbers as exp_vec's AVX-512
+ * clone, a third fewer instructions (tests/c/test_kernel_eval.c checks
+ * both against libm, and the entries bit for bit).
  *
  * Entries, with q the scaled squared distance (r²/l², or Σ_d r_d²/l_d²
  * with ARD), a = √(cq) (c = 1,
@@ -34,6 +43,10 @@
 #include <string.h>
 
 #include "kernel.h"
+
+#if LT_KERNEL_AVX512
+#include <immintrin.h>
+#endif
 
 #define PI 3.14159265358979323846
 
@@ -337,14 +350,184 @@ static void tile_compute(const lt_keval *e, size_t i0, size_t rows, size_t j0, s
     lt_ksm_tile(e, i0, rows, j0, cols, out, ld);
     return;
   }
-  if (s->kind == LT_KERNEL_PERIODIC) distances_periodic(e, i0, rows, j0, cols, out, ld, work, dper);
-  else if (e->gemm) distances_gemm(e, i0, rows, j0, cols, out, ld);
-  else distances_direct(e->a, e->b, i0, rows, j0, cols, out, ld);
-  for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);
+  if (s->kind == LT_KERNEL_PERIODIC || e->gemm) {
+    if (s->kind == LT_KERNEL_PERIODIC)
+      distances_periodic(e, i0, rows, j0, cols, out, ld, work, dper);
+    else distances_gemm(e, i0, rows, j0, cols, out, ld);
+    for (size_t i = 0; i < rows; i++) map_row(s, out + i * ld, dper ? work + i * cols : NULL, cols);
+    return;
+  }
+  /* a row's distances are mapped while the row is in the first-level cache */
+  for (size_t i = 0; i < rows; i++) {
+    distances_direct(e->a, e->b, i0 + i, 1, j0, cols, out + i * ld, ld);
+    map_row(s, out + i * ld, NULL, cols);
+  }
+}
+
+/* ------------------------------------------------------- AVX-512 (rbf) */
+
+#if LT_KERNEL_AVX512
+/* exp_vec on eight lanes: the same clamps, reduction and polynomial, each
+ * a·b + c fused as the AVX-512 clone of exp_vec fuses it, and 2^k applied
+ * by vscalefpd (one rounding, as p·s1·s2: the same numbers down to the
+ * subnormals) instead of the integer arithmetic that builds s1 and s2 —
+ * a third fewer instructions. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512d exp512(__m512d x) {
+  const __m512d shifter = _mm512_set1_pd(0x1.8p52);
+  x = _mm512_min_pd(_mm512_set1_pd(709.0), x);
+  x = _mm512_max_pd(_mm512_set1_pd(-745.5), x);
+  __m512d t = _mm512_fmadd_pd(x, _mm512_set1_pd(1.4426950408889634), shifter);
+  __m512d kf = _mm512_sub_pd(t, shifter);
+  __m512d r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(6.93147180369123816490e-01), x);
+  r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(1.90821492927058770002e-10), r);
+  static const double c[] = {1.0 / 479001600.0,
+                             1.0 / 39916800.0,
+                             1.0 / 3628800.0,
+                             1.0 / 362880.0,
+                             1.0 / 40320.0,
+                             1.0 / 5040.0,
+                             1.0 / 720.0,
+                             1.0 / 120.0,
+                             1.0 / 24.0,
+                             1.0 / 6.0,
+                             0.5,
+                             1.0,
+                             1.0};
+  __m512d p = _mm512_set1_pd(1.0 / 6227020800.0);
+  for (size_t q = 0; q < sizeof c / sizeof c[0]; q++)
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[q]));
+  return _mm512_scalef_pd(p, kf);
+}
+
+/* e^{−q/2} for q ≥ 0 (or NaN): the numbers exp512(−0.5·q) gives, in two
+ * instructions fewer. The reduction works on 2r = −q − k·2ln2 and the
+ * polynomial on 2r with coefficient i divided by 2^i: every rounding is
+ * the one exp512 makes, times a power of 2. Of the clamps only q ≤ 1491
+ * (x ≥ −745.5) can act. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512d gauss512(__m512d q) {
+  const __m512d shifter = _mm512_set1_pd(0x1.8p52);
+  q = _mm512_min_pd(_mm512_set1_pd(1491.0), q);
+  __m512d t = _mm512_fmadd_pd(q, _mm512_set1_pd(-0.5 * 1.4426950408889634), shifter);
+  __m512d kf = _mm512_sub_pd(t, shifter);
+  __m512d r2 = _mm512_fnmsub_pd(kf, _mm512_set1_pd(2 * 6.93147180369123816490e-01), q);
+  r2 = _mm512_fnmadd_pd(kf, _mm512_set1_pd(2 * 1.90821492927058770002e-10), r2);
+  static const double c[] = {1.0 / 479001600.0 / 4096,
+                             1.0 / 39916800.0 / 2048,
+                             1.0 / 3628800.0 / 1024,
+                             1.0 / 362880.0 / 512,
+                             1.0 / 40320.0 / 256,
+                             1.0 / 5040.0 / 128,
+                             1.0 / 720.0 / 64,
+                             1.0 / 120.0 / 32,
+                             1.0 / 24.0 / 16,
+                             1.0 / 6.0 / 8,
+                             0.5 / 4,
+                             1.0 / 2,
+                             1.0};
+  __m512d p = _mm512_set1_pd(1.0 / 6227020800.0 / 8192);
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+    p = _mm512_fmadd_pd(p, r2, _mm512_set1_pd(c[i]));
+  return _mm512_scalef_pd(p, kf);
+}
+
+/* The lanes of the last, partial vector of a row of len from j. */
+static inline __mmask8 tail_mask(size_t len, size_t j) {
+  return len - j >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (len - j)) - 1);
+}
+
+/* rbf entries v·e^{−q/2} of row ia against columns j0 .. j0 + cols: the
+ * distance (coordinate by coordinate, as distances_direct) and the entry
+ * in one pass, q never stored. */
+__attribute__((target("avx512f"))) static void rbf_row512_direct(const lt_kpoints *A,
+                                                                 const lt_kpoints *B, size_t ia,
+                                                                 size_t j0, size_t cols, double v,
+                                                                 double *o) {
+  size_t d = A->d;
+  const __m512d vv = _mm512_set1_pd(v);
+  for (size_t j = 0; j < cols; j += 8) {
+    __mmask8 m = tail_mask(cols, j);
+    __m512d q = _mm512_setzero_pd();
+    for (size_t c = 0; c < d; c++) {
+      __m512d zi = _mm512_set1_pd(A->zt[c * A->n + ia]);
+      __m512d t = _mm512_sub_pd(zi, _mm512_maskz_loadu_pd(m, B->zt + c * B->n + j0 + j));
+      q = _mm512_fmadd_pd(t, t, q);
+    }
+    _mm512_mask_storeu_pd(o + j, m, _mm512_mul_pd(vv, gauss512(q)));
+  }
+}
+
+/* The same from the cross terms −2 z_iᵀz_j that dgemm left in o: q =
+ * max(0, o + ‖z_i‖² + ‖z_j‖²), as distances_gemm. */
+__attribute__((target("avx512f"))) static void
+rbf_row512_cross(double *o, double ni, const double *nj, size_t cols, double v) {
+  const __m512d vv = _mm512_set1_pd(v), vi = _mm512_set1_pd(ni);
+  for (size_t j = 0; j < cols; j += 8) {
+    __mmask8 m = tail_mask(cols, j);
+    __m512d q = _mm512_add_pd(_mm512_add_pd(_mm512_maskz_loadu_pd(m, o + j), vi),
+                              _mm512_maskz_loadu_pd(m, nj + j));
+    q = _mm512_max_pd(_mm512_setzero_pd(), q);
+    _mm512_mask_storeu_pd(o + j, m, _mm512_mul_pd(vv, gauss512(q)));
+  }
+}
+
+/* A tile of rbf values (or ∂/∂log v, the same numbers). */
+static void rbf_tile512(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols,
+                        double *out, size_t ld) {
+  const lt_kpoints *A = e->a, *B = e->b;
+  double v = e->spec.variance;
+  if (!e->gemm) {
+    for (size_t i = 0; i < rows; i++) rbf_row512_direct(A, B, i0 + i, j0, cols, v, out + i * ld);
+    return;
+  }
+  size_t d = A->d;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)d, -2.0,
+              A->z + i0 * d, (int)d, B->z + j0 * d, (int)d, 0.0, out, (int)ld);
+  for (size_t i = 0; i < rows; i++) {
+    double *o = out + i * ld;
+    rbf_row512_cross(o, A->norm2[i0 + i], B->norm2 + j0, cols, v);
+    /* exactly v on the diagonal of K(x, x): q = 0 there, e^0 = 1 */
+    if (e->same && i0 + i >= j0 && i0 + i < j0 + cols) o[i0 + i - j0] = v;
+  }
+}
+#endif
+
+HOT_CLONES
+static void exp_row_portable(double *t, size_t len) {
+  for (size_t j = 0; j < len; j++) t[j] = exp_vec(t[j]);
+}
+
+#if LT_KERNEL_AVX512
+__attribute__((target("avx512f"))) static void exp_row512(double *t, size_t len) {
+  for (size_t j = 0; j < len; j += 8) {
+    __mmask8 m = tail_mask(len, j);
+    _mm512_mask_storeu_pd(t + j, m, exp512(_mm512_maskz_loadu_pd(m, t + j)));
+  }
+}
+#endif
+
+int lt_kernel_exp_row(double *t, size_t len, int avx512) {
+#if LT_KERNEL_AVX512
+  if (avx512) {
+    if (!lt_kernel_has_avx512()) return 0;
+    exp_row512(t, len);
+    return 1;
+  }
+#else
+  if (avx512) return 0;
+#endif
+  exp_row_portable(t, len);
+  return 1;
 }
 
 void lt_kernel_tile(const lt_keval *e, size_t i0, size_t rows, size_t j0, size_t cols, double *out,
                     size_t ld, double *work) {
   if (rows == 0 || cols == 0) return;
+#if LT_KERNEL_AVX512
+  if (e->spec.kind == LT_KERNEL_RBF && e->spec.derivative != LT_KERNEL_D_LENGTHSCALE &&
+      lt_kernel_has_avx512()) {
+    rbf_tile512(e, i0, rows, j0, cols, out, ld);
+    return;
+  }
+#endif
   tile_compute(e, i0, rows, j0, cols, out, ld, work);
 }

@@ -3,7 +3,7 @@
  * entries, on several threads.
  *
  * K is cut into row blocks of BLOCK_ROWS rows and each block into tiles of
- * at most TILE_COLS columns: a tile (256 kB) is evaluated into a thread's
+ * at most TILE_COLS columns: a tile (266 kB) is evaluated into a thread's
  * own buffer (or read where the stored matrix keeps it) and multiplied at
  * once with the rows of X it meets (dgemm, or dgemv for one column), so
  * each entry is evaluated once for all columns of X, and memory stays
@@ -31,6 +31,7 @@
  */
 #include <cblas.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../core/parallel.h"
@@ -39,18 +40,42 @@
 
 #define BLOCK_ROWS LT_KERNEL_ROW_BLOCK
 #define TILE_COLS 512
-#define TILE (BLOCK_ROWS * TILE_COLS)
+/* An evaluated tile's row stride: 512 + 8 doubles, so that a column of
+ * the tile does not fall on one cache set (rows 4 kB apart would: the
+ * axpys over a tile's columns then ran at a quarter of their speed). */
+#define TILE_LD (TILE_COLS + 8)
+#define TILE (BLOCK_ROWS * TILE_LD)
 /* Panel buffers may hold this many doubles (128 MB) in all. */
 #define PANEL_BUDGET ((size_t)16 << 20)
 /* Up to this many columns, kernel_tilemul.c's loops; beyond, BLAS
  * (bench/kernel_flops.lua, n = 4000, one thread, ns an entry of K·X,
- * loops / dgemm: d = 2, k = 12 1.33 / 1.33, 16 1.80 / 1.49, 24 2.51 / 1.85,
- * 32 3.35 / 2.40; d = 10, k = 12 1.70 / 1.61, 16 1.95 / 1.61). */
+ * loops / dgemm, with the AVX-512 loops: d = 2, k = 1 0.63 / 0.85, 8 0.86 /
+ * 0.86, 16 1.23 / 1.17, 32 1.94 / 2.21 — even from 8 on, within the
+ * machine's noise; the portable loops: d = 2, k = 12 1.33 / 1.33, 16 1.80 /
+ * 1.49). */
 #define COLUMN_MAX 12
+/* The buffers of a product start on a 64-byte boundary (over-allocated by
+ * ALIGN_PAD doubles), and the tiles and panels within them too: a vector of
+ * eight doubles then never straddles two cache lines (all of them, when n
+ * is a multiple of 8). Unaligned, K·X at d = 2, k = 8 took 1.26-1.29 ns an
+ * entry in some processes and 0.85-0.99 in others, as malloc placed them. */
+#define ALIGN_PAD 8
 /* Fewer entries than this are made on one thread. */
 #define PARALLEL_MIN_ENTRIES ((size_t)1 << 16)
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+static size_t round8(size_t n) { return (n + 7) / 8 * 8; }
+
+static size_t padded(size_t count) { return count ? count + ALIGN_PAD : 0; }
+
+/* p (from the allocator, 8-byte aligned, ALIGN_PAD doubles over) moved up
+ * to its first 64-byte boundary. */
+static double *align64(double *p) {
+  if (p == NULL) return NULL;
+  size_t mis = (size_t)((uintptr_t)p % 64);
+  return mis ? p + (64 - mis) / sizeof(double) : p;
+}
 
 static size_t block_count(size_t n) { return (n + BLOCK_ROWS - 1) / BLOCK_ROWS; }
 
@@ -91,7 +116,8 @@ typedef struct product_job {
   int columns; /* transposed layouts: Xt and the accumulations are k × n */
   const double *Xt;
   double *Yt;     /* whole-row mode's accumulation, transposed */
-  double *panels; /* npanels × n×k (halved mode) */
+  double *panels; /* npanels × n×k (halved mode), panel_stride apart */
+  size_t panel_stride;
   int npanels;
   size_t na, nb, k, nblocks;
   size_t row0;   /* K's row of the result's first row (a multiple of BLOCK_ROWS) */
@@ -138,8 +164,8 @@ static const double *get_tile(const product_job *j, int worker, size_t b, size_t
     return j->U + slab_offset(b, j->nb) + (c0 - i0);
   }
   double *T = j->tiles + (size_t)worker * j->tile_stride;
-  lt_kernel_tile(j->e, j->row0 + i0, r, c0, w, T, TILE_COLS, T + TILE);
-  *ld = TILE_COLS;
+  lt_kernel_tile(j->e, j->row0 + i0, r, c0, w, T, TILE_LD, T + TILE);
+  *ld = TILE_LD;
   return T;
 }
 
@@ -182,7 +208,7 @@ static size_t panel_of(size_t b, int npanels) {
 static void half_panel(void *ud, size_t p, int worker) {
   const product_job *j = ud;
   size_t n = j->na, ld;
-  double *buf = j->panels + p * n * j->k;
+  double *buf = j->panels + p * j->panel_stride;
   memset(buf, 0, n * j->k * sizeof(double));
   for (size_t b = 0; b < j->nblocks; b++) {
     if (panel_of(b, j->npanels) != p) continue;
@@ -209,7 +235,7 @@ static void sum_panels(void *ud, size_t u, int worker) {
       /* a panel holds rows as Y does, or transposed */
       size_t at = j->columns ? c * n + i : i * k + c;
       double s = j->panels[at];
-      for (int p = 1; p < j->npanels; p++) s += j->panels[(size_t)p * n * k + at];
+      for (int p = 1; p < j->npanels; p++) s += j->panels[(size_t)p * j->panel_stride + at];
       Y[i * k + c] = s;
     }
 }
@@ -244,24 +270,31 @@ static int run_product(lt_context *ctx, product_job *j, int symmetric, int nthre
   j->npanels = symmetric ? panel_count(na, k) : 0;
   j->columns = k <= COLUMN_MAX;
   if (na < PARALLEL_MIN_ENTRIES / nb) nthreads = 1;
-  j->tile_stride = j->U ? 0 : TILE + lt_kernel_tile_work(j->e, BLOCK_ROWS, TILE_COLS);
-  size_t tiles_count = j->tile_stride * (size_t)nthreads;
-  size_t panels_count = (size_t)j->npanels * na * k; /* ≤ PANEL_BUDGET */
-  size_t xt_count = j->columns ? nb * k : 0, yt_count = j->columns && !j->npanels ? na * k : 0;
-  double *xt = NULL;
-  j->tiles = tiles_count ? lt_linalg_alloc(ctx, "kernel", tiles_count) : NULL;
-  j->panels = panels_count ? lt_linalg_alloc(ctx, "kernel", panels_count) : NULL;
-  xt = xt_count ? lt_linalg_alloc(ctx, "kernel", xt_count) : NULL;
-  j->Yt = yt_count ? lt_linalg_alloc(ctx, "kernel", yt_count) : NULL;
+  j->tile_stride = j->U ? 0 : round8(TILE + lt_kernel_tile_work(j->e, BLOCK_ROWS, TILE_COLS));
+  j->panel_stride = round8(na * k);
+  /* each count with the ALIGN_PAD doubles over, when not 0 */
+  size_t tiles_count = padded(j->tile_stride * (size_t)nthreads);
+  size_t panels_count = padded((size_t)j->npanels * j->panel_stride); /* ≲ PANEL_BUDGET */
+  size_t xt_count = padded(j->columns ? nb * k : 0);
+  size_t yt_count = padded(j->columns && !j->npanels ? na * k : 0);
+  /* as allocated; the job holds them aligned */
+  double *tiles = tiles_count ? lt_linalg_alloc(ctx, "kernel", tiles_count) : NULL;
+  double *panels = panels_count ? lt_linalg_alloc(ctx, "kernel", panels_count) : NULL;
+  double *xt = xt_count ? lt_linalg_alloc(ctx, "kernel", xt_count) : NULL;
+  double *yt = yt_count ? lt_linalg_alloc(ctx, "kernel", yt_count) : NULL;
+  j->tiles = align64(tiles);
+  j->panels = align64(panels);
+  j->Yt = align64(yt);
   int rc = LT_OK;
-  if ((tiles_count && !j->tiles) || (panels_count && !j->panels) || (xt_count && !xt) ||
-      (yt_count && !j->Yt)) {
+  if ((tiles_count && !tiles) || (panels_count && !panels) || (xt_count && !xt) ||
+      (yt_count && !yt)) {
     rc = LT_ERR;
   } else {
-    if (xt)
+    double *xa = align64(xt);
+    if (xa)
       for (size_t i = 0; i < nb; i++)
-        for (size_t c = 0; c < k; c++) xt[c * nb + i] = j->X[i * k + c];
-    j->Xt = xt;
+        for (size_t c = 0; c < k; c++) xa[c * nb + i] = j->X[i * k + c];
+    j->Xt = xa;
     size_t row_units = (na + BLOCK_ROWS - 1) / BLOCK_ROWS;
     if (j->npanels > 0) {
       lt_parallel_run(nthreads, (size_t)j->npanels, half_panel, j);
@@ -271,10 +304,10 @@ static int run_product(lt_context *ctx, product_job *j, int symmetric, int nthre
       if (j->Yt) lt_parallel_run(nthreads, row_units, untranspose, j);
     }
   }
-  lt_linalg_free(ctx, j->tiles, tiles_count);
-  lt_linalg_free(ctx, j->panels, panels_count);
+  lt_linalg_free(ctx, tiles, tiles_count);
+  lt_linalg_free(ctx, panels, panels_count);
   lt_linalg_free(ctx, xt, xt_count);
-  lt_linalg_free(ctx, j->Yt, yt_count);
+  lt_linalg_free(ctx, yt, yt_count);
   return rc;
 }
 
