@@ -525,105 +525,36 @@ end
 
 ------------------------------------------------------------ fitting --
 
--- Entry (i, j) of L (m rows; m×m, or C blocks m×m side by side) is in a
--- lower triangle.
-local function in_lower(i, j, m)
-  return (j - 1) % m + 1 <= i
-end
-
--- The parameter table as a flat Lua array and back: L's upper triangle
--- (always zero) is left out (p.lower: L is a "cholesky" factor).
-local function flatten(p)
-  local flat, layout = {}, {}
-  local function put(path, v)
-    if v == nil then return end
-    if type(v) == "number" then
-      layout[#layout + 1] = {path = path, kind = "number", at = #flat + 1}
-      flat[#flat + 1] = v
-      return
-    end
-    local entry = {path = path, kind = "tensor", shape = v:shape(), at = #flat + 1}
-    local t = v:totable()
-    if path[1] == "chol" and v:dim() == 2 and p.lower then
-      entry.lower = true
-      for i = 1, #t do
-        for j = 1, #t[i] do
-          if in_lower(i, j, #t) then flat[#flat + 1] = t[i][j] end
-        end
-      end
-    elseif v:dim() == 2 then
-      for i = 1, #t do
-        for j = 1, #t[i] do flat[#flat + 1] = t[i][j] end
-      end
-    else
-      for i = 1, #t do flat[#flat + 1] = t[i] end
-    end
-    layout[#layout + 1] = entry
+-- The leaves of a parameter table (parameters()'s form) in a fixed order:
+-- {group, name} with group nil for the top-level entries (mean, chol, Z,
+-- constant). Adam moves each leaf as it is, a number or a tensor: L's upper
+-- triangle has a zero gradient (the bound reads L ⊙ mask), so it stays 0.
+local function leaves(p)
+  local out = {}
+  for _, name in ipairs{"mean", "chol", "Z", "constant"} do
+    if p[name] ~= nil then out[#out + 1] = {nil, name} end
   end
-  put({"mean"}, p.mean)
-  put({"chol"}, p.chol)
-  if p.Z then put({"Z"}, p.Z) end
   for _, group in ipairs{"kernel", "likelihood"} do
     local names = {}
-    for name in pairs(p[group]) do names[#names + 1] = name end
+    for name in pairs(p[group] or {}) do names[#names + 1] = name end
     table.sort(names)
-    for _, name in ipairs(names) do put({group, name}, p[group][name]) end
-  end
-  if p.constant ~= nil then put({"constant"}, p.constant) end
-  return flat, layout
-end
-
-local function unflatten(layout, flat)
-  local p = {kernel = {}, likelihood = {}}
-  for _, e in ipairs(layout) do
-    local v
-    if e.kind == "number" then
-      v = flat[e.at]
-    elseif #e.shape == 1 then
-      local t = {}
-      for i = 1, e.shape[1] do t[i] = flat[e.at + i - 1] end
-      v = lt.tensor(t)
-    else
-      local t, k = {}, e.at
-      for i = 1, e.shape[1] do
-        t[i] = {}
-        for j = 1, e.shape[2] do
-          if e.lower and not in_lower(i, j, e.shape[1]) then
-            t[i][j] = 0
-          else
-            t[i][j] = flat[k]
-            k = k + 1
-          end
-        end
-      end
-      v = lt.tensor(t)
-    end
-    if #e.path == 1 then p[e.path[1]] = v else p[e.path[1]][e.path[2]] = v end
-  end
-  return p
-end
-
--- A gradient table in the layout's order (L's lower triangle only).
-local function flatten_grad(layout, g)
-  local out = {}
-  for _, e in ipairs(layout) do
-    local v = #e.path == 1 and g[e.path[1]] or g[e.path[1]][e.path[2]]
-    if e.kind == "number" then
-      out[#out + 1] = number_of(v)
-    else
-      local t = v:totable()
-      if #e.shape == 1 then
-        for i = 1, #t do out[#out + 1] = t[i] end
-      else
-        for i = 1, #t do
-          for j = 1, #t[i] do
-            if not e.lower or in_lower(i, j, #t) then out[#out + 1] = t[i][j] end
-          end
-        end
-      end
-    end
+    for _, name in ipairs(names) do out[#out + 1] = {group, name} end
   end
   return out
+end
+
+local function leaf_of(p, leaf)
+  if leaf[1] then return p[leaf[1]] and p[leaf[1]][leaf[2]] end
+  return p[leaf[2]]
+end
+
+-- A parameter table from leaf values (a list in leaves' order).
+local function table_of(list, values)
+  local p = {kernel = {}, likelihood = {}}
+  for k, leaf in ipairs(list) do
+    if leaf[1] then p[leaf[1]][leaf[2]] = values[k] else p[leaf[2]] = values[k] end
+  end
+  return p
 end
 
 -- A portable pseudo-random stream (the same on every Lua): an LCG mod 2³¹.
@@ -648,6 +579,14 @@ local function shuffled(n, rnd)
 end
 
 local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
+
+-- Adam's elementwise arithmetic on a leaf, a number or a dense tensor.
+local function zero_like(v) return type(v) == "number" and 0 or lt.full(v:shape(), 0) end
+local function square(v) return type(v) == "number" and v * v or v:cmul(v) end
+local function root(v) return type(v) == "number" and sqrt(v) or v:sqrt() end
+local function ratio(a, b) return type(a) == "number" and a / b or a:cdiv(b) end
+-- Σ|v| is NaN or ∞ when an entry is
+local function all_finite(v) return finite(type(v) == "number" and v or v:abs():sum()) end
 
 -- The model's state as it is (values, not raw parameters: restoring them
 -- is exact, where e^{log θ} need not be θ).
@@ -765,31 +704,36 @@ function SVGP:fit(opts)
     return p
   end
   local start_p = adam_parameters()
-  start_p.lower = self.distribution == "cholesky"
-  local x, layout = flatten(start_p)
+  local list = leaves(start_p)
+  local x = {} -- the iterate: one number or tensor a leaf
+  for k, leaf in ipairs(list) do x[k] = leaf_of(start_p, leaf) end
   local prev = nil -- x before the last step (to halve it)
   local mom, vel = {}, {}
-  for i = 1, #x do mom[i], vel[i] = 0, 0 end
+  for k, v in ipairs(x) do mom[k], vel[k] = zero_like(v), zero_like(v) end
   local t, steps, stopped = 0, 0, false
   -- One Adam step (ascent) on x from lt.grad of f; returns the bound's value.
   -- A bound or gradient that is not finite halves the last step and the rate.
   local function adam_step(f)
-    if #x == 0 then return autograd.evaluate(f, unflatten(layout, x)) end -- nothing to move
+    if #x == 0 then return autograd.evaluate(f, table_of(list, x)) end -- nothing to move
     local tries = 0
     while true do
-      local grads, value = lt.grad(f)(unflatten(layout, x))
-      local g = flatten_grad(layout, grads)
+      local grads, value = lt.grad(f)(table_of(list, x))
+      local g = {}
       local good = finite(value)
-      for i = 1, #g do good = good and finite(g[i]) end
+      for k, leaf in ipairs(list) do
+        g[k] = leaf_of(grads, leaf)
+        if type(x[k]) == "number" then g[k] = number_of(g[k]) end
+        good = good and all_finite(g[k])
+      end
       if good then
         t = t + 1
-        prev = {}
-        for i = 1, #x do
-          prev[i] = x[i]
-          mom[i] = b1 * mom[i] + (1 - b1) * g[i]
-          vel[i] = b2 * vel[i] + (1 - b2) * g[i] * g[i]
-          local mhat, vhat = mom[i] / (1 - b1 ^ t), vel[i] / (1 - b2 ^ t)
-          x[i] = x[i] + lr * mhat / (sqrt(vhat) + eps)
+        prev = x
+        x = {}
+        local c1, c2 = 1 - b1 ^ t, 1 - b2 ^ t
+        for k = 1, #list do
+          mom[k] = mom[k] * b1 + g[k] * (1 - b1)
+          vel[k] = vel[k] * b2 + square(g[k]) * (1 - b2)
+          x[k] = prev[k] + ratio(mom[k] * (lr / c1), root(vel[k] * (1 / c2)) + eps)
         end
         return value
       end
@@ -797,7 +741,7 @@ function SVGP:fit(opts)
       if prev == nil or tries > 30 then
         fail("fit: the bound or its gradient is not finite at the current parameters")
       end
-      for i = 1, #x do x[i] = prev[i] + 0.5 * (x[i] - prev[i]) end
+      for k = 1, #list do x[k] = prev[k] + (x[k] - prev[k]) * 0.5 end
       lr = lr / 2
     end
   end
@@ -820,7 +764,7 @@ function SVGP:fit(opts)
         end
         total, count = total + adam_step(f), count + 1
         steps = steps + 1
-        local p = unflatten(layout, x)
+        local p = table_of(list, x)
         if natural then p.mean, p.chol = self.q_mean, self.q_chol end
         self:set_parameters(p)
       end
