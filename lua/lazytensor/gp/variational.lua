@@ -44,7 +44,7 @@ SVGP.__index = SVGP
 variational.block_entries = 4194304
 
 local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
-              "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
+              "distribution", "num_data", "fixed", "jitter", "data_jitter", "bounds", "priors"}
 
 local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
 local class_constants, start_classes, latent_classes -- below
@@ -196,6 +196,11 @@ function variational.constructor(helpers)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
+    local data_jitter = spec.data_jitter or 0
+    if type(data_jitter) ~= "number" or not (data_jitter >= 0) -- luacheck: ignore 581 (NaN)
+       or data_jitter == math.huge then
+      fail("data_jitter must be a non-negative number")
+    end
     local C = lik.latents or 1
     local mean_value = class_constants(mean == "zero" and 0 or (spec.mean_value or 0), C)
     local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
@@ -203,7 +208,7 @@ function variational.constructor(helpers)
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
       bounds = bounds, priors = prior_set,
       whiten = whiten, distribution = dist, mean_kind = mean, mean_value = mean_value,
-      num_data = num_data, jitter = jitter,
+      num_data = num_data, jitter = jitter, data_jitter = data_jitter,
       fixed = {inducing = fixed.inducing and true or nil, mean = fixed.mean and true or nil},
       Z = Z, mask = tril_mask(m, C), latents = C,
     }, SVGP)
@@ -366,7 +371,7 @@ local function latent(self, p, Xr)
   local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
   local T = L:t() * proj
-  local prior = kern:diag(Xr) -- k(x, x)
+  local prior = kern:diag(Xr) + self.data_jitter -- k(x, x) (+ GPyTorch's jitter when asked)
   local mean = proj:t() * p.mean
   local constant = p.constant or self.mean_value
   if self.mean_kind == "constant" then mean = mean + constant end
@@ -398,7 +403,7 @@ function latent_classes(self, p, Xr)
     local T = proj:t() * p.chol:cmul(self.mask)
     spread = T:cmul(T) * self.class_sum
   end
-  local base = kern:diag(Xr) - A:cmul(A):sum(1)
+  local base = kern:diag(Xr) + self.data_jitter - A:cmul(A):sum(1)
   return mean, spread + base:reshape(b, 1), {Lz = Lz}
 end
 
@@ -801,6 +806,12 @@ function SVGP:predict_y(xstar)
   return self.likelihood:predict_y(mean, var)
 end
 
+-- K** plus data_jitter·I (when data_jitter > 0), lazy.
+local function jittered(self, Kss)
+  if self.data_jitter == 0 then return Kss end
+  return Kss + lt.diag(lt.full({Kss:size(1)}, self.data_jitter))
+end
+
 --- q(f(xstar)) as an lt.mvn: covariance K** − AᵀA + TᵀT (A = Lz⁻¹Kz*,
 -- T = Lᵀ·A whitened, Lᵀ·Kzz⁻¹Kz* otherwise), a lazy kernel minus and plus
 -- rank-m terms.
@@ -814,7 +825,7 @@ function SVGP:posterior(xstar)
   local A = lower_solve(Lz, kern:matrix(self.Z, star))
   local proj = self.whiten and A or upper_solve(Lz, A)
   local T = chol_of(self, p.chol):t() * proj
-  local Kss = kern:operator(star)
+  local Kss = jittered(self, kern:operator(star))
   return lt.mvn(mean, lt.psd(Kss - lt.lowrank(A:t():contiguous())
                              + lt.lowrank(T:t():contiguous())))
 end
@@ -841,7 +852,7 @@ function SVGP:class_posteriors(star)
   for c = 1, self.latents do
     local _, L = class_q(self, c)
     local T = L:t() * proj
-    local Kss = kern:operator(star)
+    local Kss = jittered(self, kern:operator(star))
     out[c] = lt.mvn(mean:narrow(2, c, 1):contiguous():reshape(star:size(1)),
                     lt.psd(Kss - lt.lowrank(A:t():contiguous()) + lt.lowrank(T:t():contiguous())))
   end
