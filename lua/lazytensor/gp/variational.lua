@@ -370,7 +370,8 @@ local function latent(self, p, Xr)
   local A = lower_solve(Lz, Kzx) -- m×b
   local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
-  local T = L:t() * proj
+  -- Lᵀ·proj as a triangular product (half a dense product's work, both ways)
+  local T = (self.distribution == "cholesky" and lt.triangular(L, "lower") or L):t() * proj
   local prior = kern:diag(Xr) + self.data_jitter -- k(x, x) (+ GPyTorch's jitter when asked)
   local mean = proj:t() * p.mean
   local constant = p.constant or self.mean_value
@@ -448,20 +449,35 @@ local function kl(self, p, parts)
   return (W:cmul(W):sum() + a:dot(a) - m + logdet_K - logdet_S) * 0.5
 end
 
+-- X and y as flat Lua arrays, made once (a minibatch is gathered from them
+-- each step: cheaper than a tensor row at a time).
+local function flat_data(self)
+  if not self.flat_x then
+    local flat, d = {}, self.d
+    for i, row in ipairs(self.X:totable()) do
+      for j = 1, d do flat[(i - 1) * d + j] = row[j] end
+    end
+    self.flat_x, self.flat_y = flat, self.y:totable()
+  end
+  return self.flat_x, self.flat_y
+end
+
 -- Rows idx (a Lua array of 1..n, checked) of X and y.
 local function rows(self, idx)
   if idx == nil then return self.X, self.y, self.n end
   if lt.is_tensor(idx) then idx = idx:totable() end
   if type(idx) ~= "table" or #idx == 0 then fail("idx must be a non-empty list of rows") end
-  local Xr, yr = lt.zeros(#idx, self.d), lt.zeros(#idx)
+  local fx, fy = flat_data(self)
+  local d, xs, ys = self.d, {}, {}
   for j, i in ipairs(idx) do
     if type(i) ~= "number" or i % 1 ~= 0 or i < 1 or i > self.n then
       fail("idx[%d] = %s is not a row from 1 to %d", j, tostring(i), self.n)
     end
-    Xr[j] = self.X[i]
-    yr:set(j, self.y:get(i))
+    local row, at = {}, (i - 1) * d
+    for k = 1, d do row[k] = fx[at + k] end
+    xs[j], ys[j] = row, fy[i]
   end
-  return Xr, yr, #idx
+  return lt.tensor(xs), lt.tensor(ys), #idx
 end
 
 -- Σ log prior of the hyperparameters at p (followed where free).
@@ -769,6 +785,9 @@ function SVGP:fit(opts)
         end
         total, count = total + adam_step(f), count + 1
         steps = steps + 1
+        -- a tensor's C memory is invisible to Lua's collector: without this
+        -- the steps' tapes pile up, and fresh pages cost more than the step
+        collectgarbage()
         local p = table_of(list, x)
         if natural then p.mean, p.chol = self.q_mean, self.q_chol end
         self:set_parameters(p)
