@@ -22,7 +22,8 @@ k(x, x) in q(f); lazytensor's side passes jitter = 1e-6, data_jitter = 1e-6.
           and the batch bound's gradient with respect to mu, L's lower
           triangle, Z, the lengthscale, outputscale, noise and constant (the
           raw parameters' gradients divided by softplus' slope), written to
-          svgp_m<M>_gpytorch_grad.txt; one JSON line.
+          svgp_m<M>_gpytorch_grad.txt (and both bounds to
+          svgp_m<M>_gpytorch_elbo.txt); one JSON line.
   step M  CPU time a minibatch step (batch 1024, Adam lr 0.01: the bound, its
           backward and the update) from the given parameters, 3 epochs of
           a fresh permutation each; the median over epochs of the epoch's
@@ -190,6 +191,7 @@ def elbo(d, m):
     }
     flat = np.concatenate([g["mu"], g["L"].reshape(-1), g["Z"].reshape(-1), g["hyper"]])
     write_matrix(os.path.join(d, "svgp_m%d_gpytorch_grad.txt" % m), flat)
+    write_matrix(os.path.join(d, "svgp_m%d_gpytorch_elbo.txt" % m), [full, batch.item() * s])
     emit({"op": "elbo", "m": m, "n": N, "elbo_full": full, "elbo_batch": batch.item() * s,
           "batch": BATCH, "jitter": model.variational_strategy.jitter_val})
 

@@ -14,11 +14,13 @@
 --           median over epochs of the epoch's CPU / its steps.
 --   big     10⁶ points (svgp_big_*.txt), m = 500, one epoch: its CPU time
 --           and the RMSE of the predictive mean against f.
+--   compare FILE  pairs the two sides' step and big lines of a run.sh
+--           output (FILE.jsonl): a Markdown table with the ratios.
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 
 lt.settings.num_threads = tonumber(os.getenv("BENCH_THREADS") or "1")
-local DIR, WHAT, M = arg[1], arg[2], tonumber(arg[3] or "0")
+local DIR, WHAT, M = arg[1], arg[2], tonumber(arg[3] or "0") -- compare: arg[3] is FILE
 local N, BATCH, LR, JITTER, FLOOR = 20000, 1024, 0.01, 1e-6, 1e-4
 
 local function emit(rec)
@@ -175,18 +177,68 @@ local function big()
         lengthscale = values.lengthscale, noise = model.likelihood.params.noise, load = load_avg()})
 end
 
+-- A field of a flat JSON line (Python's "k": v or this file's "k":v).
+local function field(line, key)
+  local v = line:match('"' .. key .. '"%s*:%s*([^,}]+)')
+  if v == nil then return nil end
+  return tonumber(v) or v:gsub('"', "")
+end
+
+local function compare(path)
+  local by = {}
+  for line in io.lines(path) do
+    if field(line, "workload") == "SVGP" and not field(line, "skipped") then
+      local op, m, sys = field(line, "op"), field(line, "m"), field(line, "system")
+      local key = op .. " " .. tostring(m)
+      by[key] = by[key] or {}
+      by[key][sys] = line
+    end
+  end
+  print("| row | lazytensor | GPyTorch | GPyTorch / lazytensor |")
+  print("|---|---|---|---|")
+  for _, key in ipairs{"elbo 100", "elbo 500", "step 100", "step 500", "big 500"} do
+    local pair = by[key]
+    if pair and pair.lazytensor then
+      local lt_line, gp_line = pair.lazytensor, pair.gpytorch or ""
+      if key:match("^elbo") then
+        print(string.format("| %s: relative difference, bound (all rows / batch) | %.1e / %.1e | | |",
+                            key, field(lt_line, "rel_elbo_full") or 0 / 0,
+                            field(lt_line, "rel_elbo_batch") or 0 / 0))
+        print(string.format("| %s: relative difference, gradient (μ, L, Z, hyper) "
+                            .. "| %.1e, %.1e, %.1e, %.1e | | |", key,
+                            field(lt_line, "rel_grad_mu"), field(lt_line, "rel_grad_L"),
+                            field(lt_line, "rel_grad_Z"), field(lt_line, "rel_grad_hyper")))
+      elseif key:match("^step") then
+        local a, b = field(lt_line, "cpu_step_median"), field(gp_line, "cpu_step_median")
+        print(string.format("| %s: CPU a step | %.4f s | %s | %s |", key, a,
+                            b and string.format("%.4f s", b) or "-",
+                            b and string.format("%.2f", b / a) or "-"))
+      else
+        local a, b = field(lt_line, "cpu_epoch"), field(gp_line, "cpu_epoch")
+        print(string.format("| %s: CPU an epoch, RMSE against f | %.1f s, %.4f | %s | %s |", key,
+                            a, field(lt_line, "rmse_f"),
+                            b and string.format("%.1f s, %.4f", b, field(gp_line, "rmse_f")) or "-",
+                            b and string.format("%.2f", b / a) or "-"))
+      end
+    end
+  end
+end
+
 if WHAT == "elbo" then
   local ref = nil
-  local env = os.getenv("SVGP_GPYTORCH_ELBO") -- "full batch" from the peer's JSON line
-  if env then
-    local a, b = env:match("(%S+)%s+(%S+)")
-    ref = {elbo_full = tonumber(a), elbo_batch = tonumber(b)}
+  local f = io.open(string.format("%s/svgp_m%d_gpytorch_elbo.txt", DIR, M))
+  if f then -- the peer's bound on all rows and on the batch
+    f:close()
+    local v = read_matrix(string.format("svgp_m%d_gpytorch_elbo.txt", M))
+    ref = {elbo_full = v[1], elbo_batch = v[2]}
   end
   elbo(M, ref)
 elseif WHAT == "step" then
   step(M)
 elseif WHAT == "big" then
   big()
+elseif WHAT == "compare" then
+  compare(arg[3])
 else
-  error("usage: lua svgp_side.lua DIR elbo M | step M | big")
+  error("usage: lua svgp_side.lua DIR elbo M | step M | big | compare FILE")
 end
