@@ -201,7 +201,8 @@ local function compare(path)
     if pair and pair.lazytensor then
       local lt_line, gp_line = pair.lazytensor, pair.gpytorch or ""
       if key:match("^elbo") then
-        print(string.format("| %s: relative difference, bound (all rows / batch) | %.1e / %.1e | | |",
+        print(string.format("| %s: relative difference, bound (all rows / batch) "
+                            .. "| %.1e / %.1e | | |",
                             key, field(lt_line, "rel_elbo_full") or 0 / 0,
                             field(lt_line, "rel_elbo_batch") or 0 / 0))
         print(string.format("| %s: relative difference, gradient (μ, L, Z, hyper) "
