@@ -4,10 +4,10 @@ of bench/peers/run.sh, GPyTorch 1.12's SVGP as its users write it, side by
 side with lazytensor's gp.variational (bench/peers/svgp_side.lua).
 
 The model: ApproximateGP with VariationalStrategy(learn_inducing_locations=
-True) over a CholeskyVariationalDistribution (whitened, GPyTorch's only
-VariationalStrategy), ConstantMean, ScaleKernel(RBFKernel), a
-GaussianLikelihood, VariationalELBO(num_data = n), float64. GPyTorch adds
-its float64 jitter 1e-6 (settings.variational_cholesky_jitter) to Kzz and to
+True) over a CholeskyVariationalDistribution (VariationalStrategy whitens),
+ConstantMean, ScaleKernel(RBFKernel), a GaussianLikelihood,
+VariationalELBO(num_data = n), float64. GPyTorch adds its float64 jitter
+1e-6 (settings.variational_cholesky_jitter) to Kzz and to
 k(x, x) in q(f); lazytensor's side passes jitter = 1e-6, data_jitter = 1e-6.
 
   data    writes DIR/svgp_x.txt, svgp_y.txt (n = 20000 points in [0, 10]^2,
@@ -35,7 +35,6 @@ k(x, x) in q(f); lazytensor's side passes jitter = 1e-6, data_jitter = 1e-6.
           the RMSE of the predictive mean against f at 2000 test points.
 """
 import json
-import math
 import os
 import sys
 import time
@@ -237,7 +236,6 @@ def step(d, m):
 
 def big(d):
     import torch
-    import gpytorch
     torch.set_num_threads(THREADS)
     px, py = os.path.join(d, "svgp_big_x.txt"), os.path.join(d, "svgp_big_y.txt")
     pxs, pfs = os.path.join(d, "svgp_big_xs.txt"), os.path.join(d, "svgp_big_fs.txt")
