@@ -168,7 +168,8 @@ local function big()
   local xs, fs = lt.tensor(read_matrix("svgp_big_xs.txt")), read_matrix("svgp_big_fs.txt")
   local model = model_of(x, y, x:narrow(1, 1, 500):totable(), {1, 1, 0.1, 0})
   local marks, steps = epoch_times(model, 1)
-  io.stderr:write(string.format("svgp_side big: one epoch, %d steps, %.1f s CPU\n", steps, marks[1]))
+  io.stderr:write(string.format("svgp_side big: one epoch, %d steps, %.1f s CPU\n", steps,
+                                marks[1]))
   local mean = model:predict(xs):totable()
   local se = 0
   for i = 1, #fs do se = se + (mean[i] - fs[i]) ^ 2 end
