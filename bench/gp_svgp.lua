@@ -7,6 +7,8 @@
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 
+lt.settings.num_threads = tonumber(os.getenv("BENCH_THREADS") or "1") -- one thread, as the peers
+
 local n = tonumber(os.getenv("BENCH_SVGP_N") or "20000")
 local ms = os.getenv("BENCH_SVGP_M") or "100,500"
 local epochs = tonumber(os.getenv("BENCH_SVGP_EPOCHS") or "1")

@@ -59,7 +59,8 @@ local function backward(L, b) -- L⁻ᵀb
 end
 
 -- The ELBO in plain Lua: r = {l (lengthscales), v, jitter, Z, X, y, mu, L,
--- whiten, lik = "gaussian" | "poisson", noise, constant, idx, num_data}.
+-- whiten, lik = "gaussian" | "poisson", noise, constant, idx, num_data,
+-- data_jitter (added to k(x, x), default 0)}.
 local function ref_elbo(r)
   local m = #r.Z
   local Kzz = {}
@@ -74,7 +75,7 @@ local function ref_elbo(r)
     for j = 1, m do k[j] = rbf(r.l, r.v, r.Z[j], r.X[i]) end
     local a = forward(Lz, k)
     local proj = r.whiten and a or backward(Lz, a)
-    local mean, var = r.constant, r.v
+    local mean, var = r.constant, r.v + (r.data_jitter or 0)
     for j = 1, m do
       mean = mean + proj[j] * r.mu[j]
       var = var - a[j] ^ 2
@@ -316,6 +317,46 @@ describe("gp.variational", function()
         end
       end
     end
+  end)
+
+  it("data_jitter (GPyTorch's jitter on k(x, x)) enters q(f): the bound, predict, posterior",
+     function()
+    local X = ref.scattered(10, 2, 5, 3)
+    local Z = ref.scattered(4, 2, 13, 3)
+    local y = {}
+    for i = 1, 10 do y[i] = math.cos(X[i][1]) + 0.2 * X[i][2] end
+    local mu = {0.2, -0.4, 0.1, 0.3}
+    local L = {{0.8, 0, 0, 0}, {0.1, 0.6, 0, 0}, {-0.2, 0.1, 0.7, 0}, {0.1, 0.05, -0.1, 0.5}}
+    local idx = {1, 4, 7, 8, 10}
+    local function model_with(dj)
+      local model = gp.variational{x = X, y = y,
+        kernel = gp.kernels.rbf{lengthscale = {0.7, 1.1}, variance = 1.2},
+        likelihood = gp.likelihoods.gaussian{noise = 0.05}, inducing = Z, mean_value = -0.1,
+        jitter = 1e-6, data_jitter = dj}
+      model:set_variational(mu, L)
+      return model
+    end
+    local r = {l = {0.7, 1.1}, v = 1.2, jitter = 1e-6, Z = Z, X = X, y = y, mu = mu, L = L,
+               whiten = true, lik = "gaussian", noise = 0.05, constant = -0.1, num_data = 10,
+               idx = idx}
+    for _, dj in ipairs{0, 1e-6, 0.03} do
+      local model = model_with(dj)
+      r.data_jitter = dj
+      close(model:elbo(idx), ref_elbo(r), 1e-11, "data_jitter " .. dj)
+    end
+    -- the bound moves by −num_data/|B|·Σ δ/(2σ²) = −10·0.03/0.1 = −3
+    close(model_with(0.03):elbo(idx) - model_with(0):elbo(idx), -3, 1e-9, "shift")
+    local xs = {{0.3, 0.4}, {1.2, -0.5}}
+    local _, v0 = model_with(0):predict(xs)
+    local model = model_with(0.03)
+    local _, v1 = model:predict(xs)
+    local var_post = model:posterior(xs):variance()
+    for i = 1, 2 do
+      close(v1:get(i) - v0:get(i), 0.03, 1e-12, "predict's variance")
+      close(var_post:get(i), v1:get(i), 1e-10, "posterior's variance")
+    end
+    fails(function() model_with(-1) end, "data_jitter must be a non%-negative number")
+    fails(function() model_with(0 / 0) end, "data_jitter must be a non%-negative number")
   end)
 
   it("every gradient passes lt.gradcheck", function()

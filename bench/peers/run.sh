@@ -1,12 +1,15 @@
 #!/bin/sh
-# bench/peers/run.sh [W5] [W8] [GPY] [BO]: lazytensor and linear_operator (with
+# bench/peers/run.sh [W5] [W8] [GPY] [BO] [SVGP]: lazytensor and linear_operator (with
 # torch autograd) side by side on the same problems, one after the other for
 # each problem so that both see the same load; GPY runs GPyTorch 1.12's own
 # model classes (bench/peers/gpy_peer.py's docstring lists its rows); BO runs
 # lazytensor.bo.minimize (bench/bo_regret.lua) against a BoTorch-style loop
 # written with GPyTorch 1.12 (bench/peers/bo_peer.py) and random search on
-# the same initial designs, compared by bench/peers/bo_compare.lua.
-# `make bench-peers` runs all four.
+# the same initial designs, compared by bench/peers/bo_compare.lua; SVGP runs
+# GPyTorch 1.12's ApproximateGP SVGP (bench/peers/svgp_peer.py) against
+# gp.variational (bench/peers/svgp_side.lua): the bound and its gradient at
+# the same parameters, the time a minibatch step, 10^6 points.
+# `make bench-peers` runs all five.
 #
 # Each problem's data and exact answers are made by bench/peers/lt_side.lua
 # (into $BENCH_PEERS_DATA); bench/peers/peers.py reads them. Every
@@ -31,6 +34,8 @@
 #                       "name:budget" (default "branin hartmann6 levy4":
 #                       budgets 30, 60, 60)
 #   BENCH_BO_SEEDS      BO's seeds = initial designs (default 10)
+#   BENCH_SVGP_ROWS     SVGP's rows (default "elbo step big"; big: 10^6
+#                       points, one epoch a side, about 10 minutes each)
 #   LO_SRC              linear_operator tree (default ../linear_operator_src
 #                       beside the repository)
 #   GPYT_SRC            GPyTorch v1.12 tree (default ../gpytorch_src)
@@ -48,12 +53,13 @@ SIZES=${BENCH_PEERS_SIZES:-1000 4000 20000}
 KINDS=${BENCH_PEERS_KINDS:-rbf matern52}
 DIMS=${BENCH_PEERS_DIMS:-2 5}
 PATHS=${BENCH_PEERS_PATHS:-exact iterative}
-WORKLOADS=${*:-W5 W8 GPY BO}
+WORKLOADS=${*:-W5 W8 GPY BO SVGP}
 LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
 GPYT_SRC=${GPYT_SRC:-$ROOT/../gpytorch_src}
 GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo}
 BO_PROBLEMS=${BENCH_BO_PROBLEMS:-branin hartmann6 levy4}
 BO_SEEDS=${BENCH_BO_SEEDS:-10}
+SVGP_ROWS=${BENCH_SVGP_ROWS:-elbo step big}
 export LO_SRC GPYT_SRC BENCH_THREADS="${BENCH_THREADS:-1}"
 # BLAS threads follow BENCH_THREADS on both sides
 export OPENBLAS_NUM_THREADS="$BENCH_THREADS" OMP_NUM_THREADS="$BENCH_THREADS"
@@ -164,18 +170,38 @@ for w in $WORKLOADS; do
         fi
       done
       ;;
-    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8, GPY, BO)" >&2; exit 1 ;;
+    SVGP)
+      # the peer writes the data and the given parameters (numpy), then
+      # GPyTorch's bound and gradient, which lazytensor's side reads
+      run data SVGP "$PY" bench/peers/svgp_peer.py "$DIR" data
+      for row in $SVGP_ROWS; do
+        for m in $([ "$row" = big ] && echo 500 || echo 100 500); do
+          if [ -n "$GPY_MISSING" ]; then
+            printf '{"workload":"SVGP","op":"%s","system":"gpytorch","m":%s,"skipped":"%s"}\n' \
+              "$row" "$m" "$GPY_MISSING" | tee -a "$OUT"
+          else
+            run gpytorch SVGP "$PY" bench/peers/svgp_peer.py "$DIR" "$row" "$m"
+          fi
+          run lazytensor SVGP "$LUA" bench/peers/svgp_side.lua "$DIR" "$row" "$m"
+        done
+      done
+      ;;
+    *) echo "bench/peers/run.sh: unknown workload $w (W5, W8, GPY, BO, SVGP)" >&2; exit 1 ;;
   esac
 done
 printf '{"workload":"meta","op":"load_end","loadavg":"%s"}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
 echo
 case " $WORKLOADS " in
-  *" BO "*) # compare.lua takes every lazytensor line: BO's go to bo_compare.lua
-    grep -v '"workload": *"\(BO\|bo_regret\)"' "$OUT" > "$RC.main"
+  *" SVGP "*) "$LUA" bench/peers/svgp_side.lua "$DIR" compare "$OUT"; echo ;;
+esac
+case " $WORKLOADS " in
+  *" BO "* | *" SVGP "*) # compare.lua takes every lazytensor line: BO's go to bo_compare.lua
+    grep -v '"workload": *"\(BO\|bo_regret\|SVGP\)"' "$OUT" > "$RC.main"
     "$LUA" bench/peers/compare.lua "$RC.main"
     rm -f "$RC.main"
-    echo
-    "$LUA" bench/peers/bo_compare.lua "$OUT"
+    case " $WORKLOADS " in
+      *" BO "*) echo; "$LUA" bench/peers/bo_compare.lua "$OUT" ;;
+    esac
     ;;
   *) "$LUA" bench/peers/compare.lua "$OUT" ;;
 esac

@@ -44,7 +44,7 @@ SVGP.__index = SVGP
 variational.block_entries = 4194304
 
 local KEYS = {"x", "y", "kernel", "likelihood", "inducing", "mean", "mean_value", "whiten",
-              "distribution", "num_data", "fixed", "jitter", "bounds", "priors"}
+              "distribution", "num_data", "fixed", "jitter", "data_jitter", "bounds", "priors"}
 
 local h -- init.lua's helpers (fail, to_points, options, test_points_tensor)
 local class_constants, start_classes, latent_classes -- below
@@ -196,6 +196,11 @@ function variational.constructor(helpers)
     if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
       fail("jitter must be a non-negative number")
     end
+    local data_jitter = spec.data_jitter or 0
+    if type(data_jitter) ~= "number" or not (data_jitter >= 0) -- luacheck: ignore 581 (NaN)
+       or data_jitter == math.huge then
+      fail("data_jitter must be a non-negative number")
+    end
     local C = lik.latents or 1
     local mean_value = class_constants(mean == "zero" and 0 or (spec.mean_value or 0), C)
     local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
@@ -203,7 +208,7 @@ function variational.constructor(helpers)
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
       bounds = bounds, priors = prior_set,
       whiten = whiten, distribution = dist, mean_kind = mean, mean_value = mean_value,
-      num_data = num_data, jitter = jitter,
+      num_data = num_data, jitter = jitter, data_jitter = data_jitter,
       fixed = {inducing = fixed.inducing and true or nil, mean = fixed.mean and true or nil},
       Z = Z, mask = tril_mask(m, C), latents = C,
     }, SVGP)
@@ -365,8 +370,9 @@ local function latent(self, p, Xr)
   local A = lower_solve(Lz, Kzx) -- m×b
   local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
   local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
-  local T = L:t() * proj
-  local prior = kern:diag(Xr) -- k(x, x)
+  -- Lᵀ·proj as a triangular product (half a dense product's work, both ways)
+  local T = (self.distribution == "cholesky" and lt.triangular(L, "lower") or L):t() * proj
+  local prior = kern:diag(Xr) + self.data_jitter -- k(x, x) (+ GPyTorch's jitter when asked)
   local mean = proj:t() * p.mean
   local constant = p.constant or self.mean_value
   if self.mean_kind == "constant" then mean = mean + constant end
@@ -398,7 +404,7 @@ function latent_classes(self, p, Xr)
     local T = proj:t() * p.chol:cmul(self.mask)
     spread = T:cmul(T) * self.class_sum
   end
-  local base = kern:diag(Xr) - A:cmul(A):sum(1)
+  local base = kern:diag(Xr) + self.data_jitter - A:cmul(A):sum(1)
   return mean, spread + base:reshape(b, 1), {Lz = Lz}
 end
 
@@ -443,20 +449,35 @@ local function kl(self, p, parts)
   return (W:cmul(W):sum() + a:dot(a) - m + logdet_K - logdet_S) * 0.5
 end
 
+-- X and y as flat Lua arrays, made once (a minibatch is gathered from them
+-- each step: cheaper than a tensor row at a time).
+local function flat_data(self)
+  if not self.flat_x then
+    local flat, d = {}, self.d
+    for i, row in ipairs(self.X:totable()) do
+      for j = 1, d do flat[(i - 1) * d + j] = row[j] end
+    end
+    self.flat_x, self.flat_y = flat, self.y:totable()
+  end
+  return self.flat_x, self.flat_y
+end
+
 -- Rows idx (a Lua array of 1..n, checked) of X and y.
 local function rows(self, idx)
   if idx == nil then return self.X, self.y, self.n end
   if lt.is_tensor(idx) then idx = idx:totable() end
   if type(idx) ~= "table" or #idx == 0 then fail("idx must be a non-empty list of rows") end
-  local Xr, yr = lt.zeros(#idx, self.d), lt.zeros(#idx)
+  local fx, fy = flat_data(self)
+  local d, xs, ys = self.d, {}, {}
   for j, i in ipairs(idx) do
     if type(i) ~= "number" or i % 1 ~= 0 or i < 1 or i > self.n then
       fail("idx[%d] = %s is not a row from 1 to %d", j, tostring(i), self.n)
     end
-    Xr[j] = self.X[i]
-    yr:set(j, self.y:get(i))
+    local row, at = {}, (i - 1) * d
+    for k = 1, d do row[k] = fx[at + k] end
+    xs[j], ys[j] = row, fy[i]
   end
-  return Xr, yr, #idx
+  return lt.tensor(xs), lt.tensor(ys), #idx
 end
 
 -- Σ log prior of the hyperparameters at p (followed where free).
@@ -511,6 +532,9 @@ function SVGP:elbo(idx)
     local mean, var = latent(self, p, Xr)
     local theta = likelihood_theta(self, p)
     total = total + self.likelihood:expected_log_prob(yr, mean, var, theta):sum()
+    -- the block's m×rows temporaries hold C memory Lua's collector does not
+    -- count: at n = 10⁶, m = 500 they reached 24 GB before it ran
+    collectgarbage()
   end
   local _, _, parts = latent(self, p, self.X:narrow(1, 1, 1))
   return total * (self.num_data / self.n) - kl(self, p, parts)
@@ -525,105 +549,36 @@ end
 
 ------------------------------------------------------------ fitting --
 
--- Entry (i, j) of L (m rows; m×m, or C blocks m×m side by side) is in a
--- lower triangle.
-local function in_lower(i, j, m)
-  return (j - 1) % m + 1 <= i
-end
-
--- The parameter table as a flat Lua array and back: L's upper triangle
--- (always zero) is left out (p.lower: L is a "cholesky" factor).
-local function flatten(p)
-  local flat, layout = {}, {}
-  local function put(path, v)
-    if v == nil then return end
-    if type(v) == "number" then
-      layout[#layout + 1] = {path = path, kind = "number", at = #flat + 1}
-      flat[#flat + 1] = v
-      return
-    end
-    local entry = {path = path, kind = "tensor", shape = v:shape(), at = #flat + 1}
-    local t = v:totable()
-    if path[1] == "chol" and v:dim() == 2 and p.lower then
-      entry.lower = true
-      for i = 1, #t do
-        for j = 1, #t[i] do
-          if in_lower(i, j, #t) then flat[#flat + 1] = t[i][j] end
-        end
-      end
-    elseif v:dim() == 2 then
-      for i = 1, #t do
-        for j = 1, #t[i] do flat[#flat + 1] = t[i][j] end
-      end
-    else
-      for i = 1, #t do flat[#flat + 1] = t[i] end
-    end
-    layout[#layout + 1] = entry
+-- The leaves of a parameter table (parameters()'s form) in a fixed order:
+-- {group, name} with group nil for the top-level entries (mean, chol, Z,
+-- constant). Adam moves each leaf as it is, a number or a tensor: L's upper
+-- triangle has a zero gradient (the bound reads L ⊙ mask), so it stays 0.
+local function leaves(p)
+  local out = {}
+  for _, name in ipairs{"mean", "chol", "Z", "constant"} do
+    if p[name] ~= nil then out[#out + 1] = {nil, name} end
   end
-  put({"mean"}, p.mean)
-  put({"chol"}, p.chol)
-  if p.Z then put({"Z"}, p.Z) end
   for _, group in ipairs{"kernel", "likelihood"} do
     local names = {}
-    for name in pairs(p[group]) do names[#names + 1] = name end
+    for name in pairs(p[group] or {}) do names[#names + 1] = name end
     table.sort(names)
-    for _, name in ipairs(names) do put({group, name}, p[group][name]) end
-  end
-  if p.constant ~= nil then put({"constant"}, p.constant) end
-  return flat, layout
-end
-
-local function unflatten(layout, flat)
-  local p = {kernel = {}, likelihood = {}}
-  for _, e in ipairs(layout) do
-    local v
-    if e.kind == "number" then
-      v = flat[e.at]
-    elseif #e.shape == 1 then
-      local t = {}
-      for i = 1, e.shape[1] do t[i] = flat[e.at + i - 1] end
-      v = lt.tensor(t)
-    else
-      local t, k = {}, e.at
-      for i = 1, e.shape[1] do
-        t[i] = {}
-        for j = 1, e.shape[2] do
-          if e.lower and not in_lower(i, j, e.shape[1]) then
-            t[i][j] = 0
-          else
-            t[i][j] = flat[k]
-            k = k + 1
-          end
-        end
-      end
-      v = lt.tensor(t)
-    end
-    if #e.path == 1 then p[e.path[1]] = v else p[e.path[1]][e.path[2]] = v end
-  end
-  return p
-end
-
--- A gradient table in the layout's order (L's lower triangle only).
-local function flatten_grad(layout, g)
-  local out = {}
-  for _, e in ipairs(layout) do
-    local v = #e.path == 1 and g[e.path[1]] or g[e.path[1]][e.path[2]]
-    if e.kind == "number" then
-      out[#out + 1] = number_of(v)
-    else
-      local t = v:totable()
-      if #e.shape == 1 then
-        for i = 1, #t do out[#out + 1] = t[i] end
-      else
-        for i = 1, #t do
-          for j = 1, #t[i] do
-            if not e.lower or in_lower(i, j, #t) then out[#out + 1] = t[i][j] end
-          end
-        end
-      end
-    end
+    for _, name in ipairs(names) do out[#out + 1] = {group, name} end
   end
   return out
+end
+
+local function leaf_of(p, leaf)
+  if leaf[1] then return p[leaf[1]] and p[leaf[1]][leaf[2]] end
+  return p[leaf[2]]
+end
+
+-- A parameter table from leaf values (a list in leaves' order).
+local function table_of(list, values)
+  local p = {kernel = {}, likelihood = {}}
+  for k, leaf in ipairs(list) do
+    if leaf[1] then p[leaf[1]][leaf[2]] = values[k] else p[leaf[2]] = values[k] end
+  end
+  return p
 end
 
 -- A portable pseudo-random stream (the same on every Lua): an LCG mod 2³¹.
@@ -648,6 +603,14 @@ local function shuffled(n, rnd)
 end
 
 local function finite(v) return v == v and v ~= math.huge and v ~= -math.huge end
+
+-- Adam's elementwise arithmetic on a leaf, a number or a dense tensor.
+local function zero_like(v) return type(v) == "number" and 0 or lt.full(v:shape(), 0) end
+local function square(v) return type(v) == "number" and v * v or v:cmul(v) end
+local function root(v) return type(v) == "number" and sqrt(v) or v:sqrt() end
+local function ratio(a, b) return type(a) == "number" and a / b or a:cdiv(b) end
+-- Σ|v| is NaN or ∞ when an entry is
+local function all_finite(v) return finite(type(v) == "number" and v or v:abs():sum()) end
 
 -- The model's state as it is (values, not raw parameters: restoring them
 -- is exact, where e^{log θ} need not be θ).
@@ -765,31 +728,36 @@ function SVGP:fit(opts)
     return p
   end
   local start_p = adam_parameters()
-  start_p.lower = self.distribution == "cholesky"
-  local x, layout = flatten(start_p)
+  local list = leaves(start_p)
+  local x = {} -- the iterate: one number or tensor a leaf
+  for k, leaf in ipairs(list) do x[k] = leaf_of(start_p, leaf) end
   local prev = nil -- x before the last step (to halve it)
   local mom, vel = {}, {}
-  for i = 1, #x do mom[i], vel[i] = 0, 0 end
+  for k, v in ipairs(x) do mom[k], vel[k] = zero_like(v), zero_like(v) end
   local t, steps, stopped = 0, 0, false
   -- One Adam step (ascent) on x from lt.grad of f; returns the bound's value.
   -- A bound or gradient that is not finite halves the last step and the rate.
   local function adam_step(f)
-    if #x == 0 then return autograd.evaluate(f, unflatten(layout, x)) end -- nothing to move
+    if #x == 0 then return autograd.evaluate(f, table_of(list, x)) end -- nothing to move
     local tries = 0
     while true do
-      local grads, value = lt.grad(f)(unflatten(layout, x))
-      local g = flatten_grad(layout, grads)
+      local grads, value = lt.grad(f)(table_of(list, x))
+      local g = {}
       local good = finite(value)
-      for i = 1, #g do good = good and finite(g[i]) end
+      for k, leaf in ipairs(list) do
+        g[k] = leaf_of(grads, leaf)
+        if type(x[k]) == "number" then g[k] = number_of(g[k]) end
+        good = good and all_finite(g[k])
+      end
       if good then
         t = t + 1
-        prev = {}
-        for i = 1, #x do
-          prev[i] = x[i]
-          mom[i] = b1 * mom[i] + (1 - b1) * g[i]
-          vel[i] = b2 * vel[i] + (1 - b2) * g[i] * g[i]
-          local mhat, vhat = mom[i] / (1 - b1 ^ t), vel[i] / (1 - b2 ^ t)
-          x[i] = x[i] + lr * mhat / (sqrt(vhat) + eps)
+        prev = x
+        x = {}
+        local c1, c2 = 1 - b1 ^ t, 1 - b2 ^ t
+        for k = 1, #list do
+          mom[k] = mom[k] * b1 + g[k] * (1 - b1)
+          vel[k] = vel[k] * b2 + square(g[k]) * (1 - b2)
+          x[k] = prev[k] + ratio(mom[k] * (lr / c1), root(vel[k] * (1 / c2)) + eps)
         end
         return value
       end
@@ -797,7 +765,7 @@ function SVGP:fit(opts)
       if prev == nil or tries > 30 then
         fail("fit: the bound or its gradient is not finite at the current parameters")
       end
-      for i = 1, #x do x[i] = prev[i] + 0.5 * (x[i] - prev[i]) end
+      for k = 1, #list do x[k] = prev[k] + (x[k] - prev[k]) * 0.5 end
       lr = lr / 2
     end
   end
@@ -820,7 +788,10 @@ function SVGP:fit(opts)
         end
         total, count = total + adam_step(f), count + 1
         steps = steps + 1
-        local p = unflatten(layout, x)
+        -- a tensor's C memory is invisible to Lua's collector: without this
+        -- the steps' tapes pile up, and fresh pages cost more than the step
+        collectgarbage()
+        local p = table_of(list, x)
         if natural then p.mean, p.chol = self.q_mean, self.q_chol end
         self:set_parameters(p)
       end
@@ -857,6 +828,12 @@ function SVGP:predict_y(xstar)
   return self.likelihood:predict_y(mean, var)
 end
 
+-- K** plus data_jitter·I (when data_jitter > 0), lazy.
+local function jittered(self, Kss)
+  if self.data_jitter == 0 then return Kss end
+  return Kss + lt.diag(lt.full({Kss:size(1)}, self.data_jitter))
+end
+
 --- q(f(xstar)) as an lt.mvn: covariance K** − AᵀA + TᵀT (A = Lz⁻¹Kz*,
 -- T = Lᵀ·A whitened, Lᵀ·Kzz⁻¹Kz* otherwise), a lazy kernel minus and plus
 -- rank-m terms.
@@ -870,7 +847,7 @@ function SVGP:posterior(xstar)
   local A = lower_solve(Lz, kern:matrix(self.Z, star))
   local proj = self.whiten and A or upper_solve(Lz, A)
   local T = chol_of(self, p.chol):t() * proj
-  local Kss = kern:operator(star)
+  local Kss = jittered(self, kern:operator(star))
   return lt.mvn(mean, lt.psd(Kss - lt.lowrank(A:t():contiguous())
                              + lt.lowrank(T:t():contiguous())))
 end
@@ -897,7 +874,7 @@ function SVGP:class_posteriors(star)
   for c = 1, self.latents do
     local _, L = class_q(self, c)
     local T = L:t() * proj
-    local Kss = kern:operator(star)
+    local Kss = jittered(self, kern:operator(star))
     out[c] = lt.mvn(mean:narrow(2, c, 1):contiguous():reshape(star:size(1)),
                     lt.psd(Kss - lt.lowrank(A:t():contiguous()) + lt.lowrank(T:t():contiguous())))
   end
