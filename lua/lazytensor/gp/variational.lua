@@ -236,7 +236,7 @@ function SVGP:parameters()
   if not self.fixed.inducing then p.Z = self.Z:clone() end
   for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
     if hp.free then
-      local r = hyper.to_raw(self.bounds, hp.name, hp.leaf.values[hp.param])
+      local r = hyper.to_raw(self.bounds, hp.name, hp.value)
       p.kernel[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
