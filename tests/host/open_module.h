@@ -15,7 +15,11 @@ int luaopen_lazytensor(lua_State *L);
 #define LUA_OK 0 /* Lua 5.1, LuaJIT */
 #endif
 
-/* package.loaded.lazytensor = luaopen_lazytensor("lazytensor"). */
+/* package.loaded.lazytensor = luaopen_lazytensor("lazytensor"), and
+ * package.preload.lazytensor = luaopen_lazytensor, so that a script that
+ * requires the module again (reopen.lua) opens the one linked into the host
+ * rather than whatever lazytensor.so package.cpath finds (none in a clean
+ * build directory, or one built without the sanitizers). */
 static inline void open_module(lua_State *L) {
   lua_pushcfunction(L, luaopen_lazytensor);
   lua_pushstring(L, "lazytensor");
@@ -24,7 +28,10 @@ static inline void open_module(lua_State *L) {
   lua_getfield(L, -1, "loaded");
   lua_pushvalue(L, -3);
   lua_setfield(L, -2, "lazytensor");
-  lua_pop(L, 3);
+  lua_getfield(L, -2, "preload");
+  lua_pushcfunction(L, luaopen_lazytensor);
+  lua_setfield(L, -2, "lazytensor");
+  lua_pop(L, 4);
 }
 
 #endif
