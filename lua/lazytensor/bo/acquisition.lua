@@ -205,17 +205,32 @@ local function masked(u, m, c)
 end
 helpers.masked = masked
 
---- max(v, lo) elementwise, written with abs (followed by lt.grad).
+--- max(v, lo) elementwise for a 1-d v: v itself where no entry is below lo
+-- (the usual case: no operation for lt.grad to record), else v with a
+-- constant mask, lo where below (derivative 0 there, as max's).
 function helpers.clamp_min(v, lo)
-  local s = v - lo
-  return (s + s:abs()) * 0.5 + lo
+  local below = false
+  for _, x in ipairs(v:totable()) do
+    if not (x >= lo) then below = true break end -- (NaN: masked, as below)
+  end
+  if not below then return v end
+  local m = mask(v, function(x) return x >= lo end)
+  return masked(v, m, lo)
 end
 
---- The latent posterior's mean and standard deviation at X ({q, d}).
+--- The latent posterior's mean and standard deviation at X ({q, d}):
+-- from model:mean_and_variance where the model has it (gp.exact: the same
+-- numbers without the lazy covariance, a third of the operations for
+-- lt.grad to record and differentiate), else from model:posterior.
 function helpers.mean_and_sigma(model, X)
-  local post = model:posterior(X)
-  local var = helpers.clamp_min(post:variance(), MIN_VARIANCE)
-  return post:mean(), var:sqrt()
+  local mean, var
+  if type(model.mean_and_variance) == "function" then
+    mean, var = model:mean_and_variance(X)
+  else
+    local post = model:posterior(X)
+    mean, var = post:mean(), post:variance()
+  end
+  return mean, helpers.clamp_min(var, MIN_VARIANCE):sqrt()
 end
 
 ---------------------------------------------------------- log h(u) --
