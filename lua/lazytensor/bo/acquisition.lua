@@ -211,7 +211,7 @@ helpers.masked = masked
 function helpers.clamp_min(v, lo)
   local below = false
   for _, x in ipairs(v:totable()) do
-    if not (x >= lo) then below = true break end -- (NaN: masked, as below)
+    if not (x >= lo) then below = true break end -- luacheck: ignore 581 (NaN: masked too)
   end
   if not below then return v end
   local m = mask(v, function(x) return x >= lo end)

@@ -353,8 +353,8 @@ local FIT_FTOL, FIT_GTOL = 1e7 * 2.220446049250313e-16, 1e-5
 local function relative_change_rule()
   local last
   return function(_, value)
-    local stop = last ~= nil
-                 and math.abs(last - value) <= FIT_FTOL * math.max(1, math.abs(last), math.abs(value))
+    local scale = last and math.max(1, math.abs(last), math.abs(value))
+    local stop = last ~= nil and math.abs(last - value) <= FIT_FTOL * scale
     last = value
     return stop or nil
   end
