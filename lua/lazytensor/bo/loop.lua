@@ -338,33 +338,9 @@ end
 -- factor) at a loop's sizes, so the fit draws nothing, and with it the fit
 -- leaves lt's generator alone (fixed probes draw two seeds and reseed it),
 -- so that a seeded run's stream is the design's and the acquisitions'.
---
--- It stops as the peer's does (BoTorch's fit_gpytorch_mll: SciPy's L-BFGS-B
--- with its default tolerances on the MLL over n): when an iteration changes
--- the log posterior by at most FIT_FTOL relative to it, or the gradient's
--- norm is at most FIT_GTOL·n (SciPy's 1e-5 on the gradient of MLL / n, here
--- on the Euclidean norm, which is never below the largest entry SciPy
--- tests). model:fit's own defaults (1e-12, 1e-6) ran a warm-started refit
--- some ten iterations past where the log posterior stops moving.
-local FIT_FTOL, FIT_GTOL = 1e7 * 2.220446049250313e-16, 1e-5
-
--- A model:fit callback: true once an iteration's relative change of the
--- value is at most FIT_FTOL.
-local function relative_change_rule()
-  local last
-  return function(_, value)
-    local scale = last and math.max(1, math.abs(last), math.abs(value))
-    local stop = last ~= nil and math.abs(last - value) <= FIT_FTOL * scale
-    last = value
-    return stop or nil
-  end
-end
-
 local function fit(model, max_iter)
   local start = model:get_vector()
-  local ok, r = pcall(model.fit, model, {max_iter = max_iter, fixed_probes = false,
-                                         gtol = FIT_GTOL * model.n,
-                                         callback = relative_change_rule()})
+  local ok, r = pcall(model.fit, model, {max_iter = max_iter, fixed_probes = false})
   if not ok then
     model:set_vector(start)
     return {log_posterior = -math.huge, iterations = 0, reason = tostring(r)}
