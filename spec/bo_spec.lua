@@ -206,6 +206,42 @@ describe("bo: the posterior follows the candidates", function()
     end
   end)
 
+  it("gp.exact's mean_and_variance(X): the dense posterior's numbers, a gradient with "
+     .. "respect to X (kernel, kron_masked, custom, dense)", function()
+    local custom = gp.kernels.custom{params = {l = 0.4}, k = function(x1, x2, p)
+      return lt.kernel(x1, x2, {kind = "matern32", lengthscale = p.l})
+    end}
+    local models = {model2("kernel"), model2(), model2("dense"),
+                    gp.exact{x = X2, y = Y2, kernel = custom, noise = 0.01}}
+    local means, vars = dense_posterior(X2, Y2, L2, V2, S2, CANDIDATES)
+    for i = 1, 3 do
+      local m, v = models[i]:mean_and_variance(lt.tensor(CANDIDATES))
+      m, v = m:totable(), v:totable()
+      assert.are.equal(#CANDIDATES, #m)
+      assert.are.equal(#CANDIDATES, #v)
+      for j = 1, #CANDIDATES do
+        assert.is_true(close(m[j], means[j], 1e-10), string.format("model %d mean %d", i, j))
+        assert.is_true(close(v[j], vars[j], 1e-10), string.format("model %d variance %d", i, j))
+      end
+    end
+    local X = lt.tensor{{0.3, 0.4}, {0.7, 0.6}}
+    for i, m in ipairs(models) do
+      local function f(Z)
+        local mean, var = m:mean_and_variance(Z)
+        return (mean + var:sqrt()):sum()
+      end
+      local post = m:posterior(X)
+      local mean, var = m:mean_and_variance(X)
+      for j = 1, 2 do
+        assert.is_true(close(mean[j], post:mean()[j], 1e-12), "model " .. i)
+        assert.is_true(close(var[j], post:variance()[j], 1e-10), "model " .. i)
+      end
+      local ok, err = lt.gradcheck(f, X)
+      assert.is_true(ok, "model " .. i .. ": " .. tostring(err))
+      assert.is_true(lt.grad(f)(X):abs():max() > 1e-3, "model " .. i .. ": a zero gradient")
+    end
+  end)
+
   it("a tensor and a Lua array give the same posterior", function()
     local m = model2()
     local a, b = m:posterior(lt.tensor(CANDIDATES)), m:posterior(CANDIDATES)

@@ -39,6 +39,10 @@ local function fail(fmt, ...) error("lazytensor: grad: " .. string.format(fmt, .
 local function pack(...) return {n = select("#", ...), ...} end
 
 local GENERATIONAL = _VERSION == "Lua 5.4" -- collectgarbage("generational") returns the old mode
+-- A tape switches to the generational collector when it reaches this many
+-- records (see Tape:grown): entering that mode runs a full collection (0.1
+-- ms and more on a loaded heap), more than a small tape's whole cost.
+local GENERATIONAL_RECORDS = 1000
 
 -- ----------------------------------------------------------- what is followed
 
@@ -161,6 +165,14 @@ local function kind_of(v)
   if is_lazy(v) then return dim_of(v) > 2 and "batch" or "lazy" end
   if dim_of(v) == 0 then return "scalar" end
   return "dense"
+end
+
+-- A large tape keeps many results alive until the backward: Lua 5.4's
+-- generational collector does not trace those old objects again at each
+-- step (other Luas keep their collector as it is). The mode f ran under is
+-- restored after it (recorded_run).
+function Tape:grown()
+  if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
 -- A new node for v (at address addr): the value's latest version.
@@ -319,6 +331,7 @@ function Tape:record(name, args, n, outs, kept)
   local k = self.nrec + 1
   self.nrec = k
   self.records[k] = r
+  if k == GENERATIONAL_RECORDS then self:grown() end
   return unpack(outs, 1, outs.n)
 end
 
@@ -345,6 +358,7 @@ function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
   local k = self.nrec + 1
   self.nrec = k
   self.records[k] = {name, a, b, out, na, nb, out_node}
+  if k == GENERATIONAL_RECORDS then self:grown() end
   return out
 end
 
@@ -523,38 +537,75 @@ local function index_wrapper(orig)
   end
 end
 
+-- What install puts at t[key] over function f, made once per (t, key, f):
+-- install runs at every df call (bo.optimize's L-BFGS makes one per
+-- evaluation), and walking the library with a closure made for each of its
+-- 160 functions was half of a small call's cost. {f, wrapper}, the wrapper
+-- false where f runs as it is (PLAIN, _private, grad itself). Weak keys
+-- (the tables are the library's own).
+local wrappers = setmetatable({}, {__mode = "k"}) -- t → key → {f, wrapper or false}
+
+local UNDERSCORE = string.byte("_")
+
+local function make_wrapper(t, key, name, f)
+  local w = false
+  if t == lt._meta then
+    w = name == "index" and index_wrapper(f) or name == "newindex" and wrapper(name, f)
+        or binary_wrapper(name, f)
+  elseif not PLAIN[key] and key:byte(1) ~= UNDERSCORE and key ~= "grad" and key ~= "gradcheck" then
+    w = wrapper(name, f)
+  end
+  if w then READS[name] = not VIEWS[name] and not WRITES[name] end
+  return {f, w}
+end
+
 -- Replaces every followed function of the library, its methods and its
 -- metamethods by a wrapper; returns the function that puts them back.
+-- (The library's tables are walked at every call, so a function added or
+-- replaced since the last one is followed too.)
 local function install()
-  local saved = {}
-  local function swap(t, key, name)
-    local f = rawget(t, key)
-    if type(f) ~= "function" then return end
-    saved[#saved + 1] = {t, key, f}
-    if t == lt then originals[name] = f end
-    READS[name] = not VIEWS[name] and not WRITES[name]
-    local w
-    if name == "index" then w = index_wrapper(f)
-    elseif t == lt._meta and name ~= "newindex" then w = binary_wrapper(name, f)
-    else w = wrapper(name, f) end
-    rawset(t, key, w)
-  end
+  local saved, n = {}, 0 -- flat triples t, key, f
   for _, t in ipairs{lt, lt._methods} do
-    local keys = {}
-    for k, v in pairs(t) do
-      if type(k) == "string" and type(v) == "function" and not PLAIN[k] and k:sub(1, 1) ~= "_"
-        and k ~= "grad" and k ~= "gradcheck" then
-        keys[#keys + 1] = k
+    local per = wrappers[t]
+    if per == nil then
+      per = {}
+      wrappers[t] = per
+    end
+    for k, v in next, t do
+      if type(v) == "function" and type(k) == "string" then
+        local made = per[k]
+        if made == nil or made[1] ~= v then
+          made = make_wrapper(t, k, k, v)
+          per[k] = made
+        end
+        local w = made[2]
+        if w then
+          saved[n + 1], saved[n + 2], saved[n + 3] = t, k, v
+          n = n + 3
+          if t == lt then originals[k] = v end
+          t[k] = w -- an existing key: safe inside the walk
+        end
       end
     end
-    for _, k in ipairs(keys) do swap(t, k, k) end
   end
-  for mm, name in pairs(METAMETHODS) do swap(lt._meta, mm, name) end
-  return function()
-    for i = #saved, 1, -1 do
-      local s = saved[i]
-      rawset(s[1], s[2], s[3])
+  local meta = lt._meta
+  local per = wrappers[meta] or {}
+  wrappers[meta] = per
+  for mm, name in pairs(METAMETHODS) do
+    local f = rawget(meta, mm)
+    if type(f) == "function" then
+      local made = per[mm]
+      if made == nil or made[1] ~= f then
+        made = make_wrapper(meta, mm, name, f)
+        per[mm] = made
+      end
+      saved[n + 1], saved[n + 2], saved[n + 3] = meta, mm, f
+      n = n + 3
+      meta[mm] = made[2]
     end
+  end
+  return function()
+    for i = n - 2, 1, -3 do saved[i][saved[i + 1]] = saved[i + 2] end -- existing keys
   end
 end
 
@@ -888,14 +939,10 @@ local function recorded_run(f, params, ...)
   local prepared = prepare(tape, params, "")
   local args = pack(prepared, ...)
   local restore = install()
-  -- The tape keeps every result alive until the backward: Lua 5.4's
-  -- generational collector does not trace those old objects again at each
-  -- step (other Luas keep their collector as it is).
-  local mode = GENERATIONAL and collectgarbage("generational")
   active = tape
   local ok, res = pcall(run, f, args, args.n)
   active = nil
-  if mode == "incremental" then collectgarbage("incremental") end
+  if tape.gc_mode == "incremental" then collectgarbage("incremental") end
   restore()
   if not ok then error(res, 0) end
   local value, root = scalar_result(tape, res[1])

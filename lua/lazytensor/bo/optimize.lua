@@ -12,7 +12,11 @@
 --   in one call).
 --   bounds: a {2, d} tensor or {{lo...}, {hi...}}, lo < hi.
 --   opts: q (1), restarts (10), raw_samples (512), seed (drawn from lt's
---   generator when absent), max_iter (100, per start).
+--   generator when absent), max_iter (2000), ftol (2.2e-9), pgtol (1e-5).
+--   The L-BFGS stops as BoTorch's does (gen_candidates_scipy: SciPy's
+--   L-BFGS-B with its default tolerances, maxiter 2000): when an iteration
+--   lowers the value by at most ftol relative to it, or the projected
+--   gradient's largest entry is at most pgtol.
 local lt = require "lazytensor"
 local acquisition = require "lazytensor.bo.acquisition"
 local optim_bounded = require "lazytensor.optim_bounded"
@@ -181,18 +185,34 @@ local function negated(what, acq, q, d)
   end
 end
 
+-- SciPy's L-BFGS-B defaults (factr = 1e7 times the double epsilon, gtol)
+-- and gen_candidates_scipy's maxiter: BoTorch's stopping rule.
+local MAX_ITER, FTOL, PGTOL = 2000, 1e7 * 2.220446049250313e-16, 1e-5
+
+local function tolerance_option(what, opts, name, default)
+  local v = opts[name]
+  if v == nil then return default end
+  if not is_finite(v) or v < 0 then
+    fail("%s: opts.%s must be a finite number >= 0, got %s", what, name, show(v))
+  end
+  return v
+end
+
 local function options(what, acq, bounds, opts)
   if type(acq) ~= "function" and not (getmetatable(acq) or {}).__call then
     fail("%s: acq must be a function of candidates, got %s", what, type(acq))
   end
   local lo, hi = optimize.parse_bounds(what, bounds)
-  opts = h.check_options(what, opts, {"q", "restarts", "raw_samples", "seed", "max_iter"})
+  opts = h.check_options(what, opts, {"q", "restarts", "raw_samples", "seed", "max_iter",
+                                      "ftol", "pgtol"})
   local o = {
     lo = lo, hi = hi, d = #lo,
     q = count_option(what, opts, "q", 1),
     restarts = count_option(what, opts, "restarts", 10),
     raw = count_option(what, opts, "raw_samples", 512),
-    max_iter = count_option(what, opts, "max_iter", 100),
+    max_iter = count_option(what, opts, "max_iter", MAX_ITER),
+    ftol = tolerance_option(what, opts, "ftol", FTOL),
+    pgtol = tolerance_option(what, opts, "pgtol", PGTOL),
     seed = h.seed(what, opts.seed),
   }
   if o.q > 1 and acquisition.pointwise[acq] then
@@ -214,7 +234,8 @@ end
 -- lbfgsb, or nil where f (or its gradient) is not finite at the start
 -- (that start keeps its raw value); any other error is the acquisition's.
 local function bounded_run(f, x0, lo, hi, o)
-  local ok, x, v = pcall(optim_bounded.lbfgsb, f, x0, lo, hi, {max_iter = o.max_iter})
+  local ok, x, v = pcall(optim_bounded.lbfgsb, f, x0, lo, hi,
+                         {max_iter = o.max_iter, ftol = o.ftol, pgtol = o.pgtol})
   if ok then return x, v end
   if not tostring(x):find("gradient is not finite", 1, true) then error(x, 0) end
   return nil

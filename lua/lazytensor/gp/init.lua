@@ -821,6 +821,25 @@ function Model:posterior(xstar, opts)
   return lt.mvn(mean, lt.psd(at.test_covariance(star_tensor or star) - explained))
 end
 
+--- The posterior mean and variance of f at xstar (two 1-d tensors): the
+-- mean and the diagonal of posterior(xstar)'s covariance, without building
+-- the lazy n*×n* covariance — the variance as predict's, k(x, x) minus the
+-- column norms ‖L⁻¹kₓ‖² (one triangular solve). Inside lt.grad a tensor
+-- xstar is followed as posterior follows it (the same structures:
+-- posterior_follows_inputs): bo's analytic acquisitions differentiate this
+-- at every L-BFGS evaluation, and the diagonal of the lazy product
+-- Ksx·Ky⁻¹·Kxs was the costliest part of that backward pass.
+function Model:mean_and_variance(xstar)
+  local star = test_points(self, xstar)
+  local cov = self:covariance()
+  local at, star_tensor = posterior_points(self, cov, xstar)
+  local Ky = noisy(self, cov)
+  local Kst = at.cross(star_tensor or star)
+  local mean = Kst * alpha_of(self, Ky) + self.mean_value
+  local prior = at.test_covariance(star_tensor or star):diagonal()
+  return mean, prior - explained_variance(self, Ky, Kst, false, at, star)
+end
+
 --- A readable summary of the hyperparameters.
 function Model:describe()
   local noise
