@@ -236,13 +236,17 @@ $(BUILD)/fuzz/fuzz_lua: tests/fuzz/fuzz_lua.c tests/fuzz/budget_alloc.h $(BIND_O
 	  $(BUILD)/liblazytensor.a $(LDFLAGS_ALL) $(LUA_LIBS) $(DEP_LIBS)
 
 .PHONY: check-asan check-valgrind check-tsan fuzz fuzz-c
+# The specs that start a plain Lua (examples, api_contract, gc) load the
+# root's lazytensor.so: `all` builds it first, as in check-valgrind.
 check-asan: deps
+	@$(MAKE) --no-print-directory all
 	@sh tools/reliability.sh asan $(LUA)
 check-valgrind: deps
 	@sh tools/deps.sh valgrind
 	@$(MAKE) --no-print-directory all
 	@sh tools/reliability.sh valgrind $(LUA)
 check-tsan: deps
+	@$(MAKE) --no-print-directory all
 	@sh tools/reliability.sh tsan $(LUA)
 fuzz: deps
 	@$(MAKE) --no-print-directory all
