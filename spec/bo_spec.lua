@@ -7,6 +7,7 @@ local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 local bo = require "lazytensor.bo"
 local optim_bounded = require "lazytensor.optim_bounded"
+local ref = require "support.ref"
 
 ----------------------------------------------------------- plain Lua --
 
@@ -70,35 +71,6 @@ local function rbf(a, b, l, v)
   return v * math.exp(-r2 / (2 * l * l))
 end
 
-local function cholesky(A)
-  local n, L = #A, {}
-  for i = 1, n do
-    L[i] = {}
-    for j = 1, n do L[i][j] = 0 end
-  end
-  for j = 1, n do
-    local s = A[j][j]
-    for k = 1, j - 1 do s = s - L[j][k] ^ 2 end
-    L[j][j] = math.sqrt(s)
-    for i = j + 1, n do
-      local t = A[i][j]
-      for k = 1, j - 1 do t = t - L[i][k] * L[j][k] end
-      L[i][j] = t / L[j][j]
-    end
-  end
-  return L
-end
-
-local function lower_solve(L, b)
-  local x = {}
-  for i = 1, #b do
-    local s = b[i]
-    for k = 1, i - 1 do s = s - L[i][k] * x[k] end
-    x[i] = s / L[i][i]
-  end
-  return x
-end
-
 local function dense_posterior(X, y, l, v, s2, xs)
   local n = #X
   local K = {}
@@ -106,13 +78,13 @@ local function dense_posterior(X, y, l, v, s2, xs)
     K[i] = {}
     for j = 1, n do K[i][j] = rbf(X[i], X[j], l, v) + (i == j and s2 or 0) end
   end
-  local L = cholesky(K)
-  local w = lower_solve(L, y)
+  local L = ref.cholesky(K)
+  local w = ref.lower_solve(L, y)
   local means, vars = {}, {}
   for i, p in ipairs(xs) do
     local k = {}
     for j = 1, n do k[j] = rbf(p, X[j], l, v) end
-    local a = lower_solve(L, k)
+    local a = ref.lower_solve(L, k)
     local m, e = 0, 0
     for j = 1, n do
       m = m + a[j] * w[j]

@@ -14,7 +14,6 @@ the fitted lengthscale and outputscale, held-out accuracy and NLPD (the mean
 of -log p(y* | x*), p from likelihood(model(x*)).mean) and the CPU time.
 Run: /usr/bin/python3 bench/peers/breast_cancer_gpytorch.py (GPYT_SRC and LO_SRC as
 bench/peers/svgp_peer.py)."""
-import csv
 import math
 import os
 import sys
@@ -24,36 +23,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.abspath(os.environ.get("GPYT_SRC", os.path.join(HERE, "../../../gpytorch_src"))),
                 os.path.abspath(os.environ.get("LO_SRC", os.path.join(HERE, "../../../linear_operator_src"))),
-                os.path.join(HERE, "shims")]
+                os.path.join(HERE, "shims"), HERE]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from breast_cancer_split import split  # noqa: E402
 import gpytorch  # noqa: E402
 
 torch.set_num_threads(1)
-rows = list(csv.reader(open(os.path.join(HERE, "../../examples/data/breast_cancer.csv"))))
-data = np.array(rows[1:], dtype=float)
-X, y = data[:, :-1], data[:, -1].astype(int)
-n = len(y)
-state = [2026]
-
-
-def rnd():
-    state[0] = (state[0] * 1103515245 + 12345) % 2147483648
-    return state[0] / 2147483648
-
-
-order = list(range(n))
-for i in range(n, 1, -1):
-    j = int(math.floor(rnd() * i))
-    order[i - 1], order[j] = order[j], order[i - 1]
-nt = int(math.floor(0.8 * n + 0.5))
-tr, te = order[:nt], order[nt:]
-mu, sd = X[tr].mean(0), X[tr].std(0)
-Xt = torch.as_tensor((X[tr] - mu) / sd)
-Xs = torch.as_tensor((X[te] - mu) / sd)
-yt = torch.as_tensor(y[tr], dtype=torch.float64)
-ys = y[te]
+Xtr, ytr, Xte, ys = split()
+nt = len(ytr)
+Xt, Xs = torch.as_tensor(Xtr), torch.as_tensor(Xte)
+yt = torch.as_tensor(ytr, dtype=torch.float64)
 M, LR, EPOCHS, BATCH = 40, 0.03, 60, 64
 Z = Xt[[int(math.floor((j - 0.5) * nt / M)) for j in range(1, M + 1)]].clone()
 
@@ -73,7 +54,7 @@ class Classifier(gpytorch.models.ApproximateGP):
 torch.manual_seed(1)
 model = Classifier(Z).double()
 likelihood = gpytorch.likelihoods.BernoulliLikelihood().double()
-model.covar_module.base_kernel.lengthscale = math.sqrt(X.shape[1])
+model.covar_module.base_kernel.lengthscale = math.sqrt(Xt.shape[1])
 model.covar_module.outputscale = 1.0
 mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=nt)
 opt = torch.optim.Adam(list(model.parameters()) + list(likelihood.parameters()), lr=LR)

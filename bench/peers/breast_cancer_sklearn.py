@@ -5,9 +5,9 @@ its default L-BFGS fit. Prints the fitted hyperparameters and log marginal
 likelihood, held-out accuracy and NLPD, and the LML and gradient at variance
 2, lengthscale 5 (spec/gp_laplace_spec.lua holds those numbers).
 Run: /usr/bin/python3 bench/peers/breast_cancer_sklearn.py (Debian python3-sklearn)."""
-import csv
 import math
 import os
+import sys
 import time
 
 import numpy as np
@@ -15,28 +15,10 @@ import sklearn
 from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-here = os.path.dirname(os.path.abspath(__file__))
-rows = list(csv.reader(open(os.path.join(here, "../../examples/data/breast_cancer.csv"))))
-data = np.array(rows[1:], dtype=float)
-X, y = data[:, :-1], data[:, -1].astype(int)
-n = len(y)
-state = [2026]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from breast_cancer_split import split  # noqa: E402
 
-
-def rnd():
-    state[0] = (state[0] * 1103515245 + 12345) % 2147483648
-    return state[0] / 2147483648
-
-
-order = list(range(n))
-for i in range(n, 1, -1):
-    j = int(math.floor(rnd() * i))
-    order[i - 1], order[j] = order[j], order[i - 1]
-nt = int(math.floor(0.8 * n + 0.5))
-tr, te = order[:nt], order[nt:]
-mu, sd = X[tr].mean(0), X[tr].std(0)
-Xt, Xs = (X[tr] - mu) / sd, (X[te] - mu) / sd
-yt, ys = y[tr], y[te]
+Xt, yt, Xs, ys = split()
 t = time.process_time()
 gpc = GaussianProcessClassifier(kernel=ConstantKernel(1.0) * RBF(math.sqrt(30)),
                                 random_state=0).fit(Xt, yt)

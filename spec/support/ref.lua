@@ -189,14 +189,20 @@ function ref.cholesky(A)
   return L
 end
 
--- x with L·Lᵀ·x = b (L from ref.cholesky, b a vector).
-function ref.chol_solve(L, b)
-  local n, y, x = #L, {}, {}
-  for i = 1, n do
+-- y with L·y = b (L lower triangular, b a vector).
+function ref.lower_solve(L, b)
+  local y = {}
+  for i = 1, #b do
     local s = b[i]
     for k = 1, i - 1 do s = s - L[i][k] * y[k] end
     y[i] = s / L[i][i]
   end
+  return y
+end
+
+-- x with L·Lᵀ·x = b (L from ref.cholesky, b a vector).
+function ref.chol_solve(L, b)
+  local n, y, x = #L, ref.lower_solve(L, b), {}
   for i = n, 1, -1 do
     local s = y[i]
     for k = i + 1, n do s = s - L[k][i] * x[k] end
@@ -243,7 +249,7 @@ end
 
 -- The central difference of model:mll() in its parameter p (of the vector
 -- v0, restored afterwards) with step h.
-local function central_difference(model, v0, p, h)
+function ref.central_difference(model, v0, p, h)
   local vp, vm = {}, {}
   for i = 1, #v0 do vp[i], vm[i] = v0[i], v0[i] end
   vp[p], vm[p] = v0[p] + h, v0[p] - h
@@ -266,8 +272,8 @@ function ref.check_model_gradient(model, grad, what, rel, abs_tol)
   assert(#v0 == #grad, string.format("%s: %d parameters, %d gradient entries", what, #v0, #grad))
   local h = 1e-3
   for p = 1, #v0 do
-    local d1 = central_difference(model, v0, p, h)
-    local d2 = central_difference(model, v0, p, h / 2)
+    local d1 = ref.central_difference(model, v0, p, h)
+    local d2 = ref.central_difference(model, v0, p, h / 2)
     ref.close(grad[p], (4 * d2 - d1) / 3, rel or 1e-6, what .. ": gradient " .. p, abs_tol or 1e-7)
   end
 end
