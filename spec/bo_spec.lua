@@ -640,6 +640,10 @@ describe("bo: bad input", function()
           function() bo.optimize(ei, {{0, 0}, {1, 1}}, {q = 1.5}) end)
     fails("lazytensor: bo: optimize: opts.restarts must be a positive integer",
           function() bo.optimize(ei, {{0, 0}, {1, 1}}, {restarts = 0}) end)
+    fails("lazytensor: bo: optimize: opts.ftol must be a finite number >= 0, got -1",
+          function() bo.optimize(ei, {{0, 0}, {1, 1}}, {ftol = -1}) end)
+    fails("lazytensor: bo: optimize: opts.pgtol must be a finite number >= 0, got nan",
+          function() bo.optimize(ei, {{0, 0}, {1, 1}}, {pgtol = 0 / 0}) end)
     fails("lazytensor: bo: optimize: unknown option 'raw'",
           function() bo.optimize(ei, {{0, 0}, {1, 1}}, {raw = 4}) end)
     fails("lazytensor: bo: optimize: q = 2 needs a batch acquisition",
