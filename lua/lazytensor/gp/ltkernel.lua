@@ -85,27 +85,17 @@ local function rows_of(list, cols)
   return out
 end
 
--- What the models read as a leaf (hp.leaf.values[hp.param]): the leaf
--- itself, or for a mixture a view whose values show its matrices as flat
--- lists (the form of the models' parameter tables and of set).
-local function leaf_view(leaf)
-  if leaf.kind ~= "spectral_mixture" then return leaf end
-  local values = setmetatable({}, {__index = function(_, k) return flat(leaf.values[k]) end})
-  return setmetatable({values = values}, {__index = leaf})
-end
-
---- The hyperparameters: a list of {name, node, leaf, param, value, free}
--- in a fixed order (node: the kernel's leaf; value: its current value, a
--- number or a flat list; leaf: node, or a view with values of that form).
+--- The hyperparameters: a list of {name, node, param, value, free} in a
+-- fixed order (node: the kernel's leaf; value: its current value, a number
+-- or a flat list — ARD's, the spectral mixture's matrices row by row).
 function ltkernel.hypers(kernel)
   local list = leaves(kernel)
   local out = {}
   for i, leaf in ipairs(list) do
     local prefix = #list == 1 and not kernel.children and "" or ("k" .. i .. "_")
-    local view = leaf_view(leaf)
     -- a custom kernel's (gp.kernels.custom) are its own, by name
     for _, param in ipairs(KINDS[leaf.kind] or leaf.names) do
-      out[#out + 1] = {name = prefix .. param, node = leaf, leaf = view, param = param,
+      out[#out + 1] = {name = prefix .. param, node = leaf, param = param,
                        value = flat(leaf.values[param]), free = not leaf.fixed[param]}
     end
   end
