@@ -123,26 +123,30 @@ local function projected_gradient_norm(x, g, lo, hi)
   return m
 end
 
--- The L-BFGS direction −H·g over the free coordinates (zero on the fixed).
+-- The L-BFGS direction −H·g over the free coordinates (zero on the fixed):
+-- the two-loop recursion. (bo.optimize runs it on restarts × d coordinates
+-- at every iteration: the history's arrays are read into locals.)
 local function direction(g, fixed, hist)
+  local n = #g
   local q = {}
-  for i = 1, #g do q[i] = fixed[i] and 0 or g[i] end
+  for i = 1, n do q[i] = fixed[i] and 0 or g[i] end
   local alphas = {}
   for k = #hist, 1, -1 do
     local h = hist[k]
-    alphas[k] = h.rho * dot(h.s, q)
-    for i = 1, #q do q[i] = q[i] - alphas[k] * h.y[i] end
+    local a, y = h.rho * dot(h.s, q), h.y
+    alphas[k] = a
+    for i = 1, n do q[i] = q[i] - a * y[i] end
   end
   local gamma = 1
   local newest = hist[#hist]
-  if newest then gamma = dot(newest.s, newest.y) / dot(newest.y, newest.y) end
-  for i = 1, #q do q[i] = gamma * q[i] end
+  if newest then gamma = newest.sy / newest.yy end
+  for i = 1, n do q[i] = gamma * q[i] end
   for k = 1, #hist do
     local h = hist[k]
-    local beta = h.rho * dot(h.y, q)
-    for i = 1, #q do q[i] = q[i] + (alphas[k] - beta) * h.s[i] end
+    local c, s = alphas[k] - h.rho * dot(h.y, q), h.s
+    for i = 1, n do q[i] = q[i] + c * s[i] end
   end
-  for i = 1, #q do q[i] = fixed[i] and 0 or -q[i] end
+  for i = 1, n do q[i] = fixed[i] and 0 or -q[i] end
   return q
 end
 
@@ -183,7 +187,7 @@ end
 local function push_pair(hist, s, y, m)
   local sy, yy = dot(s, y), dot(y, y)
   if not (sy > 1e-10 * yy) or yy == 0 then return end -- luacheck: ignore 581 (NaN)
-  hist[#hist + 1] = {s = s, y = y, rho = 1 / sy}
+  hist[#hist + 1] = {s = s, y = y, rho = 1 / sy, sy = sy, yy = yy}
   if #hist > m then table.remove(hist, 1) end
 end
 
