@@ -324,7 +324,9 @@ static int l_stops(lua_State *L) {
   if (b->nodes == NULL) return ltb_raise(L);
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, 1, (lua_Integer)i + 1);
-    lt_tensor *t = ltb_to_tensor(L, -1);
+    /* a tensor, or a child's address from lt._dense_children (alive in
+     * its composite, which the tape holds) */
+    lt_tensor *t = lua_islightuserdata(L, -1) ? lua_touserdata(L, -1) : ltb_to_tensor(L, -1);
     lua_pop(L, 1);
     if (t == NULL) return ltb_error(L, "grad", "a stop is not a live tensor");
     b->nodes[b->n++] = lt_retain(t);
@@ -395,17 +397,30 @@ static int l_leaf_vjp(lua_State *L) {
   return 2;
 }
 
-/* lt._children(A) → A's children, as the userdata the program holds for
- * them (or new ones): how the tape finds the copies a composite made of
- * dense operands. */
-static int l_children(lua_State *L) {
-  ltb_state *S = ltb_get_state(L);
+/* lt._dense_children(A) → {address, shape, address, shape, ...}: A's dense
+ * children, each as its address (what lt._address gives) and its shape
+ * ("3x2"): how the tape finds the copies a composite made of dense
+ * operands. Addresses, not userdata: pushing a child's userdata means
+ * searching every live box for one that holds it (ltb_push_handle), and a
+ * tape holds thousands. A keeps its children alive. */
+static int l_dense_children(lua_State *L) {
   lt_tensor *a = ltb_check_tensor(L, 1, "grad");
-  int n = lt_nchildren(a);
-  lua_createtable(L, n, 0);
+  int n = lt_nchildren(a), k = 0;
+  lua_createtable(L, 2 * n, 0);
   for (int i = 0; i < n; i++) {
-    ltb_push_handle(L, S, lt_child(a, i));
-    lua_rawseti(L, -2, i + 1);
+    lt_tensor *c = lt_child(a, i);
+    if (!lt_is_dense(c)) continue;
+    lua_pushlightuserdata(L, c);
+    lua_rawseti(L, -2, ++k);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int d = 0; d < lt_ndim(c); d++) {
+      if (d > 0) luaL_addchar(&b, 'x');
+      lua_pushinteger(L, (lua_Integer)lt_size(c, d));
+      luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_rawseti(L, -2, ++k);
   }
   return 1;
 }
@@ -465,7 +480,7 @@ static int l_iql_parts(lua_State *L) {
 }
 
 static const luaL_Reg internals[] = {{"_address", l_address},   {"_iql_parts", l_iql_parts},
-                                     {"_children", l_children}, {"_stops", l_stops},
+                                     {"_dense_children", l_dense_children}, {"_stops", l_stops},
                                      {"_leaf_vjp", l_leaf_vjp}, {NULL, NULL}};
 
 static const luaL_Reg functions[] = {{"params", l_params},

@@ -157,7 +157,7 @@ local function new_tape()
     read = {},     -- storage → true once a record's backward reads it
     leaf = {},     -- address → the node a parameter started as
     copy_of = {},  -- address of a composite's copy of a dense operand → its node
-    copies = {},   -- those copies (kept alive; the chain rule stops at them)
+    copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
 end
 
@@ -175,12 +175,9 @@ function Tape:grown()
   if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
--- A new node for v (at address addr): the value's latest version.
-function Tape:new_node(v, addr)
-  addr = addr or address(v)
-  local id = self.nnodes + 1
-  self.nnodes = id
-  local node = {id = id, value = v, addr = addr} -- its kind: node_kind, when needed
+-- Makes node ({id, value, addr}) the latest version of its value.
+function Tape:track(node)
+  local addr = node.addr
   local previous = self.current[addr]
   self.current[addr] = node
   if previous then -- a call returned a value it was given: versions
@@ -192,6 +189,13 @@ function Tape:new_node(v, addr)
     list[#list + 1] = node
   end
   return node
+end
+
+-- A new node for v (at address addr): the value's latest version.
+function Tape:new_node(v, addr)
+  local id = self.nnodes + 1
+  self.nnodes = id
+  return self:track({id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
 end
 
 -- A node's kind ("scalar", "dense", "lazy": the form of its cotangent)
@@ -338,44 +342,51 @@ end
 -- record for a metamethod's call: its operands' nodes and storages known.
 function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
   local reads, read = READS[name], self.read
-  local out_node
   if type(out) == "number" then out = originals.tensor(out) end
   local addr, storage = address(out)
-  if addr then
-    if storage == nil and dim_of(out) > 3 then
-      fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
-        .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
-    end
-    out_node = self:new_node(out, addr)
-  end
   if reads then
     if sa then read[sa] = true end
     if sb then read[sb] = true end
     if storage then read[storage] = true end
   end
-  -- kept compact (one table; the hot path of tiny operations), made a
-  -- Record when the backward pass reaches it
+  -- kept compact, made a Record when the backward pass reaches it; the
+  -- record is its result's node too (one table: the hot path of tiny
+  -- operations)
+  local rec
+  if addr then
+    if storage == nil and dim_of(out) > 3 then
+      fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
+        .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
+    end
+    local id = self.nnodes + 1
+    self.nnodes = id
+    rec = self:track({name, a, b, out, na, nb, id = id, value = out, addr = addr})
+  else
+    rec = {name, a, b, out, na, nb}
+  end
   local k = self.nrec + 1
   self.nrec = k
-  self.records[k] = {name, a, b, out, na, nb, out_node}
+  self.records[k] = rec
   if k == GENERATIONAL_RECORDS then self:grown() end
   return out
 end
 
--- A metamethod's compact record as a Record.
+-- A metamethod's compact record as a Record (c is its result's node).
 function Tape:expand(c)
   return setmetatable({tape = self, name = c[1], args = {c[2], c[3]}, nargs = 2,
-    outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES, out_nodes = {c[7]}}, Record)
+    outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES,
+    out_nodes = {c.id and c or nil}}, Record)
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
 -- operands, not the operands: the k-th new dense child is a copy of the
 -- k-th dense operand, so its cotangent goes to that operand.
 function Tape:find_copies(r)
-  local dense_args = {}
+  local dense_args, followed = {}, false
   local function collect(v)
     if type(v) == "userdata" and lt.is_tensor(v) and not lt.is_lazy(v) then
       dense_args[#dense_args + 1] = v
+      followed = followed or self:node_of(v) ~= nil
     end
   end
   for i = 1, r.nargs do
@@ -386,17 +397,18 @@ function Tape:find_copies(r)
       collect(a)
     end
   end
-  if #dense_args == 0 then return end
+  if not followed then return end
   local next_arg = 1
-  for _, child in ipairs(lt._children(r.outs[1])) do
-    local addr = lt._address(child)
-    if not lt.is_lazy(child) and self.current[addr] == nil and self.copy_of[addr] == nil then
+  local children = lt._dense_children(r.outs[1])
+  for k = 1, #children, 2 do
+    local addr, shape = children[k], children[k + 1]
+    if self.current[addr] == nil and self.copy_of[addr] == nil then
       local source = dense_args[next_arg]
       next_arg = next_arg + 1
       local node = source and self:node_of(source)
-      if node and table.concat(source:shape(), "x") == table.concat(child:shape(), "x") then
+      if node and table.concat(source:shape(), "x") == shape then
         self.copy_of[addr] = node
-        self.copies[#self.copies + 1] = child
+        self.copies[#self.copies + 1] = addr -- alive in the composite, which the record holds
       end
     end
   end
@@ -537,18 +549,20 @@ local function index_wrapper(orig)
   end
 end
 
--- What install puts at t[key] over function f, made once per (t, key, f):
+-- What install puts at t[key] over value v, made once per (t, key, v):
 -- install runs at every df call (bo.optimize's L-BFGS makes one per
 -- evaluation), and walking the library with a closure made for each of its
--- 160 functions was half of a small call's cost. {f, wrapper}, the wrapper
--- false where f runs as it is (PLAIN, _private, grad itself). Weak keys
+-- 160 functions was half of a small call's cost; so were the two type()
+-- calls per entry, now made once. {v, wrapper}, the wrapper false where v
+-- runs as it is (not a function, PLAIN, _private, grad itself). Weak keys
 -- (the tables are the library's own).
-local wrappers = setmetatable({}, {__mode = "k"}) -- t → key → {f, wrapper or false}
+local wrappers = setmetatable({}, {__mode = "k"}) -- t → key → {v, wrapper or false}
 
 local UNDERSCORE = string.byte("_")
 
 local function make_wrapper(t, key, name, f)
   local w = false
+  if type(f) ~= "function" or type(key) ~= "string" then return {f, false} end
   if t == lt._meta then
     w = name == "index" and index_wrapper(f) or name == "newindex" and wrapper(name, f)
         or binary_wrapper(name, f)
@@ -556,41 +570,54 @@ local function make_wrapper(t, key, name, f)
     w = wrapper(name, f)
   end
   if w then READS[name] = not VIEWS[name] and not WRITES[name] end
+  if t == lt then originals[key] = f end
   return {f, w}
 end
 
--- Replaces every followed function of the library, its methods and its
--- metamethods by a wrapper; returns the function that puts them back.
--- (The library's tables are walked at every call, so a function added or
--- replaced since the last one is followed too.)
-local function install()
-  local saved, n = {}, 0 -- flat triples t, key, f
-  for _, t in ipairs{lt, lt._methods} do
-    local per = wrappers[t]
-    if per == nil then
-      per = {}
-      wrappers[t] = per
+-- What install replaced, as flat triples t, key, f (reused: df calls do
+-- not nest, and restore runs before the next install).
+local saved, nsaved = {}, 0
+
+-- Puts the wrappers of one table's followed functions in place.
+local function install_table(t)
+  local per = wrappers[t]
+  if per == nil then
+    per = {}
+    wrappers[t] = per
+  end
+  local n = nsaved
+  for k, v in next, t do
+    local made = per[k]
+    if made == nil or made[1] ~= v then
+      made = make_wrapper(t, k, k, v)
+      per[k] = made
     end
-    for k, v in next, t do
-      if type(v) == "function" and type(k) == "string" then
-        local made = per[k]
-        if made == nil or made[1] ~= v then
-          made = make_wrapper(t, k, k, v)
-          per[k] = made
-        end
-        local w = made[2]
-        if w then
-          saved[n + 1], saved[n + 2], saved[n + 3] = t, k, v
-          n = n + 3
-          if t == lt then originals[k] = v end
-          t[k] = w -- an existing key: safe inside the walk
-        end
-      end
+    local w = made[2]
+    if w then
+      saved[n + 1], saved[n + 2], saved[n + 3] = t, k, v
+      n = n + 3
+      t[k] = w -- an existing key: safe inside the walk
     end
   end
+  nsaved = n
+end
+
+local function restore()
+  for i = nsaved - 2, 1, -3 do saved[i][saved[i + 1]] = saved[i + 2] end -- existing keys
+  nsaved = 0
+end
+
+-- Replaces every followed function of the library, its methods and its
+-- metamethods by a wrapper; restore puts them back. (The library's tables
+-- are walked at every call, so a function added or replaced since the
+-- last one is followed too.)
+local function install()
+  install_table(lt)
+  install_table(lt._methods)
   local meta = lt._meta
   local per = wrappers[meta] or {}
   wrappers[meta] = per
+  local n = nsaved
   for mm, name in pairs(METAMETHODS) do
     local f = rawget(meta, mm)
     if type(f) == "function" then
@@ -604,9 +631,7 @@ local function install()
       meta[mm] = made[2]
     end
   end
-  return function()
-    for i = n - 2, 1, -3 do saved[i][saved[i + 1]] = saved[i + 2] end -- existing keys
-  end
+  nsaved = n
 end
 
 -- ------------------------------------------------------------- backward
@@ -649,14 +674,14 @@ local function check_reached(r, reached)
   end
 end
 
-local function constructor_backward(tape, r, g, stops)
+local function constructor_backward(tape, r, g)
   local map = CONSTRUCTORS[r.name]
   local out, node = r.outs[1], r.out_nodes[1]
   if not lt.is_lazy(out) then -- a constructor that returned a dense tensor: itself
     return r:give(1, g[1])
   end
   local reached = {}
-  local own, captured = lt._leaf_vjp(out, cot.compact(cot.parts_of(g[1])), stops)
+  local own, captured = lt._leaf_vjp(out, cot.compact(cot.parts_of(g[1])), tape:stops())
   for name, value in pairs(own) do
     local i, key, sub
     if type(map) == "function" then i, key, sub = map(r, name) else i = map[name] end
@@ -782,7 +807,7 @@ local function batch_constructor_backward(r, g)
   end
 end
 
-local function batched_backward(tape, r, g, b, stops)
+local function batched_backward(tape, r, g, b)
   if r.name == "batch" then return batch_constructor_backward(r, g) end
   if r.name == "index" then -- A[i] of a batched operator: member i's share
     local node, i = r.nodes[1], r.args[2]
@@ -818,22 +843,28 @@ local function batched_backward(tape, r, g, b, stops)
       local m = setmetatable({tape = tape, name = r.name, args = args, nargs = r.nargs,
         outs = outs, nodes = r.nodes, tnodes = r.tnodes, out_nodes = r.out_nodes,
         member = i, batch = b}, MemberRecord)
-      if CONSTRUCTORS[r.name] then constructor_backward(tape, m, gi, stops)
+      if CONSTRUCTORS[r.name] then constructor_backward(tape, m, gi)
       else vjp[r.name](m, gi) end
     end
   end
 end
 
-function Tape:backward(root)
-  local all, seen = {}, {}
-  for addr, node in pairs(self.current) do
-    if not seen[addr] then
-      seen[addr] = true
-      all[#all + 1] = node.value
-    end
+-- The operators the chain rule stops at under a constructor's result
+-- (every value the tape follows), sorted once, when the backward first
+-- reaches a constructor.
+function Tape:stops()
+  local stops = self.stop_set
+  if stops == nil then
+    local all = {}
+    for _, node in pairs(self.current) do all[#all + 1] = node.value end
+    for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
+    stops = lt._stops(all)
+    self.stop_set = stops
   end
-  for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
-  local stops = lt._stops(all)
+  return stops
+end
+
+function Tape:backward(root)
   local kind = node_kind(root)
   if kind == "scalar" then root.cot = 1
   elseif kind == "dense" then root.cot = lt.full(node_shape(root), 1)
@@ -849,8 +880,8 @@ function Tape:backward(root)
     end
     if any then
       local b = batch_of(r)
-      if b then batched_backward(self, r, g, b, stops)
-      elseif CONSTRUCTORS[r.name] then constructor_backward(self, r, g, stops)
+      if b then batched_backward(self, r, g, b)
+      elseif CONSTRUCTORS[r.name] then constructor_backward(self, r, g)
       else vjp[r.name](r, g) end
     end
   end
@@ -938,7 +969,7 @@ local function recorded_run(f, params, ...)
   local tape = new_tape()
   local prepared = prepare(tape, params, "")
   local args = pack(prepared, ...)
-  local restore = install()
+  install()
   active = tape
   local ok, res = pcall(run, f, args, args.n)
   active = nil
