@@ -111,6 +111,26 @@ describe("lt.grad", function()
     assert(lt.gradcheck(f, {v = v0}))
   end)
 
+  it("follows a write into a product's result (its backward reads the operands only)", function()
+    local A = lt.tensor{{1, 2}, {0.5, -1}}
+    local v = lt.tensor{0.3, -0.7, 1.1}
+    local function f(p)
+      local Y = lt.tensor{{p.v[1], p.v[2]}, {p.v[3], 1}} * A
+      Y:set(1, 2, p.v[1] * 3)
+      Y[2] = p.v:narrow(1, 1, 2)
+      return (Y * Y):sum()
+    end
+    assert(lt.gradcheck(f, {v = v}))
+    -- the same matrix built without writes: only Y's (1, 1) entry is left
+    -- of the product
+    local expect = lt.grad(function(p)
+      local Y = lt.tensor{{p.v[1], p.v[2]}, {p.v[3], 1}} * A
+      local W = lt.tensor{{Y:get(1, 1), p.v[1] * 3}, {p.v[1], p.v[2]}}
+      return (W * W):sum()
+    end)({v = v})
+    assert.is_true((lt.grad(f)({v = v}).v - expect.v):abs():max() < 1e-12)
+  end)
+
   it("refuses writes it could not follow", function()
     raises("used by an earlier followed call", lt.grad(function(p)
       local m = p.v:clone()

@@ -101,6 +101,12 @@ local VIEWS = {
   full = true, psd = true,
 }
 
+-- Of the others, records whose backward reads their operands' values but
+-- not their results' (a product's): a later write into the result is
+-- sound, and marking a new storage at every product is one hash key more
+-- on the hot path of tiny operations.
+local RESULT_UNREAD = {matmul = true, mul_meta = true, scale = true}
+
 -- Calls whose forward changes inside lt.grad: a root by a method without a
 -- derivative (the lazy [√D | U] of a low-rank plus diagonal, Lanczos) is
 -- replaced by the Cholesky factor, which is also a root.
@@ -290,9 +296,11 @@ end
 -- that arithmetic on them stays followed.
 local NO_TABLES = {} -- a record's tnodes when it has no table arguments (never written)
 local READS = {}      -- name → its record's backward reads values (filled by install)
+local READS_RESULT = {} -- name → ... and its results' values
 
 function Tape:record(name, args, n, outs, kept)
   local reads, current, read = READS[name], self.current, self.read
+  local reads_result = READS_RESULT[name]
   local nodes, tnodes, out_nodes = {}, nil, {}
   for i = 1, n do
     local a = args[i]
@@ -325,7 +333,7 @@ function Tape:record(name, args, n, outs, kept)
             .. "yet (a %s of shape %s)", name, lt.type(v), table.concat(shape_of(v), "x"))
         end
         out_nodes[j] = self:new_node(v, addr)
-        if reads and storage then read[storage] = true end
+        if reads_result and storage then read[storage] = true end
       end
     end
   end
@@ -347,7 +355,7 @@ function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
   if reads then
     if sa then read[sa] = true end
     if sb then read[sb] = true end
-    if storage then read[storage] = true end
+    if storage and READS_RESULT[name] then read[storage] = true end
   end
   -- kept compact, made a Record when the backward pass reaches it; the
   -- record is its result's node too (one table: the hot path of tiny
@@ -569,7 +577,10 @@ local function make_wrapper(t, key, name, f)
   elseif not PLAIN[key] and key:byte(1) ~= UNDERSCORE and key ~= "grad" and key ~= "gradcheck" then
     w = wrapper(name, f)
   end
-  if w then READS[name] = not VIEWS[name] and not WRITES[name] end
+  if w then
+    READS[name] = not VIEWS[name] and not WRITES[name]
+    READS_RESULT[name] = READS[name] and not RESULT_UNREAD[name]
+  end
   if t == lt then originals[key] = f end
   return {f, w}
 end
