@@ -181,16 +181,17 @@ function Tape:grown()
   if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
--- Makes node ({id, value, addr}) the latest version of its value.
-function Tape:track(node)
-  local addr = node.addr
-  local previous = self.current[addr]
-  self.current[addr] = node
+-- Makes node ({id, value, addr}) the latest version of its value (a
+-- local function, not a method: it runs at every recorded call).
+local function track(tape, node)
+  local addr, current = node.addr, tape.current
+  local previous = current[addr]
+  current[addr] = node
   if previous then -- a call returned a value it was given: versions
-    local list = self.versions[addr]
+    local list = tape.versions[addr]
     if list == nil then
       list = {previous}
-      self.versions[addr] = list
+      tape.versions[addr] = list
     end
     list[#list + 1] = node
   end
@@ -201,7 +202,7 @@ end
 function Tape:new_node(v, addr)
   local id = self.nnodes + 1
   self.nnodes = id
-  return self:track({id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
+  return track(self, {id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
 end
 
 -- A node's kind ("scalar", "dense", "lazy": the form of its cotangent)
@@ -347,35 +348,39 @@ function Tape:record(name, args, n, outs, kept)
   return unpack(outs, 1, outs.n)
 end
 
--- record for a metamethod's call: its operands' nodes and storages known.
-function Tape:record_binary(name, a, b, na, nb, sa, sb, out)
-  local reads, read = READS[name], self.read
-  if type(out) == "number" then out = originals.tensor(out) end
+-- record for a metamethod's call: its operands' nodes and storages known
+-- (a local function: the hot path of tiny operations).
+-- reads, reads_result: READS[name], READS_RESULT[name].
+local function record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, out)
   local addr, storage = address(out)
+  if addr == nil and type(out) == "number" then
+    out = originals.tensor(out)
+    addr, storage = address(out)
+  end
   if reads then
+    local read = tape.read
     if sa then read[sa] = true end
     if sb then read[sb] = true end
-    if storage and READS_RESULT[name] then read[storage] = true end
+    if storage and reads_result then read[storage] = true end
   end
   -- kept compact, made a Record when the backward pass reaches it; the
-  -- record is its result's node too (one table: the hot path of tiny
-  -- operations)
+  -- record is its result's node too (one table an operation)
   local rec
   if addr then
     if storage == nil and dim_of(out) > 3 then
       fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
         .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
     end
-    local id = self.nnodes + 1
-    self.nnodes = id
-    rec = self:track({name, a, b, out, na, nb, id = id, value = out, addr = addr})
+    local id = tape.nnodes + 1
+    tape.nnodes = id
+    rec = track(tape, {name, a, b, out, na, nb, id = id, value = out, addr = addr})
   else
     rec = {name, a, b, out, na, nb}
   end
-  local k = self.nrec + 1
-  self.nrec = k
-  self.records[k] = rec
-  if k == GENERATIONAL_RECORDS then self:grown() end
+  local k = tape.nrec + 1
+  tape.nrec = k
+  tape.records[k] = rec
+  if k == GENERATIONAL_RECORDS then tape:grown() end
   return out
 end
 
@@ -532,6 +537,8 @@ end
 -- The metamethods' wrappers: two operands, one result (Lua calls __unm
 -- with the operand twice).
 local function binary_wrapper(name, orig)
+  local reads = not VIEWS[name] and not WRITES[name]
+  local reads_result = reads and not RESULT_UNREAD[name]
   return function(a, b)
     local tape = active
     if tape == nil then return orig(a, b) end
@@ -541,7 +548,7 @@ local function binary_wrapper(name, orig)
     if type(b) == "userdata" then kb, sb = address(b) end
     local na, nb = ka and current[ka], kb and current[kb]
     if not (na or nb) then return orig(a, b) end
-    return tape:record_binary(name, a, b, na, nb, sa, sb, orig(a, b))
+    return record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, orig(a, b))
   end
 end
 
