@@ -745,24 +745,26 @@ local MATRIX_OPS = {
 local RHS_OPS = {solve = true, inv_quad = true, inv_quad_logdet = true}
 
 -- The batch size of a record (nil: no batched operand or result).
+local function batch_size_of(r, v)
+  if type(v) ~= "userdata" or not lt.is_tensor(v) then return nil end
+  local d = dim_of(v)
+  if d > 2 and (is_lazy(v) or MATRIX_OPS[r.name]) then return v:size(1) end
+end
+
 local function batch_of(r)
-  local function of(v)
-    if type(v) ~= "userdata" or not lt.is_tensor(v) then return nil end
-    local d = dim_of(v)
-    if d > 2 and (is_lazy(v) or MATRIX_OPS[r.name]) then return v:size(1) end
-  end
   for k = 1, r.nargs do
-    local b = of(r.args[k])
+    local a = r.args[k]
+    local b = batch_size_of(r, a)
     if b then return b end
-    if type(r.args[k]) == "table" and not lt.is_tensor(r.args[k]) then
-      for _, v in pairs(r.args[k]) do
-        b = of(v)
+    if type(a) == "table" and not lt.is_tensor(a) then
+      for _, v in pairs(a) do
+        b = batch_size_of(r, v)
         if b then return b end
       end
     end
   end
   for j = 1, r.outs.n do
-    local b = of(r.outs[j])
+    local b = batch_size_of(r, r.outs[j])
     if b then return b end
   end
 end
