@@ -98,7 +98,7 @@ local function parse_real_bounds(fail, name, b, real)
   for k, v in ipairs(real.value_list) do
     local at = many and string.format("[%d]", k) or ""
     if lo[k] >= hi[k] or lo[k] == huge or hi[k] == -huge then
-      fail("bounds.%s%s: lo = %s must be below hi = %s", name, at, tostring(lo[k]), tostring(hi[k]))
+      fail("bounds.%s%s: lo = %.6g must be below hi = %.6g", name, at, lo[k], hi[k])
     end
     if not (v > lo[k] and v < hi[k]) then
       fail("%s%s = %.6g is outside its bounds (%.6g, %.6g): give another initial value or bounds",

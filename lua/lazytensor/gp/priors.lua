@@ -162,8 +162,8 @@ function priors.smoothed_box(a, b, sigma)
   for _, d in ipairs(shape or {}) do n = n * d end
   for i = 1, n do
     if entry(pa, i) >= entry(pb, i) then
-      fail("smoothed_box needs a < b, got %s, %s%s", tostring(entry(pa, i)),
-           tostring(entry(pb, i)), shape and string.format(" (entry %d)", i) or "")
+      fail("smoothed_box needs a < b, got %.6g, %.6g%s", entry(pa, i), entry(pb, i),
+           shape and string.format(" (entry %d)", i) or "")
     end
   end
   local centre, half = (lo + hi) * 0.5, (hi - lo) * 0.5
