@@ -167,9 +167,9 @@ end
 -- control_variate), distributed (true: K's components are mpi.kernel
 -- operators whose products and gradients are spread over MPI ranks; needs
 -- lazytensor.mpi and the "kernel" structure, doc/mpi.md), bounds and
--- priors (gp/hyper.lua: on the kernel's hyperparameters and the noise; a
--- fitted scalar noise has the floor {1e-4, ∞} unless bounds.noise says
--- otherwise). Any other key is an error.
+-- priors (gp/hyper.lua: on the kernel's hyperparameters, the noise and the
+-- constant mean "mean"; a fitted scalar noise has the floor {1e-4, ∞}
+-- unless bounds.noise says otherwise). Any other key is an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -900,7 +900,7 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
 --- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
 gp.likelihoods = require "lazytensor.gp.likelihoods"
 
---- Priors on hyperparameters (gp.variational, gp.laplace): see gp/priors.lua.
+--- Priors on hyperparameters (every model): see gp/priors.lua.
 gp.priors = require "lazytensor.gp.priors"
 
 --- Sparse variational GPs (SVGP) with any likelihood: see gp/variational.lua.

@@ -112,8 +112,9 @@ end
 
 --- The model's constructor, given init.lua's shared helpers (h.fail,
 -- h.to_points, h.to_vector, h.options, h.check_noise, h.fit, h.parse_hyper).
--- bounds and priors as gp.exact's (the kernel's hyperparameters and the
--- noise, with its floor 1e-4 when fitted).
+-- bounds and priors as gp.exact's (the kernel's hyperparameters, the
+-- noise, with its floor 1e-4 when fitted, and the mean), and on the
+-- inducing points ("inducing").
 function sgpr.constructor(h)
   SGPR.fit = h.fit
   return function(spec)

@@ -24,7 +24,8 @@
 -- gradient comes from lt.grad of it: the variational mean, L's lower
 -- triangle (or diagonal), the inducing points (unless fixed), the kernel's
 -- and the likelihood's hyperparameters (as logs, or through their bounds:
--- gp/hyper.lua) and a constant mean.
+-- gp/hyper.lua) and a constant mean (the inducing points and the mean
+-- through their bounds too when given).
 local lt = require "lazytensor"
 local autograd = require "lazytensor.autograd"
 local kernels = require "lazytensor.gp.kernels"
