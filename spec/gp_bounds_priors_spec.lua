@@ -3,7 +3,10 @@
 -- gp.multitask{task_noise = true}: values against plain dense
 -- computations in Lua, gradients through the bounded transform against
 -- central differences, the small Bayesian-optimisation fit where the noise
--- and an irrelevant lengthscale ran away, and the errors.
+-- and an irrelevant lengthscale ran away, the real-valued hyperparameters
+-- (the means, multitask's task_factor W, SGPR's inducing points: priors,
+-- per-entry bounds of every kind, fits against closed forms and at a box's
+-- edge), and the errors.
 local gp = require "lazytensor.gp"
 local ref = require "support.ref"
 local close = ref.close

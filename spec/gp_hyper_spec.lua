@@ -2,7 +2,9 @@
 -- gp/priors.lua): the densities against their formulas in plain Lua, the
 -- constrained parameterisation round trip and its gradients, the noise
 -- floor holding where an unbounded noise runs away, a prior pulling a fit,
--- and the errors.
+-- gp.variational's inducing points and constant mean (real-valued: per-entry
+-- bounds and priors, fits against gp.sgpr's and at a box's edge), and the
+-- errors.
 local lt = require "lazytensor"
 local gp = require "lazytensor.gp"
 local hyper = require "lazytensor.gp.hyper"
