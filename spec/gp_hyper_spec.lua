@@ -259,6 +259,16 @@ describe("gp.variational: priors and bounds on the inducing points and the const
     local back = model:parameters()
     close(back.raw_Z:get(2, 1), 0, 1e-14, "raw_Z back")
     close(back.raw_constant, -2, 1e-13, "raw_constant back")
+    -- Z on its edges (rounded there by a fit): r far out, θ and the
+    -- gradient finite (−745 at the lower edge made e^{−r} overflow: NaN)
+    p = model:parameters()
+    p.raw_Z = lt.tensor{{-800}, {0}, {1}, {800}}
+    model:set_parameters(p)
+    assert.equal(0, model.Z:get(1, 1))
+    local f, q = model:objective(nil, {posterior = true})
+    local g = lt.grad(f)(q)
+    assert.is_true(q.raw_Z:get(1, 1) < -600 and q.raw_Z:get(4, 1) > 600)
+    assert.is_true(g.raw_Z:abs():sum() < math.huge, "a finite gradient at the edges")
   end)
 
   it("the log posterior's gradient: lt.gradcheck and central differences of log_posterior", function()

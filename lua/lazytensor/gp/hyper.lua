@@ -217,11 +217,13 @@ local function real_slope(lo, hi, r)
   return (hi - lo) * s * (1 - s)
 end
 
--- r of θ held inside [lo, hi]: a value rounded onto a bound maps far out.
+-- r of θ held inside [lo, hi]: a value rounded onto a bound maps far out
+-- (a box's lower edge to −700, not −745: the tensor sigmoid's e^{−r} would
+-- overflow, and its derivative be NaN, below −709).
 local function real_raw_inside(lo, hi, v)
   local kind = real_kind(lo, hi)
   if kind ~= "free" then
-    if kind ~= "below" and v <= lo then return -745 end
+    if kind ~= "below" and v <= lo then return kind == "box" and -700 or -745 end
     if kind ~= "above" and v >= hi then return kind == "below" and -745 or 745 end
   end
   return hyper.real_to_raw(lo, hi, v)
