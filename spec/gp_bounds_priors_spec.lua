@@ -3,7 +3,10 @@
 -- gp.multitask{task_noise = true}: values against plain dense
 -- computations in Lua, gradients through the bounded transform against
 -- central differences, the small Bayesian-optimisation fit where the noise
--- and an irrelevant lengthscale ran away, and the errors.
+-- and an irrelevant lengthscale ran away, the real-valued hyperparameters
+-- (the means, multitask's task_factor W, SGPR's inducing points: priors,
+-- per-entry bounds of every kind, fits against closed forms and at a box's
+-- edge), and the errors.
 local gp = require "lazytensor.gp"
 local ref = require "support.ref"
 local close = ref.close
@@ -494,5 +497,255 @@ describe("gp.multitask: task_noise, bounds and priors", function()
     fails(function() model{bounds = {task_variance = {2, 1}}} end, "below hi")
     fails(function() model{noise = 0.1, fixed = {noise = true}, bounds = {noise = {0, 1}}} end,
           "noise is fixed")
+  end)
+end)
+
+-- log N(x; mu, sd) summed over the entries of x (a list), plain Lua; mu and
+-- sd numbers or lists.
+local function normal_logpdf(x, mu, sd)
+  local s = 0
+  for k, v in ipairs(x) do
+    local m = type(mu) == "table" and mu[k] or mu
+    local d = type(sd) == "table" and sd[k] or sd
+    s = s - 0.5 * ((v - m) / d) ^ 2 - log(d) - 0.5 * log(2 * pi)
+  end
+  return s
+end
+
+local function logit(v, lo, hi) return log((v - lo) / (hi - v)) end
+
+describe("real-valued hyperparameters: the means, task_factor (W), the inducing points", function()
+  -- gp.exact with the kernel and the noise fixed: the MLL is a concave
+  -- quadratic in the mean, maximised at m* = 1ᵀC⁻¹y / 1ᵀC⁻¹1 (generalised
+  -- least squares), and with a N(μ0, s²) prior at (1ᵀC⁻¹y + μ0/s²)/(1ᵀC⁻¹1 + 1/s²).
+  local X, y = {}, {}
+  for i = 1, 10 do
+    X[i] = {i / 10}
+    y[i] = math.sin(3 * i / 10) + 2
+  end
+  local function mean_only(spec)
+    spec.x, spec.y, spec.noise, spec.fixed = X, y, 0.01, {noise = true}
+    spec.kernel = gp.kernels.rbf{lengthscale = 0.3, variance = 1.2,
+                                 fixed = {lengthscale = true, variance = true}}
+    return gp.exact(spec)
+  end
+  local function gls()
+    local C = {}
+    for i = 1, #X do
+      C[i] = {}
+      for j = 1, #X do C[i][j] = rbf(X[i], X[j], {0.3}, 1.2) + (i == j and 0.01 or 0) end
+    end
+    local ones = {}
+    for i = 1, #X do ones[i] = 1 end
+    local L = ref.cholesky(C)
+    local a1, ay = ref.chol_solve(L, ones), ref.chol_solve(L, y)
+    local s11, s1y = 0, 0
+    for i = 1, #X do s11, s1y = s11 + a1[i], s1y + ay[i] end
+    return s11, s1y
+  end
+
+  it("exact: a prior on the mean is a normal density in plain Lua, its gradient through bounds", function()
+    local model = mean_only{mean_value = 1, bounds = {mean = {-1, 2.5}},
+                            priors = {mean = P.normal(0.5, 0.7)}}
+    local mll = dense_exact_mll(X, y, {0.3}, 1.2, 0.01, 1)
+    close(model:log_prior(), normal_logpdf({1}, 0.5, 0.7), 1e-14, "normal prior on the mean")
+    close(model:log_posterior(), mll + normal_logpdf({1}, 0.5, 0.7), 1e-11, "log posterior")
+    -- the mean is the only free entry: its r is the logit inside (−1, 2.5)
+    local r = model:raw_vector()
+    assert.equal(1, #r)
+    close(r[1], logit(1, -1, 2.5), 1e-14, "r of the mean")
+    model:set_raw_vector({0.3})
+    close(model.mean_value, -1 + 3.5 / (1 + exp(-0.3)), 1e-14, "the mean from r")
+    close(model:log_posterior(), dense_exact_mll(X, y, {0.3}, 1.2, 0.01, model.mean_value)
+          + normal_logpdf({model.mean_value}, 0.5, 0.7), 1e-11, "log posterior there")
+    check_raw_gradient(model, "exact mean")
+    -- with the kernel free too, an ARD lengthscale prior and a smoothed box on the mean
+    local free = gp.exact{x = X, y = y, kernel = gp.kernels.rbf{lengthscale = {0.4}}, noise = 0.02,
+                          mean_value = 1.7, bounds = {mean = {-math.huge, 3}},
+                          priors = {mean = P.smoothed_box(1, 1.5, 0.2),
+                                    lengthscale = P.gamma(3, 6)}}
+    -- d = 0.2 beyond the box: −½(0.2/0.2)² − log(0.5 + √(2π)·0.2)
+    close(free:log_prior(), -0.5 - log(0.5 + math.sqrt(2 * pi) * 0.2)
+          + 3 * log(6) - log(2) + 2 * log(0.4) - 6 * 0.4, 1e-13, "smoothed box + gamma")
+    -- raw_vector: ℓ, v, the noise, the mean
+    close(free:raw_vector()[4], log(3 - 1.7), 1e-14, "r = log(hi − θ) below hi")
+    check_raw_gradient(free, "exact, mean below hi")
+  end)
+
+  it("exact: fit honours the mean's prior and bounds (the closed forms; the box's edge)", function()
+    local s11, s1y = gls()
+    local mstar = s1y / s11 -- 2.298
+    local free = mean_only{}
+    free:fit{}
+    close(free.mean_value, mstar, 1e-8, "unbounded fit: the GLS mean")
+    local map = mean_only{priors = {mean = P.normal(0.5, 0.5)}}
+    map:fit{}
+    close(map.mean_value, (s1y + 0.5 / 0.25) / (s11 + 1 / 0.25), 1e-8, "MAP mean")
+    -- m* above the box: the fit ends at hi (measured 1.5 − 5e-7), inside it
+    for _, b in ipairs{{-1, 1.5}, {-math.huge, 1.5}} do
+      local boxed = mean_only{mean_value = 0, bounds = {mean = b}}
+      boxed:fit{}
+      assert.is_true(boxed.mean_value <= 1.5 and boxed.mean_value > 1.5 - 1e-5,
+                     string.format("{%g, %g}: %.17g", b[1], b[2], boxed.mean_value))
+    end
+    -- below the box's lower edge: the fit ends at lo
+    local above = mean_only{mean_value = 3, bounds = {mean = {2.5, math.huge}}}
+    above:fit{}
+    assert.is_true(above.mean_value >= 2.5 and above.mean_value < 2.5 + 1e-5,
+                   string.format("%.17g", above.mean_value))
+    -- a box holding m*: the bound does not move the optimum
+    local inside = mean_only{mean_value = 3, bounds = {mean = {2.2, math.huge}}}
+    inside:fit{}
+    close(inside.mean_value, mstar, 1e-6, "m* inside the box")
+  end)
+
+  local X3, y3 = bo_design()
+  local Z = {X3[1], X3[4], X3[7]}
+  local function zflat()
+    local out = {}
+    for _, row in ipairs(Z) do
+      for _, z in ipairs(row) do out[#out + 1] = z end
+    end
+    return out
+  end
+
+  it("sgpr: per-entry priors and bounds on the inducing points, a prior on the mean", function()
+    local centre = {{0.5, 0.5, 0.5}, {0.2, 0.4, 0.6}, {0.8, 0.1, 0.3}}
+    local sd = {{0.3, 0.3, 0.3}, {0.5, 0.5, 0.5}, {1, 1, 1}}
+    -- each entry's map of another kind: a box, above lo, below hi, free
+    local inf = math.huge
+    local lo = {{0, -inf, -inf}, {-0.5, 0, -inf}, {0, 0, 0}}
+    local hi = {{1, 2, inf}, {inf, 1, 1.5}, {1, 1, 1}}
+    local mdl = gp.sgpr{x = X3, y = y3, inducing = Z, noise = 0.02,
+                        kernel = gp.kernels.rbf{lengthscale = 0.4, variance = 1.2},
+                        bounds = {inducing = {lo, hi}},
+                        priors = {inducing = P.normal(centre, sd), mean = P.normal(0, 2)}}
+    local bound = dense_sgpr_bound(X3, y3, Z, 0.4, 1.2, 0.02, mdl.mean_value, mdl.jitter)
+    local flat_c, flat_s = {}, {}
+    for i = 1, 3 do
+      for k = 1, 3 do flat_c[#flat_c + 1], flat_s[#flat_s + 1] = centre[i][k], sd[i][k] end
+    end
+    local lp = normal_logpdf(zflat(), flat_c, flat_s) + normal_logpdf({mdl.mean_value}, 0, 2)
+    close(mdl:log_prior(), lp, 1e-13, "priors on Z and the mean")
+    close(mdl:log_posterior(), bound + lp, 1e-10, "sgpr log posterior")
+    -- the inducing entries of raw_vector (after ℓ, σ², noise and the mean)
+    local r, z = mdl:raw_vector(), zflat()
+    local flo, fhi = {}, {}
+    for i = 1, 3 do
+      for k = 1, 3 do flo[#flo + 1], fhi[#fhi + 1] = lo[i][k], hi[i][k] end
+    end
+    for k = 1, 9 do
+      local want
+      if flo[k] == -inf and fhi[k] == inf then want = z[k]
+      elseif fhi[k] == inf then want = log(z[k] - flo[k])
+      elseif flo[k] == -inf then want = log(fhi[k] - z[k])
+      else want = logit(z[k], flo[k], fhi[k]) end
+      close(r[4 + k], want, 1e-13, "r of Z entry " .. k)
+    end
+    check_raw_gradient(mdl, "sgpr, Z bounded per entry", 1e-6, 1e-6)
+    -- a fit keeps every coordinate of Z inside its bounds (Z ± 0.05 per entry)
+    local zlo, zhi = {}, {}
+    for i, row in ipairs(Z) do
+      zlo[i], zhi[i] = {}, {}
+      for k2, v in ipairs(row) do zlo[i][k2], zhi[i][k2] = v - 0.05, v + 0.05 end
+    end
+    local boxed = gp.sgpr{x = X3, y = y3, inducing = Z, noise = 0.02,
+                          kernel = gp.kernels.rbf{lengthscale = 0.4},
+                          bounds = {inducing = {zlo, zhi}}, priors = {inducing = P.normal(0.5, 1)}}
+    local start = boxed:log_posterior()
+    local res = boxed:fit{max_iter = 60}
+    assert.is_true(res.log_posterior > start)
+    local at_edge = 0
+    for i, row in ipairs(boxed:inducing():totable()) do
+      for k2, v in ipairs(row) do
+        assert.is_true(v >= zlo[i][k2] and v <= zhi[i][k2], "Z entry " .. v)
+        if math.min(v - zlo[i][k2], zhi[i][k2] - v) < 1e-4 then at_edge = at_edge + 1 end
+      end
+    end
+    assert.is_true(at_edge >= 1, "no coordinate of Z at its bounds")
+  end)
+
+  it("multitask: priors and bounds on task_factor (W) and the task means", function()
+    local x, Y = {}, {}
+    for i = 1, 9 do
+      x[i] = {i / 9}
+      Y[i] = {math.sin(3 * i / 9), math.cos(2 * i / 9) + 0.1 * math.sin(7 * i), 0.5 * i / 9}
+    end
+    local probe = gp.multitask{x = x, y = Y, kernel = gp.kernels.rbf{lengthscale = 0.4}, rank = 1}
+    local W0 = {}
+    for a, row in ipairs(probe.W:totable()) do W0[a] = row[1] end
+    -- per-entry bounds: W0 ± 0.02, hi = ∞ on the third task's entry
+    local lo, hi = {}, {}
+    for a = 1, 3 do lo[a], hi[a] = {W0[a] - 0.02}, {a == 3 and math.huge or W0[a] + 0.02} end
+    local mdl = gp.multitask{x = x, y = Y, kernel = gp.kernels.rbf{lengthscale = 0.4}, rank = 1,
+                             bounds = {task_factor = {lo, hi}, mean = {-2, 2}},
+                             priors = {task_factor = P.normal(0, 0.5),
+                                       mean = P.normal({0, 0.5, 0}, {1, 1, 0.1})}}
+    local lp = normal_logpdf(W0, 0, 0.5) + normal_logpdf(mdl.means, {0, 0.5, 0}, {1, 1, 0.1})
+    close(mdl:log_prior(), lp, 1e-13, "priors on W and the means")
+    close(mdl:log_posterior(), dense_multitask_mll(mdl, 0.4) + lp, 1e-11, "log posterior")
+    check_raw_gradient(mdl, "multitask, W and means bounded", 1e-6, 1e-6)
+    local start = mdl:log_posterior()
+    local res = mdl:fit{max_iter = 60}
+    assert.is_true(res.log_posterior > start)
+    close(res.log_posterior, mdl:log_posterior(), 1e-9, "fit's log posterior")
+    -- W within W0 ± 0.02 (the third only above): the box binds at an edge
+    local W, at_edge = mdl.W:totable(), 0
+    for a = 1, 3 do
+      local w = W[a][1]
+      assert.is_true(w >= lo[a][1] and w <= hi[a][1], string.format("W[%d] = %g", a, w))
+      if math.min(w - lo[a][1], hi[a][1] - w) < 1e-4 then at_edge = at_edge + 1 end
+    end
+    assert.is_true(at_edge >= 1, "no entry of W at its bounds")
+    for a = 1, 3 do assert.is_true(math.abs(mdl.means[a]) <= 2) end
+  end)
+
+  it("bad input: unknown names, positive-only priors, lo ≥ hi, wrong shapes, fixed", function()
+    local k = gp.kernels.rbf{lengthscale = 0.4}
+    local before = k:fingerprint()
+    local function sgpr(spec)
+      spec.x, spec.y, spec.inducing, spec.kernel, spec.noise = X3, y3, Z, k, 0.02
+      return gp.sgpr(spec)
+    end
+    local function exact(spec)
+      spec.x, spec.y, spec.kernel, spec.noise = X, y, k, 0.02
+      return gp.exact(spec)
+    end
+    fails(function() exact{priors = {inducing = P.normal(0, 1)}} end,
+          "unknown hyperparameter 'inducing'")
+    fails(function() sgpr{bounds = {task_factor = {0, 1}}} end, "unknown hyperparameter 'task_factor'")
+    fails(function() exact{mean = "zero", priors = {mean = P.normal(0, 1)}} end,
+          "unknown hyperparameter 'mean'")
+    fails(function() exact{priors = {mean = P.gamma(2, 1)}} end,
+          "priors.mean: gamma is a density on positive values")
+    fails(function() sgpr{priors = {inducing = P.lognormal(0, 1)}} end, "lognormal is a density on positive")
+    fails(function() sgpr{priors = {inducing = P.half_cauchy(1)}} end, "real%-valued")
+    fails(function() exact{mean_value = 0, bounds = {mean = {2, 1}}} end,
+          "bounds.mean: lo = 2 must be below hi = 1")
+    fails(function() exact{mean_value = 0, bounds = {mean = {1, 1}}} end, "below hi")
+    fails(function() exact{mean_value = 0, bounds = {mean = {math.huge, math.huge}}} end, "below hi")
+    fails(function() exact{mean_value = 0, bounds = {mean = {0 / 0, 1}}} end, "NaN")
+    fails(function() exact{mean_value = 0, bounds = {mean = {0.5, 1}}} end,
+          "mean = 0 is outside its bounds")
+    fails(function() exact{bounds = {mean = {0}}} end, "must be {lo, hi}")
+    fails(function() exact{bounds = {mean = {-1, 5}}, fixed = {mean = true}} end, "mean is fixed")
+    fails(function() sgpr{bounds = {inducing = {0, 1}}, fixed = {inducing = true}} end,
+          "inducing is fixed")
+    -- shapes: Z is 3×3
+    fails(function() sgpr{priors = {inducing = P.normal({{0, 0, 0}, {0, 0, 0}}, 1)}} end,
+          "the prior's per%-entry parameters are 2×3, inducing is 3×3")
+    fails(function() exact{priors = {mean = P.normal({0, 1}, 1)}} end,
+          "per%-entry parameters are 2, mean is a number")
+    fails(function() sgpr{bounds = {inducing = {{0, 0, 0}, 1}}} end, "lo is 3 per entry, inducing is 3×3")
+    local lo = {{0, 0, 0}, {0, 0, 0}, {0, 2, 0}}
+    fails(function() sgpr{bounds = {inducing = {lo, 1}}} end, "bounds.inducing%[8%]: lo = 2 must be below")
+    fails(function() sgpr{bounds = {inducing = {0.5, 1}}} end, "inducing%[%d%] = .* is outside its bounds")
+    assert.equal(before, k:fingerprint())
+    -- a prior on a fixed mean is a constant of the log posterior (not in raw_vector)
+    local fixed = exact{mean_value = 0.3, fixed = {mean = true}, priors = {mean = P.normal(0, 1)}}
+    close(fixed:log_prior(), normal_logpdf({0.3}, 0, 1), 1e-14, "a fixed mean's prior")
+    assert.equal(#fixed:get_vector(), #fixed:raw_vector())
+    local _, g = fixed:log_posterior_and_grad()
+    assert.equal(#fixed:get_vector(), #g)
   end)
 end)

@@ -167,9 +167,9 @@ end
 -- control_variate), distributed (true: K's components are mpi.kernel
 -- operators whose products and gradients are spread over MPI ranks; needs
 -- lazytensor.mpi and the "kernel" structure, doc/mpi.md), bounds and
--- priors (gp/hyper.lua: on the kernel's hyperparameters and the noise; a
--- fitted scalar noise has the floor {1e-4, ∞} unless bounds.noise says
--- otherwise). Any other key is an error.
+-- priors (gp/hyper.lua: on the kernel's hyperparameters, the noise and the
+-- constant mean "mean"; a fitted scalar noise has the floor {1e-4, ∞}
+-- unless bounds.noise says otherwise). Any other key is an error.
 function gp.exact(spec)
   if type(spec) ~= "table" then fail("exact expects a table") end
   options("exact", spec, EXACT_KEYS)
@@ -223,7 +223,8 @@ end
 -- targets' variance), and a start at or below the floor moves to twice
 -- the floor. Shared with gp.sgpr and gp.multitask (extra: their
 -- own hyperparameters, {values = name → value, free = name → true for the
--- fitted ones, defaults = name → default bounds}).
+-- fitted ones, defaults = name → default bounds}); the real-valued ones
+-- (the means, W, the inducing points) from self:hyper_reals().
 function gp.parse_hyper(self, spec, yvar, extra)
   extra = extra or {}
   local values, free = ltkernel.log_space(self.kernel)
@@ -232,6 +233,10 @@ function gp.parse_hyper(self, spec, yvar, extra)
     if values[name] ~= nil then fail("the kernel has a hyperparameter named '%s' too", name) end
     values[name], free[name] = v, extra.free[name]
     defaults[name] = extra.defaults and extra.defaults[name]
+  end
+  local reals = self:hyper_reals()
+  for name in pairs(reals) do
+    if values[name] ~= nil then fail("the kernel has a hyperparameter named '%s' too", name) end
   end
   if type(self.noise) == "number" then
     values.noise, free.noise = self.noise, not self.fixed.noise or nil
@@ -247,7 +252,7 @@ function gp.parse_hyper(self, spec, yvar, extra)
     fail("bounds.noise: the noise is per point (fixed), so bounds on it would never act")
   end
   self.bounds, self.priors = hyper.parse_model(fail, values, free, spec.bounds, spec.priors,
-                                               defaults)
+                                               defaults, reals)
   -- as given, for model:condition's new model
   self.hyper_spec = {bounds = spec.bounds, priors = spec.priors}
 end
@@ -266,11 +271,18 @@ function Model:hyper_values()
   return values
 end
 
---- For each entry of get_vector, its hyperparameter's name (false: the mean).
+--- The real-valued hyperparameters (gp/hyper.lua): the constant mean
+-- "mean" (none with mean = "zero").
+function Model:hyper_reals()
+  if self.mean_kind ~= "constant" then return {} end
+  return {mean = {value = self.mean_value, shape = {}, free = not self.fixed.mean}}
+end
+
+--- For each entry of get_vector, its hyperparameter's name.
 function Model:hyper_entries()
   local _, _, entries = ltkernel.log_space(self.kernel)
   if not self.fixed.noise then entries[#entries + 1] = "noise" end
-  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = false end
+  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = "mean" end
   return entries
 end
 
@@ -888,7 +900,7 @@ gp.multitask = require("lazytensor.gp.multitask").constructor{
 --- Likelihoods for the non-Gaussian models: see gp/likelihoods.lua.
 gp.likelihoods = require "lazytensor.gp.likelihoods"
 
---- Priors on hyperparameters (gp.variational, gp.laplace): see gp/priors.lua.
+--- Priors on hyperparameters (every model): see gp/priors.lua.
 gp.priors = require "lazytensor.gp.priors"
 
 --- Sparse variational GPs (SVGP) with any likelihood: see gp/variational.lua.

@@ -208,17 +208,33 @@ function MT:hyper_values()
   return values
 end
 
---- For each entry of get_vector, its hyperparameter's name (false: W and the means).
+--- The real-valued hyperparameters (gp/hyper.lua): W as "task_factor"
+-- (t×r, row by row) and the t constant means as "mean" (unless mean = "zero").
+function MT:hyper_reals()
+  local flat = {}
+  for _, row in ipairs(self.W:totable()) do
+    for _, w in ipairs(row) do flat[#flat + 1] = w end
+  end
+  local out = {task_factor = {value = flat, shape = {self.t, self.rank}, free = true}}
+  if self.mean_kind == "constant" then
+    local means = {}
+    for a = 1, self.t do means[a] = self.means[a] end
+    out.mean = {value = means, shape = {self.t}, free = not self.fixed.mean}
+  end
+  return out
+end
+
+--- For each entry of get_vector, its hyperparameter's name.
 function MT:hyper_entries()
   local _, _, entries = ltkernel.log_space(self.kernel)
   local function add(name, count)
     for _ = 1, count do entries[#entries + 1] = name end
   end
-  add(false, self.t * self.rank)
+  add("task_factor", self.t * self.rank)
   add("task_variance", self.t)
   if not self.fixed.noise then add("noise", 1) end
   if self.task_noise and not self.fixed.task_noise then add("task_noise", self.t) end
-  if self.mean_kind == "constant" and not self.fixed.mean then add(false, self.t) end
+  if self.mean_kind == "constant" and not self.fixed.mean then add("mean", self.t) end
   return entries
 end
 

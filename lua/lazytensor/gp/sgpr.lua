@@ -112,8 +112,9 @@ end
 
 --- The model's constructor, given init.lua's shared helpers (h.fail,
 -- h.to_points, h.to_vector, h.options, h.check_noise, h.fit, h.parse_hyper).
--- bounds and priors as gp.exact's (the kernel's hyperparameters and the
--- noise, with its floor 1e-4 when fitted).
+-- bounds and priors as gp.exact's (the kernel's hyperparameters, the
+-- noise, with its floor 1e-4 when fitted, and the mean), and on the
+-- inducing points ("inducing").
 function sgpr.constructor(h)
   SGPR.fit = h.fit
   return function(spec)
@@ -178,13 +179,27 @@ function SGPR:hyper_values()
   return values
 end
 
---- For each entry of get_vector, its hyperparameter's name (false: the
--- mean and the inducing points).
+--- The real-valued hyperparameters (gp/hyper.lua): the constant mean
+-- "mean" (unless mean = "zero") and the inducing points "inducing" (m×d,
+-- row by row).
+function SGPR:hyper_reals()
+  local flat = {}
+  for _, row in ipairs(self.Z:totable()) do
+    for _, z in ipairs(row) do flat[#flat + 1] = z end
+  end
+  local out = {inducing = {value = flat, shape = {self.m, self.d}, free = not self.fixed.inducing}}
+  if self.mean_kind == "constant" then
+    out.mean = {value = self.mean_value, shape = {}, free = not self.fixed.mean}
+  end
+  return out
+end
+
+--- For each entry of get_vector, its hyperparameter's name.
 function SGPR:hyper_entries()
   local _, _, entries = ltkernel.log_space(self.kernel)
   if not self.fixed.noise then entries[#entries + 1] = "noise" end
-  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = false end
-  for _ = 1, self.fixed.inducing and 0 or self.m * self.d do entries[#entries + 1] = false end
+  if self.mean_kind == "constant" and not self.fixed.mean then entries[#entries + 1] = "mean" end
+  for _ = 1, self.fixed.inducing and 0 or self.m * self.d do entries[#entries + 1] = "inducing" end
   return entries
 end
 

@@ -24,7 +24,8 @@
 -- gradient comes from lt.grad of it: the variational mean, L's lower
 -- triangle (or diagonal), the inducing points (unless fixed), the kernel's
 -- and the likelihood's hyperparameters (as logs, or through their bounds:
--- gp/hyper.lua) and a constant mean.
+-- gp/hyper.lua) and a constant mean (the inducing points and the mean
+-- through their bounds too when given).
 local lt = require "lazytensor"
 local autograd = require "lazytensor.autograd"
 local kernels = require "lazytensor.gp.kernels"
@@ -203,7 +204,12 @@ function variational.constructor(helpers)
     end
     local C = lik.latents or 1
     local mean_value = class_constants(mean == "zero" and 0 or (spec.mean_value or 0), C)
-    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik)
+    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik, {
+      inducing = {value = Z:contiguous():reshape(Z:numel()):totable(), shape = Z:shape(),
+                  free = not fixed.inducing},
+      mean = mean == "constant" and {value = mean_value, shape = C > 1 and {C} or {},
+                                     free = not fixed.mean} or nil,
+    })
     local self = setmetatable({
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
       bounds = bounds, priors = prior_set,
@@ -228,12 +234,20 @@ end
 
 --- The parameter table the bound is a function of: mean (μ, m), chol (L's
 -- m×m lower triangle, or its m-vector diagonal for "meanfield"), Z (unless
--- fixed), kernel = {log_<name> = ...} and likelihood = {log_<name> = ...}
--- for the free hyperparameters (raw_<name> for bounded ones, gaussian
--- noise by default: gp/hyper.lua), constant (the mean, unless zero or fixed).
+-- fixed; raw_Z, its r of gp/hyper.lua, with bounds.inducing), kernel =
+-- {log_<name> = ...} and likelihood = {log_<name> = ...} for the free
+-- hyperparameters (raw_<name> for bounded ones, gaussian noise by default:
+-- gp/hyper.lua), constant (the mean, unless zero or fixed; raw_constant
+-- with bounds.mean).
 function SVGP:parameters()
   local p = {mean = self.q_mean:clone(), chol = self.q_chol:clone(), kernel = {}, likelihood = {}}
-  if not self.fixed.inducing then p.Z = self.Z:clone() end
+  if not self.fixed.inducing then
+    if self.bounds.inducing then
+      p.raw_Z = hyper.real_raw(self.bounds.inducing, self.Z)
+    else
+      p.Z = self.Z:clone()
+    end
+  end
   for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
     if hp.free then
       local r = hyper.to_raw(self.bounds, hp.name, hp.value)
@@ -245,9 +259,27 @@ function SVGP:parameters()
       hyper.to_raw(self.bounds, name, self.likelihood.params[name])
   end
   if self.mean_kind == "constant" and not self.fixed.mean then
-    p.constant = self.latents > 1 and lt.tensor(self.mean_value) or self.mean_value
+    local constant = self.latents > 1 and lt.tensor(self.mean_value) or self.mean_value
+    if self.bounds.mean then
+      p.raw_constant = hyper.real_raw(self.bounds.mean, constant)
+    else
+      p.constant = constant
+    end
   end
   return p
+end
+
+-- Z at p (followed inside lt.grad): p.Z, p.raw_Z through its bounds, or the model's.
+local function inducing_of(self, p)
+  if p.raw_Z ~= nil then return hyper.real_map(self.bounds.inducing, p.raw_Z) end
+  return p.Z or self.Z
+end
+
+-- The constant mean at p: p.constant, p.raw_constant through its bounds,
+-- or the model's (a number, or a Lua array of C with C > 1 latents).
+local function constant_of(self, p)
+  if p.raw_constant ~= nil then return hyper.real_map(self.bounds.mean, p.raw_constant) end
+  return p.constant or self.mean_value
 end
 
 local function number_of(x)
@@ -285,10 +317,21 @@ function SVGP:set_parameters(p)
     fail("mean must be %s", table.concat(want_mean, "×"))
   end
   if not same_shape(p.chol, want) then fail("chol must be %s", table.concat(want, "×")) end
-  if p.Z and (p.Z:dim() ~= 2 or p.Z:size(1) ~= self.m or p.Z:size(2) ~= self.d) then
-    fail("Z must be %d×%d", self.m, self.d)
+  for _, key in ipairs{"Z", "raw_Z"} do
+    local Z = p[key]
+    if Z ~= nil and (not lt.is_tensor(Z) or Z:dim() ~= 2 or Z:size(1) ~= self.m
+                     or Z:size(2) ~= self.d) then
+      fail("%s must be %d×%d", key, self.m, self.d)
+    end
+  end
+  if p.raw_Z and not self.bounds.inducing then fail("raw_Z needs bounds.inducing (Z otherwise)") end
+  if p.raw_constant ~= nil and not self.bounds.mean then
+    fail("raw_constant needs bounds.mean (constant otherwise)")
   end
   local new_constant = p.constant
+  if p.raw_constant ~= nil then
+    new_constant = hyper.real_value(self.bounds.mean, p.raw_constant)
+  end
   if new_constant ~= nil then
     if self.latents > 1 then
       local v = lt.is_tensor(new_constant) and new_constant:totable() or new_constant
@@ -301,6 +344,7 @@ function SVGP:set_parameters(p)
   self.q_chol = p.chol:clone():contiguous()
   if self.distribution == "cholesky" then self.q_chol = self.q_chol:cmul(self.mask) end
   if p.Z then self.Z = p.Z:clone():contiguous() end
+  if p.raw_Z then self.Z = hyper.real_value(self.bounds.inducing, p.raw_Z):contiguous() end
   -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
   for key, v in pairs(p.kernel or {}) do
     ltkernel.set(self.kernel, key:sub(5), hyper.value_of(self.bounds, key:sub(5), v))
@@ -364,7 +408,7 @@ end
 local function latent(self, p, Xr)
   if self.latents > 1 then return latent_classes(self, p, Xr) end
   local kern = kernel_at(self, p)
-  local Z = p.Z or self.Z
+  local Z = inducing_of(self, p)
   local Lz = inducing_factor(self, Z, kern)
   local Kzx = kern:matrix(Z, Xr)
   local A = lower_solve(Lz, Kzx) -- m×b
@@ -374,8 +418,7 @@ local function latent(self, p, Xr)
   local T = (self.distribution == "cholesky" and lt.triangular(L, "lower") or L):t() * proj
   local prior = kern:diag(Xr) + self.data_jitter -- k(x, x) (+ GPyTorch's jitter when asked)
   local mean = proj:t() * p.mean
-  local constant = p.constant or self.mean_value
-  if self.mean_kind == "constant" then mean = mean + constant end
+  if self.mean_kind == "constant" then mean = mean + constant_of(self, p) end
   local var = prior - A:cmul(A):sum(1) + T:cmul(T):sum(1)
   return mean, var, {Lz = Lz, L = L}
 end
@@ -387,14 +430,15 @@ end
 function latent_classes(self, p, Xr)
   if p.S then fail("natural gradients are not supported with several latent functions") end
   local kern = kernel_at(self, p)
-  local Z = p.Z or self.Z
+  local Z = inducing_of(self, p)
   local Lz = inducing_factor(self, Z, kern)
   local A = lower_solve(Lz, kern:matrix(Z, Xr)) -- m×b
   local proj = self.whiten and A or upper_solve(Lz, A)
   local b = Xr:size(1)
   local mean = proj:t() * p.mean -- b×C
   if self.mean_kind == "constant" then
-    local constant = p.constant or lt.tensor(self.mean_value)
+    local constant = constant_of(self, p)
+    if type(constant) == "table" then constant = lt.tensor(constant) end
     mean = mean + constant:reshape(1, self.latents)
   end
   local spread
@@ -480,11 +524,14 @@ local function rows(self, idx)
   return lt.tensor(xs), lt.tensor(ys), #idx
 end
 
--- Σ log prior of the hyperparameters at p (followed where free).
+-- Σ log prior of the hyperparameters at p (followed where free): the
+-- kernel's, the likelihood's, "inducing" (Z) and "mean" (the constant).
 local function log_prior(self, p)
   if next(self.priors) == nil then return 0 end
   local kern, theta = kernel_at(self, p), likelihood_theta(self, p)
   return hyper.log_prior(self.priors, function(name)
+    if name == "inducing" then return inducing_of(self, p) end
+    if name == "mean" then return constant_of(self, p) end
     local v = kern:get(name)
     if v ~= nil then return v end
     return theta[name]
@@ -555,7 +602,7 @@ end
 -- triangle has a zero gradient (the bound reads L ⊙ mask), so it stays 0.
 local function leaves(p)
   local out = {}
-  for _, name in ipairs{"mean", "chol", "Z", "constant"} do
+  for _, name in ipairs{"mean", "chol", "Z", "raw_Z", "constant", "raw_constant"} do
     if p[name] ~= nil then out[#out + 1] = {nil, name} end
   end
   for _, group in ipairs{"kernel", "likelihood"} do
@@ -943,14 +990,17 @@ end
 -- Bounds and priors of spec (gp/hyper.lua) over the kernel's hyperparameters
 -- (gp/ltkernel.lua's names) and the likelihood's (lik may be nil); the
 -- noise floor by default.
-function variational.parse_hyper(spec, kernel, lik)
+function variational.parse_hyper(spec, kernel, lik, reals)
   local names = ltkernel.values(kernel)
   local defaults = {}
   if lik then
     for _, name in ipairs(lik.names) do names[name] = lik.params[name] end
     if lik.kind == "gaussian" then defaults.noise = {hyper.NOISE_FLOOR, math.huge} end
   end
-  return hyper.parse(fail, names, spec.bounds, spec.priors, defaults)
+  for name in pairs(reals or {}) do
+    if names[name] ~= nil then fail("the kernel has a hyperparameter named '%s' too", name) end
+  end
+  return hyper.parse(fail, names, spec.bounds, spec.priors, defaults, reals)
 end
 
 return variational
