@@ -427,12 +427,18 @@ local function dense_multitask_mean(model, l, xs)
   return out
 end
 
-describe("gp.multitask: task_noise, bounds and priors", function()
+-- Nine 1-d points and three tasks' outputs (the multitask blocks' data).
+local function multitask_data()
   local x, Y = {}, {}
   for i = 1, 9 do
     x[i] = {i / 9}
     Y[i] = {math.sin(3 * i / 9), math.cos(2 * i / 9) + 0.1 * math.sin(7 * i), 0.5 * i / 9}
   end
+  return x, Y
+end
+
+describe("gp.multitask: task_noise, bounds and priors", function()
+  local x, Y = multitask_data()
 
   local function model(spec, rows)
     spec = spec or {}
@@ -666,11 +672,7 @@ describe("real-valued hyperparameters: the means, task_factor (W), the inducing 
   end)
 
   it("multitask: priors and bounds on task_factor (W) and the task means", function()
-    local x, Y = {}, {}
-    for i = 1, 9 do
-      x[i] = {i / 9}
-      Y[i] = {math.sin(3 * i / 9), math.cos(2 * i / 9) + 0.1 * math.sin(7 * i), 0.5 * i / 9}
-    end
+    local x, Y = multitask_data()
     local probe = gp.multitask{x = x, y = Y, kernel = gp.kernels.rbf{lengthscale = 0.4}, rank = 1}
     local W0 = {}
     for a, row in ipairs(probe.W:totable()) do W0[a] = row[1] end

@@ -28,17 +28,7 @@ local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
 --- The noise floor: the default lower bound of a gaussian likelihood's noise.
 hyper.NOISE_FLOOR = 1e-4
 
-local function shape_text(shape)
-  return #shape == 0 and "a number" or table.concat(shape, "×")
-end
-
-local function same_shape(a, b)
-  if #a ~= #b then return false end
-  for i = 1, #a do
-    if a[i] ~= b[i] then return false end
-  end
-  return true
-end
+local shape_text, same_shape = priors._shape_text, priors._same_shape
 
 -- The shape of a positive hyperparameter's value: {} or {#list}.
 local function positive_shape(v)

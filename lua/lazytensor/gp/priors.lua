@@ -53,6 +53,9 @@ local function shape_text(shape)
   return #shape == 0 and "a number" or table.concat(shape, "×")
 end
 
+-- shared with gp/hyper.lua's bounds (not part of the module's interface)
+priors._same_shape, priors._shape_text = same_shape, shape_text
+
 -- A parameter given as a number or per entry (a Lua array, nested rows or a
 -- tensor): the number, or {flat = Lua array row-major, shape = dims}; each
 -- entry checked by check(what, v).
