@@ -479,9 +479,9 @@ static int l_iql_parts(lua_State *L) {
   return 5;
 }
 
-static const luaL_Reg internals[] = {{"_address", l_address},   {"_iql_parts", l_iql_parts},
-                                     {"_dense_children", l_dense_children}, {"_stops", l_stops},
-                                     {"_leaf_vjp", l_leaf_vjp}, {NULL, NULL}};
+static const luaL_Reg internals[] = {
+    {"_address", l_address}, {"_iql_parts", l_iql_parts}, {"_dense_children", l_dense_children},
+    {"_stops", l_stops},     {"_leaf_vjp", l_leaf_vjp},   {NULL, NULL}};
 
 static const luaL_Reg functions[] = {{"params", l_params},
                                      {"inv_quad_logdet", l_inv_quad_logdet},
