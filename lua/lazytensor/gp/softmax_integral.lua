@@ -24,18 +24,22 @@
 --    the nodes already evaluated: ρ = 1, e^{−2π²} ≈ 3·10⁻⁹) — |P_h − P_2h|
 --    is about P_2h's error and, the convergence being geometric, far
 --    exceeds P_h's. While it is above tol the step is halved.
--- 3. Product or sparse. The product lattice has about Π_j (2R/h_j) nodes
---    (times the ball's share of the cube): used while that is at most
---    max_nodes (2·10⁵: C ≤ 4 at moderate variances, C = 3 up to variances
---    of 100s). Above it, a Smolyak sparse grid of the same nested trapezoid
---    rules (level 1: the node 0; level l ≥ 2: step 2.8·2^{2−l}/s_j), the
---    combination technique
+-- 3. Product, sparse, quasi-random. The product lattice has about
+--    Π_j (2R/h_j) nodes (times the ball's share of the cube): used while
+--    that is at most max_nodes (2·10⁵; ρ stretched up to 1 to fit it, the
+--    estimate saying how well) — C ≤ 4 at latent variances up to about 10,
+--    C = 3 to 100s, C = 2 always. Above it, a Smolyak sparse grid of the same
+--    nested trapezoid rules (level 1: the node 0; level l ≥ 2: step
+--    2.8·2^{2−l}/s_j), the combination technique
 --    A(q) = Σ_{q−d+1 ≤ |l| ≤ q} (−1)^{q−|l|} binom(d−1, q−|l|) ⊗_j U_{l_j},
---    q raised until |A(q) − A(q−1)| ≤ tol or the nodes pass 2·max_nodes;
---    the estimate is then returned as it is: it may exceed tol (sparse
---    grids resolve features along the axes, and the softmax's ridges
---    f_k = f_c are not: at large variances with C ≥ 5 it does, see doc/gp.md).
--- Returns per point the C probabilities and the error estimate.
+--    q raised while the next level's nodes fit max_nodes, stopping once
+--    |A(q) − A(q−1)| ≤ tol. Sparse grids resolve features along their
+--    axes, and the softmax's ridges f_k = f_c are not, so at larger
+--    variances they stall; then randomised quasi-Monte Carlo takes over on
+--    max_nodes points (8 Cranley–Patterson shifts, fixed, of a Halton
+--    sequence mapped by Φ⁻¹), its estimate 3 standard errors over the
+--    shifts (about 10⁻⁴ at C = 5–8, measured), if that is the smaller.
+-- Returns the C probabilities, the error estimate and how it was computed.
 local integral = {}
 
 local exp, sqrt, abs, max, floor = math.exp, math.sqrt, math.abs, math.max, math.floor
@@ -260,9 +264,32 @@ local function each_index(d, total, fn, prefix)
   prefix[j] = nil
 end
 
+-- Direction j's 1-d rule of level l (cached in rules).
+local function cached_rule(rules, l, j, s)
+  local key = l .. ":" .. j
+  if not rules[key] then
+    local x, w = rule_1d(l, s, radius(1) + 0.3)
+    rules[key] = {x = x, w = w}
+  end
+  return rules[key]
+end
+
+-- The nodes Smolyak's A(q) evaluates.
+local function smolyak_count(d, scales, q, rules)
+  local count = 0
+  for total = math.max(d, q - d + 1), q do
+    each_index(d, total, function(levels)
+      local n = 1
+      for j = 1, d do n = n * #cached_rule(rules, levels[j], j, scales[j]).x end
+      count = count + n
+    end)
+  end
+  return count
+end
+
 -- Smolyak's A(q) (q ≥ d) into a table of C probabilities; the nodes used.
 local function smolyak(mu, cols, scales, q, rules)
-  local d, C, R = #cols, #mu, radius(1) + 0.3
+  local d, C = #cols, #mu
   local acc, nodes, z, f = {}, 0, {}, {}
   for c = 1, C do acc[c] = 0 end
   for total = math.max(d, q - d + 1), q do
@@ -270,12 +297,8 @@ local function smolyak(mu, cols, scales, q, rules)
     each_index(d, total, function(levels)
       local xs, ws, k = {}, {}, {}
       for j = 1, d do
-        local key = levels[j] .. ":" .. j
-        if not rules[key] then
-          local x, w = rule_1d(levels[j], scales[j], R)
-          rules[key] = {x = x, w = w}
-        end
-        xs[j], ws[j], k[j] = rules[key].x, rules[key].w, 1
+        local r = cached_rule(rules, levels[j], j, scales[j])
+        xs[j], ws[j], k[j] = r.x, r.w, 1
       end
       while true do
         local w = coef
@@ -296,6 +319,82 @@ local function smolyak(mu, cols, scales, q, rules)
     end)
   end
   return acc, nodes
+end
+
+-- Φ⁻¹(p) (Acklam's rational approximation, relative error below 1.2·10⁻⁹).
+local IA = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+            1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00}
+local IB = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+            6.680131188771972e+01, -1.328068155288572e+01}
+local IC = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+            -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00}
+local ID = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+            3.754408661907416e+00}
+local function normal_quantile(p)
+  local function tail(q)
+    return (((((IC[1] * q + IC[2]) * q + IC[3]) * q + IC[4]) * q + IC[5]) * q + IC[6])
+           / ((((ID[1] * q + ID[2]) * q + ID[3]) * q + ID[4]) * q + 1)
+  end
+  if p < 0.02425 then return tail(sqrt(-2 * math.log(p))) end
+  if p > 1 - 0.02425 then return -tail(sqrt(-2 * math.log(1 - p))) end
+  local q = p - 0.5
+  local r = q * q
+  return (((((IA[1] * r + IA[2]) * r + IA[3]) * r + IA[4]) * r + IA[5]) * r + IA[6]) * q
+         / (((((IB[1] * r + IB[2]) * r + IB[3]) * r + IB[4]) * r + IB[5]) * r + 1)
+end
+
+local PRIMES = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71}
+
+-- The radical inverse of i in base b (Halton's sequence).
+local function radical_inverse(i, b)
+  local f, r = 1, 0
+  while i > 0 do
+    f = f / b
+    r = r + f * (i % b)
+    i = (i - i % b) / b
+  end
+  return r
+end
+
+-- Randomised quasi-Monte Carlo: `shifts` Cranley–Patterson shifts (from
+-- Park–Miller's generator, seed 1: the same numbers every call) of N Halton
+-- points mapped by Φ⁻¹; the mean and its standard error over the shifts.
+local function quasi_monte_carlo(mu, cols, N, shifts)
+  local d, C = #cols, #mu
+  if d > #PRIMES then return nil end
+  local seed = 1
+  local function uniform()
+    seed = (16807 * seed) % 2147483647
+    return seed / 2147483647
+  end
+  local est, z, f = {}, {}, {}
+  local points = {} -- the Halton points, shared by the shifts
+  for i = 1, N do
+    local u = {}
+    for j = 1, d do u[j] = radical_inverse(i, PRIMES[j]) end
+    points[i] = u
+  end
+  for r = 1, shifts do
+    local shift = {}
+    for j = 1, d do shift[j] = uniform() end
+    local acc = {}
+    for c = 1, C do acc[c] = 0 end
+    for i = 1, N do
+      local u = points[i]
+      for j = 1, d do z[j] = normal_quantile((u[j] + shift[j]) % 1) end
+      add_softmax(acc, mu, cols, z, 1 / N, f)
+    end
+    est[r] = acc
+  end
+  local mean, se = {}, 0
+  for c = 1, C do
+    local m, v = 0, 0
+    for r = 1, shifts do m = m + est[r][c] / shifts end
+    for r = 1, shifts do v = v + (est[r][c] - m) ^ 2 end
+    mean[c] = m
+    se = max(se, sqrt(v / (shifts - 1) / shifts))
+  end
+  return mean, se
 end
 
 local function max_change(a, b)
@@ -320,7 +419,12 @@ function integral.expected_softmax(mu, S, opts)
   end
   local h = {}
   for j = 1, d do h[j] = RHO / scales[j] end
-  if product_count(h, d) <= budget then
+  -- over the budget at ρ = 0.5 but within it at ρ ≤ 1 (the estimate says how well)
+  local over = (product_count(h, d) / budget) ^ (1 / d)
+  if over > 1 and over <= 2 and not (opts and opts.no_stretch) then
+    for j = 1, d do h[j] = h[j] * over * 1.02 end -- (the lattice rounds)
+  end
+  if product_count(h, d) <= budget and not (opts and opts.sparse) then
     local nodes = 0
     while true do
       local fine, coarse, used = product_rule(mu, cols, h)
@@ -336,16 +440,27 @@ function integral.expected_softmax(mu, S, opts)
   end
   local rules = {}
   local prev, nodes = smolyak(mu, cols, scales, d + 1, rules)
-  local q = d + 2
-  while true do
+  local q, err = d + 2, math.huge
+  while nodes + smolyak_count(d, scales, q, rules) <= budget do
     local cur, used = smolyak(mu, cols, scales, q, rules)
     nodes = nodes + used
-    local err = max_change(cur, prev)
-    if err <= tol or nodes > 2 * budget then
-      return cur, err, {nodes = nodes, method = "smolyak", level = q}
-    end
-    prev, q = cur, q + 1
+    err = max_change(cur, prev)
+    prev = cur
+    if err <= tol then break end
+    q = q + 1
   end
+  -- (err: the change from the level before, the last level's own error unknown)
+  if err <= tol or (opts and opts.sparse) then
+    return prev, err, {nodes = nodes, method = "smolyak", level = q}
+  end
+  -- the sparse grid has not converged (ridges across its axes, large
+  -- variances): quasi-Monte Carlo on the budget, if its error is smaller
+  local shifts = 8
+  local qmc, se = quasi_monte_carlo(mu, cols, math.max(1, floor(budget / shifts)), shifts)
+  if qmc and 3 * se < err then
+    return qmc, 3 * se, {nodes = nodes + budget, method = "qmc"}
+  end
+  return prev, err, {nodes = nodes, method = "smolyak", level = q}
 end
 
 return integral
