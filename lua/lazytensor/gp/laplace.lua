@@ -24,9 +24,10 @@
 -- sum against central differences of log q, the mode found again at each
 -- point (without the implicit part some components are wrong by 70% there).
 --
--- With gp.likelihoods.softmax{classes = C}: C latent GPs sharing the kernel
--- (R&W §3.5, Algorithms 3.3 and 3.4), the latents n×C matrices; the mode,
--- log q, the same two-part gradient and the predictions are in
+-- With gp.likelihoods.softmax{classes = C}: C latent GPs (R&W §3.5,
+-- Algorithms 3.3 and 3.4), the latents n×C matrices, sharing the kernel or
+-- with kernels = {k_1, ..., k_C} one each (hyperparameters "c<c>_<name>");
+-- the mode, log q, the same two-part gradient and the predictions are in
 -- gp/laplace_softmax.lua.
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
@@ -35,13 +36,15 @@ local variational = require "lazytensor.gp.variational"
 local hyper = require "lazytensor.gp.hyper"
 local ltkernel = require "lazytensor.gp.ltkernel"
 local multiclass = require "lazytensor.gp.laplace_softmax"
+local kernels = require "lazytensor.gp.kernels"
 
 local laplace = {}
 
 local Laplace = {}
 Laplace.__index = Laplace
 
-local KEYS = {"x", "y", "kernel", "likelihood", "jitter", "max_newton", "tol", "bounds", "priors"}
+local KEYS = {"x", "y", "kernel", "kernels", "likelihood", "jitter", "max_newton", "tol", "bounds",
+              "priors"}
 
 local h
 
@@ -57,33 +60,142 @@ local function one_hot(y, C)
   return lt.tensor(rows)
 end
 
+------------------------------------------------------------ kernels --
+-- self.kernels: one entry {kernel, prefix = "", jitter} for the kernel
+-- (binary models; multiclass ones sharing it), or one a class with prefix
+-- "c<c>_" (kernels = {...}): the model's hyperparameter names are the
+-- prefix and the kernel's own name (gp/ltkernel.lua's).
+
+-- Every hyperparameter: {name (prefixed), inner (the kernel's name), entry, value, free}.
+local function hypers(self)
+  local out = {}
+  for _, e in ipairs(self.kernels) do
+    for _, hp in ipairs(ltkernel.hypers(e.kernel)) do
+      out[#out + 1] = {name = e.prefix .. hp.name, inner = hp.name, entry = e, value = hp.value,
+                       free = hp.free}
+    end
+  end
+  return out
+end
+
+-- Stores a value under its (prefixed) name.
+local function set_hyper(self, name, value)
+  for _, hp in ipairs(hypers(self)) do
+    if hp.name == name then return ltkernel.set(hp.entry.kernel, hp.inner, value) end
+  end
+  error("lazytensor: laplace: no kernel hyperparameter " .. tostring(name), 0)
+end
+
+-- An entry's kernel at the raw parameters logs (keys by the prefixed names;
+-- nil: the kernel's values), gp/ltkernel.lua's evaluator under its own names.
+local function evaluator(self, e, logs)
+  if e.prefix == "" then return ltkernel.evaluator(e.kernel, logs, self.bounds) end
+  local raw, bounds = logs and {}, {}
+  for _, hp in ipairs(ltkernel.hypers(e.kernel)) do
+    local full = e.prefix .. hp.name
+    bounds[hp.name] = self.bounds[full]
+    if logs then raw[hyper.key(bounds, hp.name)] = logs[hyper.key(self.bounds, full)] end
+  end
+  return ltkernel.evaluator(e.kernel, raw, bounds)
+end
+
+-- The kernel objects of kernels = {...}: C gp kernels sharing no leaf
+-- (each class's hyperparameters are its own), checked against x.
+local function check_class_kernels(spec, C, X)
+  local ks = spec.kernels
+  if spec.kernel ~= nil then
+    fail("give kernel (one, shared by the classes) or kernels (one per class), not both")
+  end
+  if C == nil then
+    fail("kernels (one per class) needs likelihood = gp.likelihoods.softmax{classes = C}; "
+         .. "a binary or count model has one latent function: give kernel")
+  end
+  local count = 0
+  if type(ks) == "table" and getmetatable(ks) == nil then
+    for _ in pairs(ks) do count = count + 1 end
+  end
+  if count ~= C or #ks ~= C then
+    fail("kernels must be a list of %d gp kernels (one per class), got %s", C,
+         type(ks) == "table" and getmetatable(ks) == nil and (count .. " entries") or type(ks))
+  end
+  local owner = {}
+  for c, k in ipairs(ks) do
+    if getmetatable(k) ~= kernels.Kernel then fail("kernels[%d] must be a gp kernel", c) end
+    local ok, err = pcall(variational.check_kernel, k, h)
+    if not ok then fail("kernels[%d]: %s", c, tostring(err):gsub("^lazytensor: %a+: ", "")) end
+    k:check_inputs(X:size(2))
+    local top = k:max_dim()
+    if top and top > X:size(2) then
+      fail("kernels[%d] reads input dimension %d but x has %d", c, top, X:size(2))
+    end
+    for _, hp in ipairs(ltkernel.hypers(k)) do
+      local first = owner[hp.node]
+      if first and first ~= c then
+        fail("kernels[%d] and kernels[%d] share a %s kernel object: give each class its own "
+             .. "(their hyperparameters are trained apart)", first, c, hp.node.kind)
+      end
+      owner[hp.node] = c
+    end
+  end
+  local out = {}
+  for c, k in ipairs(ks) do out[c] = {kernel = k, prefix = "c" .. c .. "_"} end
+  return out
+end
+
+-- bounds and priors over the per-class names: a name without a class
+-- prefix is pointed at the prefixed ones.
+local function parse_class_hyper(spec, entries)
+  local names = {}
+  for _, hp in ipairs(hypers{kernels = entries}) do names[hp.name] = hp.value end
+  for _, key in ipairs{"bounds", "priors"} do
+    if type(spec[key]) == "table" then
+      for name in pairs(spec[key]) do
+        if names[name] == nil and names["c1_" .. tostring(name)] ~= nil then
+          fail("%s.%s: with kernels = {...} each class's hyperparameters are named "
+               .. "c<class>_<name> (c1_%s, c2_%s, ...)", key, name, name, name)
+        end
+      end
+    end
+  end
+  return hyper.parse(fail, names, spec.bounds, spec.priors)
+end
+
 --- The model's constructor, given init.lua's helpers.
 function laplace.constructor(helpers)
   h = helpers
   return function(spec)
     if type(spec) ~= "table" then h.fail("laplace expects a table") end
     h.options("laplace", spec, KEYS)
-    variational.check_kernel(spec.kernel, helpers)
     local lik = spec.likelihood
+    if spec.kernels == nil then variational.check_kernel(spec.kernel, helpers) end
     local softmax = getmetatable(lik) == likelihoods.Likelihood and lik.kind == "softmax"
     if getmetatable(lik) ~= likelihoods.Likelihood or not (lik.newton or softmax) then
       fail("likelihood must be gp.likelihoods.bernoulli{...}, poisson{} or softmax{classes = C}")
     end
     local X = lt.tensor(h.to_points(spec.x, "x"))
     ltkernel.check_inputs(X, fail, "x")
-    spec.kernel:check_inputs(X:size(2)) -- ARD lengthscales: one per column read
-    local top = spec.kernel:max_dim()
-    if top and top > X:size(2) then
-      fail("the kernel reads input dimension %d but x has %d", top, X:size(2))
+    local entries
+    if spec.kernels ~= nil then
+      entries = check_class_kernels(spec, softmax and lik.classes or nil, X)
+    else
+      spec.kernel:check_inputs(X:size(2)) -- ARD lengthscales: one per column read
+      local top = spec.kernel:max_dim()
+      if top and top > X:size(2) then
+        fail("the kernel reads input dimension %d but x has %d", top, X:size(2))
+      end
+      entries = {{kernel = spec.kernel, prefix = ""}}
     end
     local y = lik:check_labels(spec.y, "laplace y")
     if y:size(1) ~= X:size(1) then
       fail("y has %d values for %d rows of x", y:size(1), X:size(1))
     end
-    local jitter = spec.jitter or 1e-8 * ltkernel.evaluator(spec.kernel):diag_value(spec.kernel)
-    if type(jitter) ~= "number" or not (jitter >= 0) then -- luacheck: ignore 581 (NaN)
-      fail("jitter must be a non-negative number")
+    for _, e in ipairs(entries) do -- by default 10⁻⁸ times each kernel's variance
+      e.jitter = spec.jitter or 1e-8 * ltkernel.evaluator(e.kernel):diag_value(e.kernel)
+      if type(e.jitter) ~= "number" or not (e.jitter >= 0) then -- luacheck: ignore 581 (NaN)
+        fail("jitter must be a non-negative number")
+      end
     end
+    local jitter = entries[1].jitter
     local max_newton, tol = spec.max_newton or 100, spec.tol or 1e-10
     if type(max_newton) ~= "number" or max_newton < 1 or max_newton % 1 ~= 0 then
       fail("max_newton must be a positive whole number, got %s", tostring(max_newton))
@@ -91,8 +203,14 @@ function laplace.constructor(helpers)
     if type(tol) ~= "number" or not (tol > 0) then -- luacheck: ignore 581 (NaN)
       fail("tol must be a positive number, got %s", tostring(tol))
     end
-    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil)
+    local bounds, prior_set
+    if spec.kernels ~= nil then
+      bounds, prior_set = parse_class_hyper(spec, entries)
+    else
+      bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil)
+    end
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
+                         kernels = entries, per_class = spec.kernels ~= nil,
                          bounds = bounds, priors = prior_set,
                          likelihood = lik, jitter = jitter, max_newton = max_newton,
                          tol = tol, classes = softmax and lik.classes or nil,
@@ -106,7 +224,7 @@ end
 -- or 1-d tensor}, or raw_<name> for a bounded one (gp/hyper.lua).
 function Laplace:parameters()
   local p = {}
-  for _, hp in ipairs(ltkernel.hypers(self.kernel)) do
+  for _, hp in ipairs(hypers(self)) do
     if hp.free then
       local r = hyper.to_raw(self.bounds, hp.name, hp.value)
       p[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
@@ -137,16 +255,24 @@ end
 
 function Laplace:set_vector(v)
   local p, off = self:parameters(), 0
+  local count = #self:get_vector()
+  if type(v) ~= "table" or #v ~= count then
+    fail("set_vector needs a list of %d numbers (get_vector()'s layout), got %s", count,
+         type(v) == "table" and #v .. " entries" or type(v))
+  end
+  for i = 1, count do
+    if type(v[i]) ~= "number" then fail("set_vector: entry %d is not a number", i) end
+  end
   for _, name in ipairs(names_of(p)) do
     local key = name:sub(5)
     if lt.is_tensor(p[name]) then
       local l = {}
       for i = 1, p[name]:size(1) do l[i] = hyper.from_raw(self.bounds, key, v[off + i]) end
       off = off + #l
-      ltkernel.set(self.kernel, key, l)
+      set_hyper(self, key, l)
     else
       off = off + 1
-      ltkernel.set(self.kernel, key, hyper.from_raw(self.bounds, key, v[off]))
+      set_hyper(self, key, hyper.from_raw(self.bounds, key, v[off]))
     end
   end
   self.mode = nil -- the cached f̂ stays as the next Newton start (self.start)
@@ -166,12 +292,45 @@ end
 
 ------------------------------------------------------------ the mode --
 
--- K(A, B) (dense), or K(X, X) + jitter·I when A is nil; logs: followed
--- log hyperparameters (nil: the kernel's values).
-local function K_of(self, logs, A, B)
-  local kern = ltkernel.evaluator(self.kernel, logs, self.bounds)
+-- An entry's K(A, B) (dense), or K(X, X) + jitter·I when A is nil; logs:
+-- followed raw hyperparameters (nil: the kernel's values).
+local function entry_K(self, e, logs, A, B)
+  local kern = evaluator(self, e, logs)
   if B then return kern:matrix(A, B) end
-  return kern:matrix(A or self.X):add_diag(self.jitter)
+  return kern:matrix(A or self.X):add_diag(e.jitter)
+end
+
+-- The binary model's K (its one kernel), as entry_K.
+local function K_of(self, logs, A, B)
+  return entry_K(self, self.kernels[1], logs, A, B)
+end
+
+-- The multiclass blocks K_1..K_C (as entry_K): the shared kernel's one
+-- matrix C times, or each class's own.
+local function Ks_of(self, logs, A, B)
+  local out = {}
+  for c = 1, self.classes do
+    local e = self.kernels[c]
+    out[c] = e and entry_K(self, e, logs, A, B) or out[1]
+  end
+  return out
+end
+
+-- Per class (as Ks_of) the value fn(evaluator) at the kernel's values.
+local function per_class(self, fn)
+  local out = {}
+  for c = 1, self.classes do
+    local e = self.kernels[c]
+    out[c] = e and fn(evaluator(self, e, nil)) or out[1]
+  end
+  return out
+end
+
+-- The kernels' values as one string (the mode's cache key).
+local function fingerprint(self)
+  local parts = {}
+  for i, e in ipairs(self.kernels) do parts[i] = e.kernel:fingerprint() end
+  return table.concat(parts, "|")
 end
 
 -- W^½, B = I + W^½·K·W^½'s Cholesky factor L.
@@ -194,15 +353,16 @@ end
 -- Ψ), warm-started from the last one. Returns a table {f, a, W, sW, L, K,
 -- d1, psi, iterations, converged}, kept until the hyperparameters change.
 function Laplace:find_mode()
-  local fp = self.kernel:fingerprint()
+  local fp = fingerprint(self)
   if self.mode and self.mode_fp == fp then return self.mode end
-  local K = K_of(self)
   if self.classes then
-    local md = multiclass.find_mode(K, self.Y, self.start, self.max_newton, self.tol)
-    md.K = K
+    local Ks = Ks_of(self)
+    local md = multiclass.find_mode(Ks, self.Y, self.start, self.max_newton, self.tol)
+    md.Ks, md.K = Ks, not self.per_class and Ks[1] or nil
     self.mode, self.mode_fp, self.start = md, fp, md.A
     return md
   end
+  local K = K_of(self)
   local n = self.n
   -- a warm start: the previous â (f = K·a keeps Ψ's bookkeeping consistent)
   local a = self.start or lt.zeros(n)
@@ -272,8 +432,14 @@ end
 -- Σ log prior at the (followed) parameters logs.
 local function log_prior(self, logs)
   if next(self.priors) == nil then return 0 end
-  local kern = ltkernel.evaluator(self.kernel, logs, self.bounds)
-  return hyper.log_prior(self.priors, function(name) return kern:get(name) end)
+  local values = {}
+  for _, e in ipairs(self.kernels) do
+    local kern = evaluator(self, e, logs)
+    for _, hp in ipairs(ltkernel.hypers(e.kernel)) do
+      values[e.prefix .. hp.name] = kern:get(hp.name)
+    end
+  end
+  return hyper.log_prior(self.priors, function(name) return values[name] end)
 end
 
 --- log q(y | θ) plus the priors' log densities.
@@ -311,9 +477,9 @@ end
 -- gradient_objective's multiclass surrogate (gp/laplace_softmax.lua).
 function Laplace:multiclass_objective(md, opts)
   local b
-  if not opts or opts.implicit ~= false then b = multiclass.implicit_b(md, md.K) end
+  if not opts or opts.implicit ~= false then b = multiclass.implicit_b(md, md.Ks) end
   local function f(logs)
-    local value = multiclass.surrogate(K_of(self, logs), md, self.Y, b)
+    local value = multiclass.surrogate(Ks_of(self, logs), md, self.Y, b)
     if opts and opts.posterior then value = value + log_prior(self, logs) end
     return value
   end
@@ -341,7 +507,8 @@ function Laplace:fit(opts)
   local saved_mode, saved_fp, saved_start = self.mode, self.mode_fp, self.start
   local x0 = self:get_vector()
   local saved = {}
-  for name, v in pairs(ltkernel.values(self.kernel)) do
+  for _, hp in ipairs(hypers(self)) do
+    local name, v = hp.name, hp.value
     if type(v) == "table" then
       local c = {}
       for i, x in ipairs(v) do c[i] = x end
@@ -368,7 +535,7 @@ function Laplace:fit(opts)
   })
   if not ok then
     -- the values as they were, exactly (e^{log θ} need not be θ)
-    for name, v in pairs(saved) do ltkernel.set(self.kernel, name, v) end
+    for name, v in pairs(saved) do set_hyper(self, name, v) end
     self.mode, self.mode_fp, self.start = saved_mode, saved_fp, saved_start
     error(best, 0)
   end
@@ -390,25 +557,51 @@ end
 function Laplace:predict(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
-  local Kxs = K_of(self, nil, self.X, star) -- n×n*
   if self.classes then
-    local kss = ltkernel.evaluator(self.kernel):diag(star):totable()
-    return multiclass.predict(md, self.Y, Kxs, kss)
+    local kss = per_class(self, function(kern) return kern:diag(star):totable() end)
+    return multiclass.predict(md, self.Y, Ks_of(self, nil, self.X, star), kss)
   end
+  local Kxs = K_of(self, nil, self.X, star) -- n×n*
   local mean = Kxs:t() * md.d1
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
-  local prior = ltkernel.evaluator(self.kernel):diag(star)
+  local prior = evaluator(self, self.kernels[1]):diag(star)
   return mean, prior - V:cmul(V):sum(1)
 end
 
 --- The predictive distribution of y: for bernoulli P(y = 1) = E Φ(f)
 -- (probit, exactly Φ(m/√(1 + v))) or E σ(f) (logit, by quadrature), and
 -- its variance. With softmax: the n*×C class probabilities E softmax(f*)
--- by Monte Carlo under N(μ*, Σ*) (the C×C covariance kept) over the
--- likelihood's fixed base samples (softmax{samples, seed}), and p(1 − p).
-function Laplace:predict_y(xstar)
+-- under N(μ*, Σ*) (the C×C covariance kept), p(1 − p), and per point an
+-- error estimate: by the quadrature of gp/softmax_integral.lua (opts: tol,
+-- default 10⁻⁸, max_nodes, default 2·10⁵), or with opts.samples = S by
+-- Monte Carlo over S fixed antithetic base samples (opts.seed, default 1;
+-- the softmax likelihood's generator), the error its standard error.
+function Laplace:predict_y(xstar, opts)
+  if opts ~= nil and not self.classes then
+    fail("predict_y's options (tol, max_nodes, samples, seed) are for softmax models")
+  end
+  opts = h.options("laplace predict_y", opts, {"tol", "max_nodes", "samples", "seed"})
+  local mc = opts.samples ~= nil or opts.seed ~= nil
+  if mc and (opts.tol ~= nil or opts.max_nodes ~= nil) then
+    fail("predict_y: give samples (Monte Carlo) or tol / max_nodes (quadrature), not both")
+  end
+  local tol = opts.tol
+  if tol ~= nil and (type(tol) ~= "number" or not (tol > 0)) then -- luacheck: ignore 581 (NaN)
+    fail("predict_y: tol must be a positive number, got %s", tostring(opts.tol))
+  end
+  if opts.max_nodes ~= nil and (type(opts.max_nodes) ~= "number" or opts.max_nodes < 1) then
+    fail("predict_y: max_nodes must be a number ≥ 1, got %s", tostring(opts.max_nodes))
+  end
+  local base
+  if mc then -- the softmax likelihood's generator and checks
+    base = likelihoods.softmax{classes = self.classes, samples = opts.samples or 64,
+                               seed = opts.seed}.base_samples()
+  end
   local mean, var, covs = self:predict(xstar)
-  if self.classes then return multiclass.predict_y(mean, covs, self.likelihood.base_samples()) end
+  if self.classes then
+    return multiclass.predict_y(mean, covs, {base = base, tol = opts.tol,
+                                             max_nodes = opts.max_nodes})
+  end
   return self.likelihood:predict_y(mean, var)
 end
 
@@ -418,12 +611,13 @@ end
 function Laplace:posterior(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
-  local Kxs = K_of(self, nil, self.X, star)
   if self.classes then
-    return multiclass.posterior(md, self.Y, Kxs, ltkernel.evaluator(self.kernel):matrix(star))
+    local Kss = per_class(self, function(kern) return kern:matrix(star) end)
+    return multiclass.posterior(md, self.Y, Ks_of(self, nil, self.X, star), Kss)
   end
+  local Kxs = K_of(self, nil, self.X, star)
   local V = lower_solve(md.L, lt.diag(md.sW) * Kxs)
-  local Kss = ltkernel.evaluator(self.kernel):operator(star)
+  local Kss = evaluator(self, self.kernels[1]):operator(star)
   return lt.mvn(Kxs:t() * md.d1, lt.psd(Kss - lt.lowrank(V:t():contiguous())))
 end
 
