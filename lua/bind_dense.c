@@ -328,6 +328,41 @@ static int l_totable(lua_State *L) {
   return 1;
 }
 
+/* The row-major position (from 0) of t's first entry that is NaN or
+ * infinite at or after dim's index base, or -1: each entry read once,
+ * wherever a view's strides put it. */
+static ptrdiff_t first_non_finite(const lt_tensor *t, int dim, const double *base) {
+  size_t n = lt_size(t, dim);
+  ptrdiff_t stride = lt_dense_strides(t)[dim];
+  size_t inner = 1;
+  for (int k = dim + 1; k < lt_ndim(t); k++) inner *= lt_size(t, k);
+  for (size_t i = 0; i < n; i++) {
+    const double *p = base + (ptrdiff_t)i * stride;
+    if (dim == lt_ndim(t) - 1) {
+      if (!isfinite(*p)) return (ptrdiff_t)i;
+    } else {
+      ptrdiff_t at = first_non_finite(t, dim + 1, p);
+      if (at >= 0) return (ptrdiff_t)(i * inner) + at;
+    }
+  }
+  return -1;
+}
+
+/* lt._first_non_finite(t) → nil when every entry of the dense t is finite,
+ * else the first NaN or infinite entry's row-major position (from 1): one
+ * C pass where a Lua check would copy t into tables (bo's candidates and
+ * gp's test points are checked at every acquisition evaluation). Not
+ * followed inside lt.grad: it computes no value. */
+static int l_first_non_finite(lua_State *L) {
+  lt_tensor *t = check_dense(L, 1, "_first_non_finite");
+  ptrdiff_t at = -1;
+  if (lt_ndim(t) == 0) at = isfinite(lt_dense_data(t)[0]) ? -1 : 0;
+  else if (lt_numel(t) > 0) at = first_non_finite(t, 0, lt_dense_data(t));
+  if (at < 0) lua_pushnil(L);
+  else lua_pushinteger(L, (lua_Integer)at + 1);
+  return 1;
+}
+
 /* ------------------------------------------------------- element-wise */
 
 static int binary_ew(lua_State *L, lt_binary_op op, const char *name) {
@@ -443,11 +478,20 @@ static int l_item(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg creators[] = {
-    {"tensor", l_tensor}, {"zeros", l_zeros},     {"ones", l_ones},         {"full", l_full},
-    {"eye", l_eye},       {"arange", l_arange},   {"linspace", l_linspace}, {"rand", l_rand},
-    {"randn", l_randn},   {"totable", l_totable}, {"get", l_get},           {"cmul", l_cmul},
-    {NULL, NULL}};
+static const luaL_Reg creators[] = {{"tensor", l_tensor},
+                                    {"zeros", l_zeros},
+                                    {"ones", l_ones},
+                                    {"full", l_full},
+                                    {"eye", l_eye},
+                                    {"arange", l_arange},
+                                    {"linspace", l_linspace},
+                                    {"rand", l_rand},
+                                    {"randn", l_randn},
+                                    {"totable", l_totable},
+                                    {"get", l_get},
+                                    {"cmul", l_cmul},
+                                    {"_first_non_finite", l_first_non_finite},
+                                    {NULL, NULL}};
 
 static const luaL_Reg methods[] = {
     {"get", l_get},         {"set", l_set},       {"fill", l_fill},   {"copy", l_copy},

@@ -104,6 +104,14 @@ local function values_of(t)
   return type(v) == "table" and v or {v}
 end
 
+-- f raises an error containing pattern (plain text).
+local function fails(pattern, f)
+  local ok, err = pcall(f)
+  assert.is_false(ok)
+  assert.is_truthy(tostring(err):find(pattern, 1, true),
+                   "expected '" .. pattern .. "', got: " .. tostring(err))
+end
+
 ------------------------------------------------------------ fixtures --
 
 local X2 = {{0.1, 0.2}, {0.8, 0.3}, {0.4, 0.9}, {0.55, 0.5}, {0.2, 0.7}, {0.95, 0.85}}
@@ -212,6 +220,65 @@ describe("bo: the posterior follows the candidates", function()
       assert.is_true(ok, "model " .. i .. ": " .. tostring(err))
       assert.is_true(lt.grad(f)(X):abs():max() > 1e-3, "model " .. i .. ": a zero gradient")
     end
+  end)
+
+  it("mean_and_variance: k(x, x) of stationary and other kernels, a later candidate's "
+     .. "non-finite entry and width refused as posterior refuses them", function()
+    -- kernels whose k(x, x) is a constant (product, periodic, spectral mixture:
+    -- the shortcut) and one whose k(x, x) varies (polynomial: the test covariance)
+    local K = gp.kernels
+    local kernels = {K.rbf{lengthscale = 0.3, variance = 1.7} * K.periodic{period = 0.9},
+                     K.spectral_mixture{num_mixtures = 2, weights = {0.6, 1.1},
+                                        means = {{0.4, 0.2}, {1, 0.7}},
+                                        scales = {{0.3, 0.4}, {0.5, 0.2}}},
+                     K.polynomial{degree = 2, offset = 0.4}}
+    local Z = lt.tensor{{0.3, 0.4}, {0.7, 0.6}, {0.05, 0.95}}
+    for i, k in ipairs(kernels) do
+      local m = gp.exact{x = X2, y = Y2, kernel = k, noise = 0.01, structure = "kernel"}
+      local post = m:posterior(Z)
+      local mean, var = m:mean_and_variance(Z)
+      for j = 1, 3 do
+        assert.is_true(close(mean[j], post:mean()[j], 1e-12), "kernel " .. i)
+        assert.is_true(close(var[j], post:variance()[j], 1e-10), "kernel " .. i)
+      end
+    end
+    -- the kept k(x, x) follows a hyperparameter written into the kernel
+    local m = model2("kernel")
+    local _, before = m:mean_and_variance(Z)
+    m.kernel.values.variance = 2 * V2
+    local _, after = m:mean_and_variance(Z)
+    local _, again = gp.exact{x = X2, y = Y2, kernel = gp.kernels.rbf{lengthscale = L2,
+                              variance = 2 * V2}, noise = S2, mean = "zero",
+                              structure = "kernel"}:mean_and_variance(Z)
+    for j = 1, 3 do
+      assert.is_true(close(after[j], again[j], 1e-12))
+      assert.is_false(close(after[j], before[j], 1e-3))
+    end
+    fails("lazytensor: gp: xstar[2][1] must be a finite number, got inf",
+          function() m:mean_and_variance(lt.tensor{{0.1, 0.2}, {1 / 0, 0.3}}) end)
+    fails("lazytensor: gp: xstar[2][1] must be a finite number, got inf",
+          function() m:posterior(lt.tensor{{0.1, 0.2}, {1 / 0, 0.3}}) end)
+    fails("lazytensor: gp: xstar has 3 coordinates, the training inputs 2",
+          function() m:mean_and_variance(lt.tensor{{0.1, 0.2, 0.3}}) end)
+    fails("lazytensor: bo: expected_improvement: candidate 3, coordinate 2 is nan",
+          function() bo.expected_improvement(m, 0)(lt.tensor{{1, 0}, {0, 1}, {0.5, 0 / 0}}) end)
+    -- a transposed view: its entries where its strides put them
+    fails("lazytensor: bo: expected_improvement: candidate 1, coordinate 2 is nan",
+          function() bo.expected_improvement(m, 0)(lt.tensor{{1, 0}, {0 / 0, 1}}:t()) end)
+  end)
+
+  it("a kernel's fingerprint follows values written into it in place", function()
+    local k = gp.kernels.rbf{lengthscale = {0.3, 0.4}, variance = 1}
+    local first = k:fingerprint()
+    assert.are.equal(first, k:fingerprint())
+    k.values.lengthscale[2] = 0.5
+    local second = k:fingerprint()
+    assert.are_not.equal(first, second)
+    assert.are.equal(gp.kernels.rbf{lengthscale = {0.3, 0.5}, variance = 1}:fingerprint(), second)
+    k.values.lengthscale[2] = 0 / 0
+    assert.are_not.equal(second, k:fingerprint())
+    k.values.lengthscale = {0.3, 0.4}
+    assert.are.equal(first, k:fingerprint())
   end)
 
   it("a tensor and a Lua array give the same posterior", function()
@@ -552,13 +619,6 @@ end)
 
 describe("bo: bad input", function()
   local model = model2()
-
-  local function fails(pattern, f)
-    local ok, err = pcall(f)
-    assert.is_false(ok)
-    assert.is_truthy(tostring(err):find(pattern, 1, true),
-                     "expected '" .. pattern .. "', got: " .. tostring(err))
-  end
 
   it("acquisitions refuse bad models, best, beta and options", function()
     fails("lazytensor: bo: expected_improvement: the model must have a posterior(X) method",

@@ -606,6 +606,28 @@ local function test_points(self, xstar)
   return star
 end
 
+-- test_points' checks of a dense tensor xstar (the same errors), without
+-- copying it into Lua arrays: true when xstar is a dense tensor (checked),
+-- false otherwise (to_points then checks what it is). bo's acquisitions
+-- pass their candidates here at every L-BFGS evaluation.
+local function checked_test_tensor(self, xstar)
+  if not lt.is_tensor(xstar) or lt.is_lazy(xstar) or xstar:dim() < 1 or xstar:dim() > 2
+     or xstar:numel() == 0 then
+    return false
+  end
+  local d = xstar:dim() == 2 and xstar:size(2) or 1
+  local bad = lt._first_non_finite(xstar)
+  if bad then
+    local i, j = math.floor((bad - 1) / d) + 1, (bad - 1) % d + 1
+    local v = xstar:dim() == 2 and xstar:get(i, j) or xstar:get(i)
+    fail("xstar[%d][%d] must be a finite number, got %s", i, j, tostring(v))
+  end
+  if d ~= #self.points[1] then
+    fail("xstar has %d coordinates, the training inputs %d", d, #self.points[1])
+  end
+  return true
+end
+
 -- Ky⁻¹ as an operator whose products solve: one Cholesky factor, two
 -- triangular solves a product, where exact methods run; a lazy inverse (CG
 -- a product) above max_cholesky_size.
@@ -708,7 +730,7 @@ local SOLVE_BLOCK_DOUBLES = 2 ^ 21
 -- solves over the test points (the cross-covariance made dense a block of
 -- rows at a time: SKI's W*·K_grid·Wᵀ never n × n* at once), or from the
 -- LOVE root. (model.solve_block_doubles overrides the block's size.)
-local function explained_variance(self, Ky, Kst, love, cov, star)
+local function explained_variance(self, Ky, Kst, love, cov, star, star_tensor)
   if love then
     local W = times_love_root(Kst, self:love_root()) -- n* × k
     return W:cmul(W):sum(2):reshape(W:size(1))
@@ -728,7 +750,9 @@ local function explained_variance(self, Ky, Kst, love, cov, star)
     if len < ns then
       -- rows lo ... lo + len − 1 of Kst: a lazy one is made anew from
       -- those test points (in its own structure), a dense one narrowed
-      if lt.is_lazy(Kst) then
+      if lt.is_lazy(Kst) and star == nil then -- the rows of the test points' tensor
+        rows = cov.cross(star_tensor:narrow(1, lo, len))
+      elseif lt.is_lazy(Kst) then
         local part = {}
         for j = 1, len do part[j] = star[lo + j - 1] end
         rows = cov.cross(part)
@@ -833,6 +857,18 @@ function Model:posterior(xstar, opts)
   return lt.mvn(mean, lt.psd(at.test_covariance(star_tensor or star) - explained))
 end
 
+-- k(x, x) of a stationary kernel (the same at every x; nil for the
+-- others), kept while the kernel's values stay.
+local function stationary_variance(self)
+  if not self.kernel:is_stationary() then return nil end
+  local now = self.kernel:fingerprint()
+  if self.kxx_fingerprint ~= now then
+    local p = self.points[1]
+    self.kxx, self.kxx_fingerprint = self.kernel:value(p, p), now
+  end
+  return self.kxx
+end
+
 --- The posterior mean and variance of f at xstar (two 1-d tensors): the
 -- mean and the diagonal of posterior(xstar)'s covariance, without building
 -- the lazy n*×n* covariance — the variance as predict's, k(x, x) minus the
@@ -842,14 +878,22 @@ end
 -- at every L-BFGS evaluation, and the diagonal of the lazy product
 -- Ksx·Ky⁻¹·Kxs was the costliest part of that backward pass.
 function Model:mean_and_variance(xstar)
-  local star = test_points(self, xstar)
+  local checked = checked_test_tensor(self, xstar)
   local cov = self:covariance()
   local at, star_tensor = posterior_points(self, cov, xstar)
+  -- the points as Lua arrays only where the structure takes them
+  local star = not (checked and star_tensor) and test_points(self, xstar) or nil
   local Ky = noisy(self, cov)
   local Kst = at.cross(star_tensor or star)
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
-  local prior = at.test_covariance(star_tensor or star):diagonal()
-  return mean, prior - explained_variance(self, Ky, Kst, false, at, star)
+  local prior
+  local kxx = star_tensor and stationary_variance(self)
+  if kxx then -- k(x, x) the same at every x: no test covariance to build and follow
+    prior = lt.full({Kst:size(1)}, kxx)
+  else
+    prior = at.test_covariance(star_tensor or star):diagonal()
+  end
+  return mean, prior - explained_variance(self, Ky, Kst, false, at, star, star_tensor)
 end
 
 --- A readable summary of the hyperparameters.
