@@ -548,6 +548,29 @@ describe("gp LOVE predictive variances", function()
     end)
   end)
 
+  it("on the iterative path: LOVE's check solves for α in the same block solve, the "
+     .. "same means as without LOVE and as the Cholesky path", function()
+    lt.manual_seed(8)
+    local P = scattered(300, 2, 9, 4)
+    local S = scattered(50, 2, 33, 4)
+    local function model()
+      return gp.exact{x = P, y = targets(P), kernel = K.rbf{lengthscale = 1.2}, noise = 0.05}
+    end
+    local exact_mean, exact_var = model():predict(S) -- Cholesky: n ≤ max_cholesky_size
+    lt.with_settings({max_cholesky_size = 100, cg_tolerance = 1e-10}, function()
+      local m = model()
+      local love_mean, love_var, info = m:predict(S, {love = true}) -- α from the check's solve
+      local plain_mean = model():predict(S, {variance = false}) -- α from a solve of its own
+      assert.is_true(info.converged)
+      assert.is_true((love_mean - plain_mean):abs():max() < 1e-8)
+      assert.is_true((love_mean - exact_mean):abs():max() < 1e-8)
+      assert.is_true((love_var - exact_var):abs():cdiv(exact_var):max() < 1e-3)
+      -- α is kept: a second prediction gives the same means exactly
+      local again = m:predict(S, {love = true})
+      assert.is_true((again - love_mean):abs():max() == 0)
+    end)
+  end)
+
   it("are checked against exact variances, not trusted to Lanczos's residual (co2)", function()
     local data = require "lazytensor.data"
     local cols = data.read_csv("examples/data/co2.csv")

@@ -638,10 +638,44 @@ local function noisy_inverse(self, Ky)
   return Ky:inverse()
 end
 
+-- Ksx·R as a dense matrix. R is the dense n×k Galerkin root, or — when the
+-- Krylov space closed early and root_inv completed it with Ky⁻¹ off the
+-- space — a lazy n×n operator with cheap products: Ksx·R = (Rᵀ·Kxs)ᵀ.
+local function times_love_root(Kst, R)
+  if not lt.is_lazy(R) then return Kst * R end
+  local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
+  return (R:t() * KsT):t()
+end
+
 -- LOVE's variances are checked once, where they are hardest, at LOVE_CHECKS
 -- training inputs spread over the data, against the exact posterior
 -- variance there; the check passes at a relative error of LOVE_TOLERANCE.
 local LOVE_CHECKS, LOVE_TOLERANCE = 32, 1e-3
+
+-- Ky⁻¹·E for LOVE's check: two triangular solves with the model's Cholesky
+-- factor; on the iterative path, while α is stale, one block solve of
+-- [y − m | E] gives α too (one preconditioner and one CG run instead of
+-- two: issue 25, LOVE at n = 2000 built its rank-269 preconditioner twice).
+local function solve_with_alpha(self, Ky, E)
+  local L = factor_of(self, Ky)
+  if L then return L:t():solve((L:solve(E))) end
+  local now = state(self, true, self.mean_value)
+  if fresh(self.alpha_state, now) then return Ky:solve(E) end
+  local n, m = self.n, E:size(2)
+  local X = Ky:solve(lt.cat({residual(self):reshape(n, 1), E}, 2))
+  self.alpha = X:narrow(2, 1, 1):contiguous():reshape(n)
+  self.alpha_state = now
+  return X:narrow(2, 2, m)
+end
+
+-- K's columns at the training inputs rows (n × #rows): a plain kernel's
+-- rows (entries evaluated, K symmetric), else K times unit vectors E.
+local function kernel_columns(K, rows, E)
+  if lt.type(K) ~= "kernel" then return K * E end
+  local parts = {}
+  for j, i in ipairs(rows) do parts[j] = K:row(i):reshape(1, K:size(2)) end
+  return lt.cat(parts, 1):dense():t():contiguous()
+end
 
 -- The largest relative error of LOVE's posterior variance Kᵢᵢ − ‖Rᵀkᵢ‖² at
 -- the checked training inputs i. The exact one comes without cancellation
@@ -655,10 +689,10 @@ local function love_variance_error(self, K, Ky, R)
     rows[j] = math.floor((j - 0.5) * n / m) + 1
     E:set(rows[j], j, 1)
   end
-  local Kc = K * E -- K's columns at the checked inputs
+  local Kc = kernel_columns(K, rows, E) -- K's columns at the checked inputs
   local W = R:t() * Kc
   local love_explained = W:cmul(W):sum(1)
-  local KyinvE = Ky:solve(E)
+  local KyinvE = solve_with_alpha(self, Ky, E)
   local noise = noise_vector(self)
   local worst = 0
   for j, i in ipairs(rows) do
@@ -708,15 +742,6 @@ function Model:love_root()
     self.love_state = now
   end
   return self.love.R, self.love.info
-end
-
--- Ksx·R as a dense matrix. R is the dense n×k Galerkin root, or — when the
--- Krylov space closed early and root_inv completed it with Ky⁻¹ off the
--- space — a lazy n×n operator with cheap products: Ksx·R = (Rᵀ·Kxs)ᵀ.
-local function times_love_root(Kst, R)
-  if not lt.is_lazy(R) then return Kst * R end
-  local KsT = (lt.is_lazy(Kst) and Kst:dense() or Kst):t():contiguous()
-  return (R:t() * KsT):t()
 end
 
 -- Test points per block solve on the iterative path: a block of n × c
@@ -778,6 +803,8 @@ function Model:predict(xstar, opts)
   local cov = self:covariance()
   local Ky = noisy(self, cov)
   local Kst = cov.cross(star) -- n* × n
+  -- LOVE's root first: its check's solve makes α too (solve_with_alpha)
+  if opts.love and opts.variance ~= false then self:love_root() end
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
   if opts.variance == false then return mean end
   local var = structure.prior_variance(self.kernel, star)
@@ -847,6 +874,7 @@ function Model:posterior(xstar, opts)
   local at, star_tensor = posterior_points(self, cov, xstar)
   local Ky = noisy(self, cov)
   local Kst = at.cross(star_tensor or star)
+  if opts.love then self:love_root() end -- before α: its check's solve makes α too
   local mean = Kst * alpha_of(self, Ky) + self.mean_value
   local explained
   if opts.love then
