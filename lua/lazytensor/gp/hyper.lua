@@ -472,17 +472,24 @@ function hyper.install(Class)
       where[e.name] = where[e.name] or {}
       where[e.name][e.k] = i
     end
-    for name, p in pairs(self.priors) do
-      local list = value_list(values[name])
-      if want_grad and where[name] then
-        local g, value = lt.grad(function(t) return p:log_density(t) end)(lt.tensor(list))
-        total = total + value
-        for k, i in pairs(where[name]) do dtheta[i] = (dtheta[i] or 0) + g[k] end
-      else
-        total = total + p:log_density(lt.tensor(list))
-      end
+    local lists, names = {}, {}
+    for name in pairs(self.priors) do
+      names[#names + 1] = name
+      lists[name] = lt.tensor(value_list(values[name]))
     end
-    return total, dtheta
+    table.sort(names) -- one order of the sum, whatever pairs' order
+    local function log_density(ts)
+      local sum = 0
+      for _, name in ipairs(names) do sum = sum + self.priors[name]:log_density(ts[name]) end
+      return sum
+    end
+    if not want_grad then return log_density(lists), dtheta end
+    -- every prior in one lt.grad call (a refit evaluates this at each step)
+    local g, value = lt.grad(log_density)(lists)
+    for _, name in ipairs(names) do
+      for k, i in pairs(where[name] or {}) do dtheta[i] = (dtheta[i] or 0) + g[name][k] end
+    end
+    return value, dtheta
   end
 
   --- log p(y | θ) (the model's mll) plus Σ log p(θ) over the priors.
