@@ -260,12 +260,12 @@ end
 -- finite (separate_runs then).
 local function batched_run(acq, starts, o)
   local r, d = #starts, o.d
-  local df = lt.grad(function(X) return acq(X):sum() end)
+  -- the negated sum over the starts, from flat arrays (row-major r×d) to
+  -- flat arrays: no Lua table a row (this runs at every evaluation)
+  local df = lt.grad(function(X) return -acq(X):sum() end)
   local function f(flat)
-    local g, v = df(to_tensor(flat, r, d))
-    local gflat = flatten(g:totable())
-    for i = 1, #gflat do gflat[i] = -gflat[i] end
-    return -v, gflat
+    local g, v = df(lt.tensor(flat):reshape(r, d))
+    return v, g:reshape(r * d):totable()
   end
   local x0 = {}
   for _, s in ipairs(starts) do
