@@ -93,3 +93,65 @@ describe("a symmetric kernel's bilinear derivative with low-rank weights", funct
     close_tensor(a.x2, b.x2, 1e-11, "x2")
   end)
 end)
+
+-- The pass runs its chunks of row blocks on lt.settings.num_threads threads
+-- and adds them in a fixed order: one thread and two give the same bits.
+describe("the kernel's gradient pass on several threads", function()
+  local n, d = 700, 2 -- three blocks of rows (256 at most a block)
+  local rnd = lcg(11)
+  local x = lt.tensor(matrix(n, d, rnd))
+  local y = lt.tensor(matrix(n - 150, d, rnd))
+
+  local function gradients(K, ...)
+    local args = {...}
+    local out = {}
+    for _, threads in ipairs{1, 2} do
+      out[threads] = lt.with_settings({num_threads = threads}, function()
+        return K:bilinear_derivative(table.unpack(args))[K]
+      end)
+    end
+    return out[1], out[2]
+  end
+
+  local function same_bits(a, b, what)
+    for name, v in pairs(a) do
+      if type(v) == "number" then
+        assert.are.equal(v, b[name], what .. " " .. name)
+      else
+        local fa, fb = v:reshape(v:numel()), b[name]:reshape(v:numel())
+        for i = 1, v:numel() do assert.are.equal(fa[i], fb[i], what .. " " .. name) end
+      end
+    end
+  end
+
+  for _, case in ipairs{
+    {"matern52 ARD, K(x, x), low-rank W", {kind = "matern52", lengthscale = {0.5, 0.8}}, false, 3},
+    {"rbf, K(x, y), low-rank W", {kind = "rbf", lengthscale = 0.7}, true, 2},
+    {"periodic ARD, K(x, x), dense W", {kind = "periodic", lengthscale = {0.9, 1.1}, period = 1.3},
+     false, 0},
+    {"rq, K(x, y), dense W", {kind = "rq", lengthscale = 0.6, alpha = 1.5}, true, 0},
+  } do
+    local name, spec, cross, rank = case[1], case[2], case[3], case[4]
+    it("one thread and two agree bit for bit, and with the entries: " .. name, function()
+      spec.variance = 1.4
+      local K = cross and lt.kernel(x, y, spec) or lt.kernel(x, spec)
+      local m, c = K:size(1), K:size(2)
+      local one, two, W
+      if rank > 0 then
+        local L, R = lt.tensor(matrix(m, rank, rnd)), lt.tensor(matrix(c, rank, rnd))
+        one, two = gradients(K, L, R)
+        W = L * R:t()
+      else
+        W = lt.tensor(matrix(m, c, rnd))
+        one, two = gradients(K, W)
+      end
+      same_bits(one, two, name)
+      -- ∂/∂v of Σ W_ij k_ij = Σ W_ij k_ij / v, summed here entry by entry
+      local Kd, s = K:dense(), 0
+      for i = 1, m do
+        for j = 1, c do s = s + W:get(i, j) * Kd:get(i, j) end
+      end
+      close(one.variance, s / 1.4, 1e-11, name .. " variance against the entries")
+    end)
+  end
+end)

@@ -818,14 +818,11 @@ static void row_ard_periodic(const lt_keval *e, size_t i, size_t j0, const doubl
  * (S∘(Mᵀ·C) − C∘(Mᵀ·S))/l². X, Y: the rows' and columns' z (radial) or
  * sin 2z (periodic, when ca is given); C: cos 2z; linv: those factors per
  * dimension. */
-static int block_point_gradients(lt_context *ctx, const double *M, size_t b, size_t w, size_t d,
-                                 const double *xa, const double *ca, const double *yb,
-                                 const double *cb, const double *linv, double *gx, double *gy) {
+static void block_point_gradients(const double *M, size_t b, size_t w, size_t d, const double *xa,
+                                  const double *ca, const double *yb, const double *cb,
+                                  const double *linv, double *tmp, double *gx, double *gy) {
   int periodic = ca != NULL;
-  size_t tmp_count = (b > w ? b : w) * d * 2;
-  double *tmp = lt_malloc(ctx, tmp_count * sizeof(double));
-  if (tmp == NULL) return LT_ERR;
-  double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d;
+  double *t1 = tmp, *t2 = tmp + (b > w ? b : w) * d; /* tmp: 2·max(b, w)·d doubles */
   /* rows: t1 = M·(Y or C), t2 = M·S (periodic) */
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)d, (int)w, 1.0, M, (int)w,
               periodic ? cb : yb, (int)d, 0.0, t1, (int)d);
@@ -856,8 +853,6 @@ static int block_point_gradients(lt_context *ctx, const double *M, size_t b, siz
                                  : cs * yb[j * d + q] - t1[j * d + q]) *
                        linv[q];
   }
-  lt_free(ctx, tmp, tmp_count * sizeof(double));
-  return LT_OK;
 }
 
 /* A block's weights from column j0 on, packed in place (b × width); with
@@ -972,66 +967,242 @@ static void sym_block_weights(const sym_factors *f, size_t i0, size_t b, size_t 
 }
 
 /* The pass by blocks of rows over the prepared points (kernel_eval.c's
- * distances, the dgemm form in many dimensions). */
+ * distances, the dgemm form in many dimensions), on several threads.
+ *
+ * The blocks are grouped into chunks of consecutive blocks; a chunk is one
+ * thread's unit and sums into its own kernel_sums (and its own copy of the
+ * points' gradients where blocks overlap: the columns, and for K(x, x) the
+ * rows as well), and the chunks are added in order at the end. The chunks
+ * depend on the sizes only, so any number of threads gives the same bits.
+ * Weights with a mask (from a Hadamard product) are read through the
+ * context (lt_row), which threads must not touch: that pass runs as one
+ * chunk on the calling thread. */
+
+/* Chunks of a pass: at most PASS_MAX_CHUNKS, and their copies of the
+ * points' gradients within PASS_CHUNK_BYTES in all. */
+#define PASS_MAX_CHUNKS 16
+#define PASS_CHUNK_BYTES ((size_t)32 << 20)
+/* Entries below which the pass stays on one thread (as kernel_product.c). */
+#define PASS_PARALLEL_MIN_ENTRIES ((size_t)1 << 16)
+
+/* One thread's scratch: a block's weights, Wᵀ's rows (a symmetric pass
+ * without sym_factors), a row of distances, the point gradients' products. */
+typedef struct pass_scratch {
+  double *blk, *blt, *r, *tmp;
+} pass_scratch;
+
+typedef struct pass_job {
+  const kernel_payload *p;
+  const lt_cotangent *w;
+  const sym_factors *sym;
+  lt_keval e;
+  const side_rows *ta, *tb; /* the rows' and the columns' (ta when same) */
+  const double *linv;
+  size_t n1, n2, d, rows, blocks, chunks;
+  int periodic;
+  pass_scratch *scratch; /* one a thread */
+  kernel_sums *sums;     /* one a chunk */
+} pass_job;
+
+/* The weights of block [i0, i0 + b) from its first column on, packed, into
+ * s->blk: from sym_factors, or W's and Wᵀ's rows (no mask). */
+static void unmasked_block_weights(const pass_job *j, size_t i0, size_t b, const pass_scratch *s) {
+  if (j->sym->A) {
+    sym_block_weights(j->sym, i0, b, j->n2, s->blk);
+    return;
+  }
+  lt_kernel_weight_rows(j->w, i0, b, j->n2, 0, s->blk);
+  if (s->blt) lt_kernel_weight_rows(j->w, i0, b, j->n2, 1, s->blt);
+  pack_weights(s->blk, s->blt, b, j->n2, i0, j->p->same ? i0 : 0, j->p->same);
+}
+
+/* A block's packed weights in s->blk mapped to the sums g, row by row,
+ * then to the points' gradients. */
+static void block_sums(const pass_job *j, size_t i0, size_t b, const pass_scratch *s,
+                       kernel_sums *g) {
+  size_t j0 = j->p->same ? i0 : 0, width = j->n2 - j0, d = j->d;
+  for (size_t i = 0; i < b; i++) {
+    double *m = s->blk + i * width;
+    lt_kernel_distances(&j->e, i0 + i, 1, j0, width, s->r, width,
+                        j->periodic ? s->r + j->n2 : NULL);
+    row_map(&j->p->spec, s->r, s->r + j->n2, m, width, g);
+    if (g->ls && j->periodic) row_ard_periodic(&j->e, i0 + i, j0, m, width, g->ls);
+    else if (g->ls) row_ard(&j->e, i0 + i, j0, m, width, g->ls);
+  }
+  double *gy = j->p->same ? g->x1 : g->x2;
+  block_point_gradients(s->blk, b, width, d, j->ta->a + i0 * d,
+                        j->periodic ? j->ta->b + i0 * d : NULL, j->tb->a + j0 * d,
+                        j->periodic ? j->tb->b + j0 * d : NULL, j->linv, s->tmp, g->x1 + i0 * d,
+                        gy + j0 * d);
+}
+
+/* Chunk c's blocks, in order, into its sums (lt_parallel_run's unit). */
+static void pass_chunk(void *ud, size_t c, int worker) {
+  const pass_job *j = ud;
+  const pass_scratch *s = &j->scratch[worker];
+  size_t first = c * j->blocks / j->chunks, last = (c + 1) * j->blocks / j->chunks;
+  for (size_t k = first; k < last; k++) {
+    size_t i0 = k * j->rows, b = j->n1 - i0 < j->rows ? j->n1 - i0 : j->rows;
+    unmasked_block_weights(j, i0, b, s);
+    block_sums(j, i0, b, s, &j->sums[c]);
+  }
+}
+
+/* The masked pass: every block on the calling thread, into g. */
+static int masked_pass(lt_context *ctx, const pass_job *j, const weight_masks *masks,
+                       kernel_sums *g) {
+  const pass_scratch *s = &j->scratch[0];
+  for (size_t i0 = 0; i0 < j->n1; i0 += j->rows) {
+    size_t b = j->n1 - i0 < j->rows ? j->n1 - i0 : j->rows;
+    if (block_weights(ctx, j->w, masks, i0, b, j->n2, s->blk, s->blt) != LT_OK) return LT_ERR;
+    pack_weights(s->blk, s->blt, b, j->n2, i0, j->p->same ? i0 : 0, j->p->same);
+    block_sums(j, i0, b, s, g);
+  }
+  return LT_OK;
+}
+
+/* Doubles of one chunk's own sums: ARD's d, and the points' gradients its
+ * blocks share with others' (K(x, x): all of x1's; else x2's). */
+static size_t chunk_doubles(const pass_job *j, int ard) {
+  return (ard ? j->d : 0) + (j->p->same ? j->n1 : j->n2) * j->d;
+}
+
+/* Adds the chunks' sums to g, in chunk order. */
+static void add_chunks(const pass_job *j, kernel_sums *g) {
+  for (size_t c = 0; c < j->chunks; c++) {
+    const kernel_sums *h = &j->sums[c];
+    g->l += h->l, g->v += h->v, g->p += h->p, g->a += h->a;
+    for (size_t q = 0; g->ls && q < j->d; q++) g->ls[q] += h->ls[q];
+    if (j->p->same)
+      for (size_t i = 0; i < j->n1 * j->d; i++) g->x1[i] += h->x1[i];
+    else
+      for (size_t i = 0; i < j->n2 * j->d; i++) g->x2[i] += h->x2[i];
+  }
+}
+
+/* The chunks' sums over one zeroed block of memory (free with its count). */
+static double *chunk_sums_init(lt_context *ctx, pass_job *j, kernel_sums *g, size_t *count) {
+  size_t per = chunk_doubles(j, g->ls != NULL);
+  if (!lt_mul_size(ctx, "bilinear_derivative", j->chunks, per ? per : 1, count)) return NULL;
+  double *mem = lt_linalg_alloc(ctx, "bilinear_derivative", *count);
+  j->sums = mem ? lt_malloc(ctx, j->chunks * sizeof(kernel_sums)) : NULL;
+  if (j->sums == NULL) {
+    lt_linalg_free(ctx, mem, *count);
+    return NULL;
+  }
+  memset(mem, 0, *count * sizeof(double));
+  for (size_t c = 0; c < j->chunks; c++) {
+    double *own = mem + c * per;
+    kernel_sums h = {0, 0, 0, 0, g->ls ? own : NULL, NULL, NULL, NULL, NULL};
+    double *shared = own + (g->ls ? j->d : 0);
+    if (j->p->same) h.x1 = shared;
+    else h.x1 = g->x1, h.x2 = shared; /* each block writes its own rows of x1 */
+    j->sums[c] = h;
+  }
+  return mem;
+}
+
+/* Per-thread scratch, nthreads entries (NULL when one could not be had;
+ * scratch_free releases a partial one too). */
+static pass_scratch *scratch_init(lt_context *ctx, int nthreads, size_t blk_bytes, int need_t,
+                                  size_t r_bytes, size_t tmp_bytes) {
+  pass_scratch *s = lt_malloc(ctx, (size_t)nthreads * sizeof *s);
+  if (s == NULL) return NULL;
+  memset(s, 0, (size_t)nthreads * sizeof *s);
+  for (int t = 0; t < nthreads; t++) {
+    s[t].blk = lt_malloc(ctx, blk_bytes);
+    s[t].blt = s[t].blk && need_t ? lt_malloc(ctx, blk_bytes) : NULL;
+    s[t].r = s[t].blk && (!need_t || s[t].blt) ? lt_malloc(ctx, r_bytes) : NULL;
+    s[t].tmp = s[t].r ? lt_malloc(ctx, tmp_bytes) : NULL;
+    if (s[t].tmp == NULL) return s;
+  }
+  return s;
+}
+
+static int scratch_complete(const pass_scratch *s, int nthreads) {
+  return s != NULL && s[nthreads - 1].tmp != NULL;
+}
+
+static void scratch_free(lt_context *ctx, pass_scratch *s, int nthreads, size_t blk_bytes,
+                         size_t r_bytes, size_t tmp_bytes) {
+  if (s == NULL) return;
+  for (int t = 0; t < nthreads; t++) {
+    lt_free(ctx, s[t].blk, s[t].blk ? blk_bytes : 0);
+    lt_free(ctx, s[t].blt, s[t].blt ? blk_bytes : 0);
+    lt_free(ctx, s[t].r, s[t].r ? r_bytes : 0);
+    lt_free(ctx, s[t].tmp, s[t].tmp ? tmp_bytes : 0);
+  }
+  lt_free(ctx, s, (size_t)nthreads * sizeof *s);
+}
+
 static int block_pass(lt_context *ctx, lt_tensor *self, const lt_cotangent *w, kernel_sums *g) {
   kernel_payload *p = self->payload;
   size_t n1 = self->shape[0], n2 = self->shape[1], d = points1(self)->shape[1];
   if (n1 == 0 || n2 == 0) return LT_OK;
   if (ensure_prepared(ctx, self) != LT_OK) return LT_ERR;
-  int periodic = p->spec.kind == LT_KERNEL_PERIODIC;
+  pass_job j = {.p = p,
+                .w = w,
+                .e = evaluator(p, 0),
+                .n1 = n1,
+                .n2 = n2,
+                .d = d,
+                .periodic = p->spec.kind == LT_KERNEL_PERIODIC};
   size_t rows = BLOCK_DOUBLES / n2;
   rows = rows < 1 ? 1 : rows > MAX_BLOCK_ROWS ? MAX_BLOCK_ROWS : rows;
-  if (rows > n1) rows = n1;
-  size_t bytes, rbytes = (2 * n2 + d) * sizeof(double);
-  if (!lt_mul_size(ctx, "bilinear_derivative", rows * sizeof(double), n2, &bytes)) return LT_ERR;
+  j.rows = rows > n1 ? n1 : rows;
+  j.blocks = (n1 + j.rows - 1) / j.rows;
+  size_t blk_bytes, r_bytes = 2 * n2 * sizeof(double),
+                    tmp_bytes = 2 * (j.rows > n2 ? j.rows : n2) * (d ? d : 1) * sizeof(double);
+  if (!lt_mul_size(ctx, "bilinear_derivative", j.rows * sizeof(double), n2, &blk_bytes))
+    return LT_ERR;
   side_rows ta = {0}, tb = {0};
   weight_masks masks = {0};
   sym_factors sym = {0};
-  if (p->same && sym_factors_init(ctx, w, &sym) != LT_OK) return LT_ERR;
-  int need_t = p->same && sym.A == NULL;
-  double *blk = lt_malloc(ctx, bytes), *blt = blk && need_t ? lt_malloc(ctx, bytes) : NULL;
-  double *r = blk && (!need_t || blt) ? lt_malloc(ctx, rbytes) : NULL;
+  pass_scratch *scratch = NULL;
+  int nthreads = w->M || n1 * n2 < PASS_PARALLEL_MIN_ENTRIES ? 1 : lt_thread_count(ctx);
   int rc = LT_ERR;
-  if (r == NULL || side_rows_init(ctx, &p->a, periodic, &ta) != LT_OK ||
-      (!p->same && side_rows_init(ctx, &p->b, periodic, &tb) != LT_OK) ||
+  double *linv = lt_malloc(ctx, (d ? d : 1) * sizeof(double)), *chunk_mem = NULL;
+  size_t chunk_count = 0;
+  if (linv == NULL || (p->same && sym_factors_init(ctx, w, &sym) != LT_OK)) goto done;
+  j.sym = &sym;
+  scratch = scratch_init(ctx, nthreads, blk_bytes, p->same && sym.A == NULL, r_bytes, tmp_bytes);
+  if (!scratch_complete(scratch, nthreads) ||
+      side_rows_init(ctx, &p->a, j.periodic, &ta) != LT_OK ||
+      (!p->same && side_rows_init(ctx, &p->b, j.periodic, &tb) != LT_OK) ||
       masks_init(ctx, w, p->same, &masks) != LT_OK)
     goto done;
-  double *linv = r + 2 * n2;
   for (size_t q = 0; q < d; q++) {
     double l = lt_kernel_lengthscale(&p->spec, q);
-    linv[q] = !periodic ? 1.0 / l : p->ls ? 1.0 / (l * l) : 1.0;
+    linv[q] = !j.periodic ? 1.0 / l : p->ls ? 1.0 / (l * l) : 1.0;
   }
-  lt_keval e = evaluator(p, 0);
-  const side_rows *tbp = p->same ? &ta : &tb;
-  double *gy = p->same ? g->x1 : g->x2;
-  for (size_t i0 = 0; i0 < n1; i0 += rows) {
-    size_t b = n1 - i0 < rows ? n1 - i0 : rows, j0 = p->same ? i0 : 0, width = n2 - j0;
-    if (sym.A) {
-      sym_block_weights(&sym, i0, b, n2, blk);
-    } else {
-      if (block_weights(ctx, w, &masks, i0, b, n2, blk, blt) != LT_OK) goto done;
-      pack_weights(blk, blt, b, n2, i0, j0, p->same);
-    }
-    for (size_t i = 0; i < b; i++) {
-      double *m = blk + i * width;
-      lt_kernel_distances(&e, i0 + i, 1, j0, width, r, width, periodic ? r + n2 : NULL);
-      row_map(&p->spec, r, r + n2, m, width, g);
-      if (g->ls && periodic) row_ard_periodic(&e, i0 + i, j0, m, width, g->ls);
-      else if (g->ls) row_ard(&e, i0 + i, j0, m, width, g->ls);
-    }
-    if (block_point_gradients(ctx, blk, b, width, d, ta.a + i0 * d, periodic ? ta.b + i0 * d : NULL,
-                              tbp->a + j0 * d, periodic ? tbp->b + j0 * d : NULL, linv,
-                              g->x1 + i0 * d, gy + j0 * d) != LT_OK)
-      goto done;
+  j.ta = &ta, j.tb = p->same ? &ta : &tb, j.linv = linv, j.scratch = scratch;
+  if (w->M) {
+    rc = masked_pass(ctx, &j, &masks, g);
+    goto done;
   }
+  size_t per = chunk_doubles(&j, g->ls != NULL) * sizeof(double);
+  size_t fit = per ? PASS_CHUNK_BYTES / per : PASS_MAX_CHUNKS;
+  j.chunks = fit < 1 ? 1 : fit > PASS_MAX_CHUNKS ? PASS_MAX_CHUNKS : fit;
+  if (j.chunks > j.blocks) j.chunks = j.blocks;
+  chunk_mem = chunk_sums_init(ctx, &j, g, &chunk_count);
+  if (chunk_mem == NULL) goto done;
+  /* OpenBLAS on one thread for the chunks' products whatever runs them: its
+   * threaded dgemm splits a product by its own thread count, which changes
+   * the last bits (as in kernel_product.c) */
+  int blas_threads = openblas_get_num_threads();
+  if (blas_threads != 1) openblas_set_num_threads(1);
+  lt_parallel_run(nthreads, j.chunks, pass_chunk, &j);
+  if (blas_threads != 1) openblas_set_num_threads(blas_threads);
+  add_chunks(&j, g);
   rc = LT_OK;
 done:
+  if (j.sums) lt_free(ctx, j.sums, j.chunks * sizeof(kernel_sums));
+  if (chunk_mem) lt_linalg_free(ctx, chunk_mem, chunk_count);
   masks_release(ctx, &masks);
   side_rows_free(ctx, &ta);
   side_rows_free(ctx, &tb);
-  lt_free(ctx, r, r ? rbytes : 0);
-  lt_free(ctx, blk, bytes);
-  lt_free(ctx, blt, blt ? bytes : 0);
+  scratch_free(ctx, scratch, nthreads, blk_bytes, r_bytes, tmp_bytes);
+  lt_free(ctx, linv, linv ? (d ? d : 1) * sizeof(double) : 0);
   sym_factors_free(ctx, &sym);
   return rc;
 }
