@@ -172,6 +172,10 @@ function laplace.constructor(helpers)
     if getmetatable(lik) ~= likelihoods.Likelihood or not (lik.newton or softmax) then
       fail("likelihood must be gp.likelihoods.bernoulli{...}, poisson{} or softmax{classes = C}")
     end
+    if softmax and lik.mixing then
+      fail("softmax with mixing weights (features = F) is not supported in gp.laplace yet: use "
+           .. "gp.variational, or softmax{classes = C} (one latent per class)")
+    end
     local X = lt.tensor(h.to_points(spec.x, "x"))
     ltkernel.check_inputs(X, fail, "x")
     local entries
