@@ -607,12 +607,17 @@ end
 -- those of softmax{classes = C} bit for bit.
 local function mixed_softmax(self, lay)
   local C, F, S = self.classes, self.features, self.samples
+  -- with F = 1 a model's latents are 1-d (one latent function): as n×1
   local function check(M, V)
+    if F == 1 and lt.is_tensor(M) and lt.is_tensor(V) and M:dim() == 1 and V:dim() == 1 then
+      return M:reshape(M:size(1), 1), V:reshape(V:size(1), 1)
+    end
     if not lt.is_tensor(M) or not lt.is_tensor(V) or M:dim() ~= 2 or V:dim() ~= 2
        or M:size(2) ~= F or V:size(2) ~= F or M:size(1) ~= V:size(1) then
       fail("softmax: latent means and variances must be n×%d matrices (one column per "
            .. "feature g_1..g_%d: the mixing weights map them to %d classes)", F, F, C)
     end
+    return M, V
   end
   local function weights_of(t) return t and t.mixing_weights or self.weights end
   -- C = 2: s = +1 for class 1, −1 for class 2, and q(dᵀg)
@@ -628,13 +633,14 @@ local function mixed_softmax(self, lay)
     return G * W:t()
   end
   self.pointwise = function(y, G, t)
+    if F == 1 and G:dim() == 1 then G = G:reshape(G:size(1), 1) end
     local Fm = G * weights_of(t):t()
     local c = row_max(Fm)
     local lse = (Fm - c):exp():sum(2):log() + c:reshape(Fm:size(1))
     return Fm:cmul(one_hot(y, C)):sum(2) - lse
   end
   local function ell(y, M, V, t)
-    check(M, V)
+    M, V = check(M, V)
     local W = weights_of(t)
     if C == 2 then
       local s, g_mean, g_var = difference(y, M, V, W)
@@ -656,7 +662,7 @@ local function mixed_softmax(self, lay)
   end
   local sum_samples = C > 2 and class_repeat(S, C):t() or nil
   self.predictive = function(M, V, t)
-    check(M, V)
+    M, V = check(M, V)
     local W = weights_of(t)
     local n = M:size(1)
     local P
@@ -703,7 +709,7 @@ function likelihoods.softmax(spec)
   if type(C) ~= "number" or C % 1 ~= 0 or C < 2 then
     fail("softmax needs classes = a whole number ≥ 2, got %s", tostring(C))
   end
-  local F, mixing = mixing_settings(spec, C)
+  local nf, mixing = mixing_settings(spec, C)
   local S = spec.samples or 64
   if type(S) ~= "number" or S % 2 ~= 0 or S < 2 then
     fail("softmax samples must be an even whole number ≥ 2, got %s", tostring(S))
@@ -719,13 +725,13 @@ function likelihoods.softmax(spec)
   local weights
   if mixing then
     weights = spec.mixing_weights ~= nil
-              and weights_tensor(spec.mixing_weights, C, F, "softmax mixing_weights")
-              or initial_weights(C, F, seed)
+              and weights_tensor(spec.mixing_weights, C, nf, "softmax mixing_weights")
+              or initial_weights(C, nf, seed)
   end
-  local self = new("softmax", {}, nil, {latents = F, classes = C, samples = S, seed = seed,
+  local self = new("softmax", {}, nil, {latents = nf, classes = C, samples = S, seed = seed,
                                          nodes = spec.nodes, label_rule = class_rule(C)})
-  local base = base_samples(S, F, seed)
-  local lay = mc_layout(base, F)
+  local base = base_samples(S, nf, seed)
+  local lay = mc_layout(base, nf)
   --- The base samples ε_k (a Lua array of S arrays of F numbers, a copy;
   -- F = C without mixing weights).
   function self.base_samples()
@@ -734,7 +740,7 @@ function likelihoods.softmax(spec)
     return out
   end
   if mixing then
-    self.mixing, self.features, self.weights = true, F, weights
+    self.mixing, self.features, self.weights = true, nf, weights
     self.fixed.mixing_weights = fixed.mixing_weights and true or nil
     return mixed_softmax(self, lay)
   end
