@@ -410,9 +410,6 @@ describe("gp.variational with softmax mixing weights", function()
     fails("has no mixing weights", function() L.softmax{classes = 3}:set_mixing_weights(W32) end)
     fails("n×2 matrices", function()
       lik:expected_log_prob(lt.tensor{1}, lt.zeros(1, 3), lt.ones(1, 3)) end)
-    -- gp.laplace: not yet
-    fails("not supported in gp.laplace", function()
-      gp.laplace{x = x, y = y, kernel = gp.kernels.rbf{}, likelihood = lik} end)
     -- a prior of positive support on the real-valued W
     fails("real-valued", function()
       model(lik, {priors = {mixing_weights = gp.priors.gamma(2, 1)}}) end)
