@@ -240,6 +240,7 @@ describe("gp.laplace with softmax mixing weights", function()
       {y = y, lik = {classes = 3, features = 2, mixing_weights = W32},
        kernels = {gp.kernels.rbf{lengthscale = 0.7}, gp.kernels.rbf{variance = 2}}},
       {y = y2, lik = {classes = 2, features = 3}},
+      {y = y, lik = {classes = 3, features = 1}},
       {y = y, lik = {classes = 3, features = 2, mixing_weights = W32},
        bounds = {mixing_weights = {-2, 2}}},
     }

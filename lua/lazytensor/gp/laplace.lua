@@ -28,7 +28,9 @@
 -- Algorithms 3.3 and 3.4), the latents n×C matrices, sharing the kernel or
 -- with kernels = {k_1, ..., k_C} one each (hyperparameters "c<c>_<name>");
 -- the mode, log q, the same two-part gradient and the predictions are in
--- gp/laplace_softmax.lua.
+-- gp/laplace_softmax.lua. With softmax{classes = C, features = F} (mixing
+-- weights W, learnt with the kernels: "mixing_weights" in parameters,
+-- bounds and priors) F latent GPs and logits W·g: gp/laplace_mixing.lua.
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
