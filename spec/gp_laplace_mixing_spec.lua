@@ -309,7 +309,7 @@ describe("gp.laplace with softmax mixing weights", function()
   it("bad input: clear lazytensor errors, the model untouched", function()
     local x, y = blobs(9)
     local lik = L.softmax{classes = 3, features = 2, mixing_weights = W32}
-    fails("kernels must be a list of 2", function()
+    fails("kernels must be a list of 2 gp kernels (one per latent function", function()
       gp.laplace{x = x, y = y, likelihood = lik,
                  kernels = {gp.kernels.rbf{}, gp.kernels.rbf{}, gp.kernels.rbf{}}}
     end)

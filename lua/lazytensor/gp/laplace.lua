@@ -119,7 +119,8 @@ local function check_class_kernels(spec, C, X)
     for _ in pairs(ks) do count = count + 1 end
   end
   if count ~= C or #ks ~= C then
-    fail("kernels must be a list of %d gp kernels (one per class), got %s", C,
+    fail("kernels must be a list of %d gp kernels (one per %s), got %s", C,
+         spec.likelihood.mixing and "latent function: features = F" or "class",
          type(ks) == "table" and getmetatable(ks) == nil and (count .. " entries") or type(ks))
   end
   local owner = {}
