@@ -28,7 +28,9 @@
 -- Algorithms 3.3 and 3.4), the latents n×C matrices, sharing the kernel or
 -- with kernels = {k_1, ..., k_C} one each (hyperparameters "c<c>_<name>");
 -- the mode, log q, the same two-part gradient and the predictions are in
--- gp/laplace_softmax.lua.
+-- gp/laplace_softmax.lua. With softmax{classes = C, features = F} (mixing
+-- weights W, learnt with the kernels: "mixing_weights" in parameters,
+-- bounds and priors) F latent GPs and logits W·g: gp/laplace_mixing.lua.
 local lt = require "lazytensor"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local optim = require "lazytensor.optim"
@@ -36,6 +38,8 @@ local variational = require "lazytensor.gp.variational"
 local hyper = require "lazytensor.gp.hyper"
 local ltkernel = require "lazytensor.gp.ltkernel"
 local multiclass = require "lazytensor.gp.laplace_softmax"
+local mixed = require "lazytensor.gp.laplace_mixing"
+local mixing = require "lazytensor.gp.mixing"
 local kernels = require "lazytensor.gp.kernels"
 
 local laplace = {}
@@ -115,7 +119,8 @@ local function check_class_kernels(spec, C, X)
     for _ in pairs(ks) do count = count + 1 end
   end
   if count ~= C or #ks ~= C then
-    fail("kernels must be a list of %d gp kernels (one per class), got %s", C,
+    fail("kernels must be a list of %d gp kernels (one per %s), got %s", C,
+         spec.likelihood.mixing and "latent function: features = F" or "class",
          type(ks) == "table" and getmetatable(ks) == nil and (count .. " entries") or type(ks))
   end
   local owner = {}
@@ -144,7 +149,7 @@ end
 
 -- bounds and priors over the per-class names: a name without a class
 -- prefix is pointed at the prefixed ones.
-local function parse_class_hyper(spec, entries)
+local function parse_class_hyper(spec, entries, reals)
   local names = {}
   for _, hp in ipairs(hypers{kernels = entries}) do names[hp.name] = hp.value end
   for _, key in ipairs{"bounds", "priors"} do
@@ -157,7 +162,7 @@ local function parse_class_hyper(spec, entries)
       end
     end
   end
-  return hyper.parse(fail, names, spec.bounds, spec.priors)
+  return hyper.parse(fail, names, spec.bounds, spec.priors, nil, reals)
 end
 
 --- The model's constructor, given init.lua's helpers.
@@ -176,7 +181,7 @@ function laplace.constructor(helpers)
     ltkernel.check_inputs(X, fail, "x")
     local entries
     if spec.kernels ~= nil then
-      entries = check_class_kernels(spec, softmax and lik.classes or nil, X)
+      entries = check_class_kernels(spec, softmax and lik.latents or nil, X)
     else
       spec.kernel:check_inputs(X:size(2)) -- ARD lengthscales: one per column read
       local top = spec.kernel:max_dim()
@@ -204,16 +209,20 @@ function laplace.constructor(helpers)
       fail("tol must be a positive number, got %s", tostring(tol))
     end
     local bounds, prior_set
+    local reals = softmax and mixing.reals(lik, {}) or nil -- W, with mixing weights
     if spec.kernels ~= nil then
-      bounds, prior_set = parse_class_hyper(spec, entries)
+      bounds, prior_set = parse_class_hyper(spec, entries, reals)
     else
-      bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil)
+      bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil, reals)
     end
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
                          kernels = entries, per_class = spec.kernels ~= nil,
                          bounds = bounds, priors = prior_set,
                          likelihood = lik, jitter = jitter, max_newton = max_newton,
                          tol = tol, classes = softmax and lik.classes or nil,
+                         latents = softmax and lik.latents or nil,
+                         mixed = softmax and lik.mixing and
+                                 mixed.constants(X:size(1), lik.classes, lik.latents) or nil,
                          Y = softmax and one_hot(y, lik.classes) or nil}, Laplace)
   end
 end
@@ -230,7 +239,7 @@ function Laplace:parameters()
       p[hyper.key(self.bounds, hp.name)] = type(r) == "table" and lt.tensor(r) or r
     end
   end
-  return p
+  return mixing.add_parameters(self, p) -- softmax's W (mixing_weights), when learnt
 end
 
 -- The parameters as a flat array (names sorted; ARD entries in order).
@@ -241,11 +250,20 @@ local function names_of(p)
   return names
 end
 
+-- A tensor's entries as a flat list (row by row).
+local function flat(t)
+  return t:contiguous():reshape(t:numel()):totable()
+end
+
+local function is_mixing_key(name)
+  return name == mixing.KEYS[1] or name == mixing.KEYS[2]
+end
+
 function Laplace:get_vector()
   local p, v = self:parameters(), {}
   for _, name in ipairs(names_of(p)) do
     if lt.is_tensor(p[name]) then
-      for _, x in ipairs(p[name]:totable()) do v[#v + 1] = x end
+      for _, x in ipairs(flat(p[name])) do v[#v + 1] = x end
     else
       v[#v + 1] = p[name]
     end
@@ -263,9 +281,26 @@ function Laplace:set_vector(v)
   for i = 1, count do
     if type(v[i]) ~= "number" then fail("set_vector: entry %d is not a number", i) end
   end
+  -- W first, checked before anything changes
+  local new_weights, at = nil, 0
+  for _, name in ipairs(names_of(p)) do
+    local size = lt.is_tensor(p[name]) and p[name]:numel() or 1
+    if is_mixing_key(name) then -- W (C×F), row by row
+      local C, F = p[name]:size(1), p[name]:size(2)
+      local rows = {}
+      for c = 1, C do
+        rows[c] = {}
+        for j = 1, F do rows[c][j] = v[at + (c - 1) * F + j] end
+      end
+      new_weights = mixing.from_parameters(self, {[name] = lt.tensor(rows)}, fail)
+    end
+    at = at + size
+  end
   for _, name in ipairs(names_of(p)) do
     local key = name:sub(5)
-    if lt.is_tensor(p[name]) then
+    if is_mixing_key(name) then
+      off = off + p[name]:numel()
+    elseif lt.is_tensor(p[name]) then
       local l = {}
       for i = 1, p[name]:size(1) do l[i] = hyper.from_raw(self.bounds, key, v[off + i]) end
       off = off + #l
@@ -275,6 +310,7 @@ function Laplace:set_vector(v)
       set_hyper(self, key, hyper.from_raw(self.bounds, key, v[off]))
     end
   end
+  if new_weights then self.likelihood.weights = new_weights end
   self.mode = nil -- the cached f̂ stays as the next Newton start (self.start)
 end
 
@@ -282,7 +318,9 @@ local function grad_vector(p, g)
   local out = {}
   for _, name in ipairs(names_of(p)) do
     if lt.is_tensor(g[name]) and g[name]:dim() > 0 then
-      for _, x in ipairs(g[name]:totable()) do out[#out + 1] = x end
+      for _, x in ipairs(g[name]:contiguous():reshape(g[name]:numel()):totable()) do
+        out[#out + 1] = x
+      end
     else
       out[#out + 1] = type(g[name]) == "number" and g[name] or g[name]:item()
     end
@@ -309,7 +347,7 @@ end
 -- matrix C times, or each class's own.
 local function Ks_of(self, logs, A, B)
   local out = {}
-  for c = 1, self.classes do
+  for c = 1, self.latents do
     local e = self.kernels[c]
     out[c] = e and entry_K(self, e, logs, A, B) or out[1]
   end
@@ -319,7 +357,7 @@ end
 -- Per class (as Ks_of) the value fn(evaluator) at the kernel's values.
 local function per_class(self, fn)
   local out = {}
-  for c = 1, self.classes do
+  for c = 1, self.latents do
     local e = self.kernels[c]
     out[c] = e and fn(evaluator(self, e, nil)) or out[1]
   end
@@ -330,6 +368,11 @@ end
 local function fingerprint(self)
   local parts = {}
   for i, e in ipairs(self.kernels) do parts[i] = e.kernel:fingerprint() end
+  if self.mixed then -- the mode moves with W too
+    local w = {}
+    for i, x in ipairs(flat(self.likelihood.weights)) do w[i] = string.format("%.17g", x) end
+    parts[#parts + 1] = table.concat(w, ",")
+  end
   return table.concat(parts, "|")
 end
 
@@ -355,6 +398,14 @@ end
 function Laplace:find_mode()
   local fp = fingerprint(self)
   if self.mode and self.mode_fp == fp then return self.mode end
+  if self.mixed then
+    local Ks = Ks_of(self)
+    local md = mixed.find_mode(self.mixed, Ks, self.likelihood.weights, self.Y, self.start,
+                               self.max_newton, self.tol)
+    md.Ks = Ks
+    self.mode, self.mode_fp, self.start = md, fp, md.A
+    return md
+  end
   if self.classes then
     local Ks = Ks_of(self)
     local md = multiclass.find_mode(Ks, self.Y, self.start, self.max_newton, self.tol)
@@ -439,6 +490,7 @@ local function log_prior(self, logs)
       values[e.prefix .. hp.name] = kern:get(hp.name)
     end
   end
+  if self.mixed then values.mixing_weights = mixing.weights_of(self, logs) end
   return hyper.log_prior(self.priors, function(name) return values[name] end)
 end
 
@@ -453,6 +505,7 @@ end
 -- opts.posterior = true adds the priors' log densities.
 function Laplace:gradient_objective(opts)
   local md = self:find_mode()
+  if self.mixed then return self:mixed_objective(md, opts) end
   if self.classes then return self:multiclass_objective(md, opts) end
   local a, sW = md.d1, md.sW
   local b
@@ -486,6 +539,23 @@ function Laplace:multiclass_objective(md, opts)
   return f, self:parameters()
 end
 
+-- gradient_objective's surrogate with mixing weights (gp/laplace_mixing.lua),
+-- a function of the kernels' hyperparameters and W.
+function Laplace:mixed_objective(md, opts)
+  local implicit
+  if not opts or opts.implicit ~= false then
+    local b, c = mixed.implicit(self.mixed, md, md.Ks, self.likelihood.weights)
+    implicit = {b = b, c = c}
+  end
+  local function f(logs)
+    local value = mixed.surrogate(self.mixed, Ks_of(self, logs), mixing.weights_of(self, logs),
+                                  md, self.Y, implicit)
+    if opts and opts.posterior then value = value + log_prior(self, logs) end
+    return value
+  end
+  return f, self:parameters()
+end
+
 --- log q(y | θ) and its gradient with respect to get_vector() (the log
 -- kernel hyperparameters), by lt.grad (see the header); with opts.posterior
 -- = true, of the log posterior (priors added).
@@ -505,6 +575,7 @@ function Laplace:fit(opts)
   local method = opts.method or "lbfgs"
   if method ~= "lbfgs" and method ~= "adam" then fail("unknown fit method '%s'", method) end
   local saved_mode, saved_fp, saved_start = self.mode, self.mode_fp, self.start
+  local saved_weights = self.likelihood.weights
   local x0 = self:get_vector()
   local saved = {}
   for _, hp in ipairs(hypers(self)) do
@@ -536,6 +607,7 @@ function Laplace:fit(opts)
   if not ok then
     -- the values as they were, exactly (e^{log θ} need not be θ)
     for name, v in pairs(saved) do set_hyper(self, name, v) end
+    self.likelihood.weights = saved_weights
     self.mode, self.mode_fp, self.start = saved_mode, saved_fp, saved_start
     error(best, 0)
   end
@@ -557,6 +629,10 @@ end
 function Laplace:predict(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
+  if self.mixed then
+    local kss = per_class(self, function(kern) return kern:diag(star):totable() end)
+    return mixed.predict(self.mixed, md, Ks_of(self, nil, self.X, star), kss)
+  end
   if self.classes then
     local kss = per_class(self, function(kern) return kern:diag(star):totable() end)
     return multiclass.predict(md, self.Y, Ks_of(self, nil, self.X, star), kss)
@@ -598,6 +674,7 @@ function Laplace:predict_y(xstar, opts)
                                seed = opts.seed}.base_samples()
   end
   local mean, var, covs = self:predict(xstar)
+  if self.mixed then mean, covs = mixed.logits(mean, covs, self.likelihood.weights) end
   if self.classes then
     return multiclass.predict_y(mean, covs, {base = base, tol = opts.tol,
                                              max_nodes = opts.max_nodes})
@@ -611,6 +688,10 @@ end
 function Laplace:posterior(xstar)
   local star = h.test_points_tensor(xstar, self.d)
   local md = self:find_mode()
+  if self.mixed then
+    local Kss = per_class(self, function(kern) return kern:matrix(star) end)
+    return mixed.posterior(self.mixed, md, Ks_of(self, nil, self.X, star), Kss)
+  end
   if self.classes then
     local Kss = per_class(self, function(kern) return kern:matrix(star) end)
     return multiclass.posterior(md, self.Y, Ks_of(self, nil, self.X, star), Kss)

@@ -189,6 +189,10 @@ local function check_keys(what, spec, keys)
   local set = {}
   for _, k in ipairs(keys) do set[k] = true end
   for k in pairs(spec) do
+    if not set[k] and (k == "features" or k == "mixing" or k == "mixing_weights") then
+      fail("%s has one latent function: mixing weights ('%s') are softmax's "
+           .. "(gp.likelihoods.softmax{classes = C, features = F})", what, k)
+    end
     if not set[k] then
       fail("%s: unknown key '%s' (expected one of %s)", what, tostring(k), table.concat(keys, ", "))
     end
@@ -261,6 +265,19 @@ function Likelihood:check_labels(y, what)
   y = label_tensor(y, what)
   if self.label_rule then self.label_rule(y, what) end
   return y
+end
+
+--- softmax with mixing weights: W (C×F, a copy); nil for every other
+-- likelihood.
+function Likelihood:mixing_weights()
+  return self.weights and self.weights:clone()
+end
+
+--- Sets softmax's mixing weights W (C×F, a table of rows or a dense
+-- tensor of finite numbers; checked whole first).
+function Likelihood:set_mixing_weights(W)
+  if not self.mixing then fail("%s has no mixing weights", self.kind) end
+  self.weights = likelihoods._weights_tensor(W, self.classes, self.features, "mixing_weights")
 end
 
 -- d/df and d²/df² of log p(y | f) per point, for Newton's method in
@@ -491,6 +508,179 @@ local function check_latents(M, V, C)
   end
 end
 
+-- GPyTorch's default initial mixing weights: randn(C, F)/F. Here the
+-- normals are deterministic: Box–Muller draws (cosine branch) from
+-- Park–Miller's generator seeded by seed + 7919 (a stream apart from the
+-- base samples'), row by row, each divided by F.
+local function initial_weights(C, F, seed)
+  local s = (seed + 7919) % 2147483646 + 1
+  local function uniform()
+    s = (16807 * s) % 2147483647
+    return s / 2147483647
+  end
+  local rows = {}
+  for c = 1, C do
+    rows[c] = {}
+    for j = 1, F do
+      rows[c][j] = sqrt(-2 * log(uniform())) * math.cos(2 * pi * uniform()) / F
+    end
+  end
+  return lt.tensor(rows)
+end
+
+-- W given (a C×F table or dense tensor of finite numbers) as a new tensor.
+local function weights_tensor(W, C, F, what)
+  local ok, t = pcall(function() return lt.is_tensor(W) and W or lt.tensor(W) end)
+  if not ok or lt.is_lazy(t) then
+    fail("%s must be a %d×%d matrix (a table of rows or a dense tensor)", what, C, F)
+  end
+  if t:dim() ~= 2 or t:size(1) ~= C or t:size(2) ~= F then
+    local shape = {}
+    for i = 1, t:dim() do shape[i] = t:size(i) end
+    fail("%s must be %d×%d (classes × features), got %s", what, C, F,
+         #shape == 0 and "a scalar" or table.concat(shape, "×"))
+  end
+  for i, row in ipairs(t:totable()) do
+    for j, v in ipairs(row) do
+      if v ~= v or v == math.huge or v == -math.huge then
+        fail("%s[%d][%d] is not a finite number", what, i, j)
+      end
+    end
+  end
+  return t:clone():contiguous()
+end
+likelihoods._weights_tensor = weights_tensor
+
+-- The features and mixing settings of spec: F (the latent count) and
+-- whether W is learnt; without mixing F = C.
+local function mixing_settings(spec, C)
+  local F, mixing = spec.features, spec.mixing
+  if mixing ~= nil and type(mixing) ~= "boolean" then
+    fail("softmax mixing must be true or false, got %s", tostring(mixing))
+  end
+  if F ~= nil and (type(F) ~= "number" or F % 1 ~= 0 or F < 1) then
+    fail("softmax features must be a positive whole number, got %s", tostring(F))
+  end
+  if mixing == nil then mixing = F ~= nil end
+  if not mixing then
+    if F ~= nil and F ~= C then
+      fail("softmax without mixing weights has one latent per class: features = %d must be "
+           .. "classes = %d (or mixing = true)", F, C)
+    end
+    if spec.mixing_weights ~= nil then fail("softmax: mixing_weights given with mixing = false") end
+    return C, false
+  end
+  if F == nil then fail("softmax mixing weights need features = F (the number of latent GPs)") end
+  return F, true
+end
+
+-- Per row of A (a tensor), its largest entry as a constant column: the
+-- shift of a stable log Σ e^a.
+local function row_max(A)
+  local top = {}
+  for i, row in ipairs(A:totable()) do top[i] = {math.max(unpack(row))} end
+  return lt.tensor(top)
+end
+
+-- The C × SC matrix [I_C … I_C]: sums a sample-major row of SC class
+-- values over the S samples, class by class.
+local function class_repeat(S, C)
+  local R = lt.zeros(C, S * C)
+  for k = 1, S do
+    for c = 1, C do R:set(c, (k - 1) * C + c, 1) end
+  end
+  return R
+end
+
+-- The softmax likelihood with mixing weights (GPyTorch's
+-- SoftmaxLikelihood(num_features = F, num_classes = C)): F independent
+-- latents g (n×F means and variances) and class logits f = W·g, W (C×F)
+-- a hyperparameter the models learn ("mixing_weights", real-valued; a
+-- followed C×F tensor theta.mixing_weights inside lt.grad, self.weights
+-- otherwise). E log p(y | g) = (M Wᵀ)_y − E log Σ_c e^{(W g)_c}:
+--   C = 2: f₁ − f₂ = dᵀg with d = w₁ − w₂, so N(M d, V (d ⊙ d)) and the
+--          1-d Gauss–Hermite rule of the one-latent-per-class case;
+--   C ≥ 3: the Monte Carlo average over the S base samples ε_k ∈ R^F,
+--          g = m + √v ⊙ ε_k, f = W g (the same rows of samples as without
+--          mixing, then one product by Wᵀ).
+-- With F = C and W = I every product by W is exact, so the numbers are
+-- those of softmax{classes = C} bit for bit.
+local function mixed_softmax(self, lay)
+  local C, F, S = self.classes, self.features, self.samples
+  -- with F = 1 a model's latents are 1-d (one latent function): as n×1
+  local function check(M, V)
+    if F == 1 and lt.is_tensor(M) and lt.is_tensor(V) and M:dim() == 1 and V:dim() == 1 then
+      return M:reshape(M:size(1), 1), V:reshape(V:size(1), 1)
+    end
+    if not lt.is_tensor(M) or not lt.is_tensor(V) or M:dim() ~= 2 or V:dim() ~= 2
+       or M:size(2) ~= F or V:size(2) ~= F or M:size(1) ~= V:size(1) then
+      fail("softmax: latent means and variances must be n×%d matrices (one column per "
+           .. "feature g_1..g_%d: the mixing weights map them to %d classes)", F, F, C)
+    end
+    return M, V
+  end
+  local function weights_of(t) return t and t.mixing_weights or self.weights end
+  -- C = 2: s = +1 for class 1, −1 for class 2, and q(dᵀg)
+  local function difference(y, M, V, W)
+    local d = W:narrow(1, 1, 1) - W:narrow(1, 2, 1) -- 1×F
+    local n = M:size(1)
+    return -(y * 2 - 3), (M * d:t()):reshape(n), (V * d:cmul(d):t()):reshape(n)
+  end
+  -- the mixed samples f = W g as an nS × C matrix (row (i − 1)S + k)
+  local function mixed_samples(M, V, W)
+    local n = M:size(1)
+    local G = (M * lay.R + (V:sqrt() * lay.R):cmul(lay.E)):reshape(n * S, F)
+    return G * W:t()
+  end
+  self.pointwise = function(y, G, t)
+    if F == 1 and G:dim() == 1 then G = G:reshape(G:size(1), 1) end
+    local Fm = G * weights_of(t):t()
+    local c = row_max(Fm)
+    local lse = (Fm - c):exp():sum(2):log() + c:reshape(Fm:size(1))
+    return Fm:cmul(one_hot(y, C)):sum(2) - lse
+  end
+  local function ell(y, M, V, t)
+    M, V = check(M, V)
+    local W = weights_of(t)
+    if C == 2 then
+      local s, g_mean, g_var = difference(y, M, V, W)
+      return quadrature(function(g) return -softplus(-g:cmul(s)) end, g_mean, g_var, self.nodes)
+    end
+    local n = M:size(1)
+    local Fm = mixed_samples(M, V, W)
+    local shift = row_max(Fm)
+    local lse = ((Fm - shift):exp():sum(2):log() + shift:reshape(n * S)):reshape(n, S)
+    return (M * W:t()):cmul(one_hot(y, C)):sum(2) - lse:sum(2) * (1 / S)
+  end
+  self.closed_ell = ell
+  self.quadrature_log_prob = function(_, y, M, V, t)
+    if C > 2 then
+      fail("softmax: no quadrature for %d classes: the expected log-likelihood is a Monte "
+        .. "Carlo average over fixed base samples (expected_log_prob without quadrature)", C)
+    end
+    return ell(y, M, V, t)
+  end
+  local sum_samples = C > 2 and class_repeat(S, C):t() or nil
+  self.predictive = function(M, V, t)
+    M, V = check(M, V)
+    local W = weights_of(t)
+    local n = M:size(1)
+    local P
+    if C == 2 then
+      local _, g_mean, g_var = difference(lt.ones(n), M, V, W)
+      local p1 = quadrature(sigmoid, g_mean, g_var, self.nodes):reshape(n, 1)
+      P = lt.ones(1, 2):cmul(p1) + lt.tensor{{0, 1}} - lt.tensor{{0, 2}}:cmul(p1)
+    else
+      local Fm = mixed_samples(M, V, W)
+      local Ef = (Fm - row_max(Fm)):exp()
+      local softmax = Ef:cdiv(Ef:sum(2):reshape(n * S, 1)) -- nS × C
+      P = softmax:reshape(n, S * C) * sum_samples * (1 / S)
+    end
+    return P, P:cmul(-P + 1)
+  end
+  return self
+end
+
 --- softmax{classes = C (≥ 2), samples = S (even, default 64), seed (1),
 -- nodes}: multiclass classification with one latent function per class
 -- (GPyTorch's SoftmaxLikelihood without mixing weights); labels y ∈ 1..C;
@@ -503,12 +693,23 @@ end
 -- deterministic, differentiable through lt.grad in m and v. predict_y:
 -- the class probabilities E softmax(f) (n×C, rows summing to 1) and their
 -- variances p(1 − p).
+--
+-- With features = F (mixing = true, implied): GPyTorch's default
+-- SoftmaxLikelihood(num_features = F, num_classes = C), F latents g mixed
+-- into the logits f = W g by learnt weights W (C×F, "mixing_weights":
+-- mixing_weights = W to start from, otherwise GPyTorch's N(0, 1)/F draws
+-- from a fixed generator; fixed = {mixing_weights = true} keeps it); latent
+-- means and variances are then n×F and the base samples F-vectors
+-- (mixed_softmax above). mixing = false (or no features) is the case
+-- above, numbers unchanged.
 function likelihoods.softmax(spec)
-  spec = check_keys("softmax", spec, {"classes", "samples", "seed", "nodes"})
+  spec = check_keys("softmax", spec, {"classes", "samples", "seed", "nodes", "features", "mixing",
+                                       "mixing_weights", "fixed"})
   local C = spec.classes
   if type(C) ~= "number" or C % 1 ~= 0 or C < 2 then
     fail("softmax needs classes = a whole number ≥ 2, got %s", tostring(C))
   end
+  local nf, mixing = mixing_settings(spec, C)
   local S = spec.samples or 64
   if type(S) ~= "number" or S % 2 ~= 0 or S < 2 then
     fail("softmax samples must be an even whole number ≥ 2, got %s", tostring(S))
@@ -517,15 +718,31 @@ function likelihoods.softmax(spec)
   if type(seed) ~= "number" or seed % 1 ~= 0 or seed < 0 then
     fail("softmax seed must be a non-negative whole number, got %s", tostring(seed))
   end
-  local self = new("softmax", {}, nil, {latents = C, classes = C, samples = S, seed = seed,
+  local fixed = check_keys("softmax fixed", spec.fixed, {"mixing_weights"})
+  if fixed.mixing_weights ~= nil and not mixing then
+    fail("softmax: fixed.mixing_weights needs mixing weights (features = F)")
+  end
+  local weights
+  if mixing then
+    weights = spec.mixing_weights ~= nil
+              and weights_tensor(spec.mixing_weights, C, nf, "softmax mixing_weights")
+              or initial_weights(C, nf, seed)
+  end
+  local self = new("softmax", {}, nil, {latents = nf, classes = C, samples = S, seed = seed,
                                          nodes = spec.nodes, label_rule = class_rule(C)})
-  local base = base_samples(S, C, seed)
-  local lay = mc_layout(base, C)
-  --- The base samples ε_k (a Lua array of S arrays of C numbers, a copy).
+  local base = base_samples(S, nf, seed)
+  local lay = mc_layout(base, nf)
+  --- The base samples ε_k (a Lua array of S arrays of F numbers, a copy;
+  -- F = C without mixing weights).
   function self.base_samples()
     local out = {}
     for k, e in ipairs(base) do out[k] = {unpack(e)} end
     return out
+  end
+  if mixing then
+    self.mixing, self.features, self.weights = true, nf, weights
+    self.fixed.mixing_weights = fixed.mixing_weights and true or nil
+    return mixed_softmax(self, lay)
   end
   -- log softmax(F)_y per row of F (n×C)
   self.pointwise = function(y, F)

@@ -32,6 +32,7 @@ local kernels = require "lazytensor.gp.kernels"
 local likelihoods = require "lazytensor.gp.likelihoods"
 local hyper = require "lazytensor.gp.hyper"
 local ltkernel = require "lazytensor.gp.ltkernel"
+local mixing = require "lazytensor.gp.mixing"
 
 local variational = {}
 
@@ -204,12 +205,12 @@ function variational.constructor(helpers)
     end
     local C = lik.latents or 1
     local mean_value = class_constants(mean == "zero" and 0 or (spec.mean_value or 0), C)
-    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik, {
+    local bounds, prior_set = variational.parse_hyper(spec, spec.kernel, lik, mixing.reals(lik, {
       inducing = {value = Z:contiguous():reshape(Z:numel()):totable(), shape = Z:shape(),
                   free = not fixed.inducing},
       mean = mean == "constant" and {value = mean_value, shape = C > 1 and {C} or {},
                                      free = not fixed.mean} or nil,
-    })
+    }))
     local self = setmetatable({
       X = X, y = y, n = n, d = X:size(2), m = m, kernel = spec.kernel, likelihood = lik,
       bounds = bounds, priors = prior_set,
@@ -266,7 +267,7 @@ function SVGP:parameters()
       p.constant = constant
     end
   end
-  return p
+  return mixing.add_parameters(self, p)
 end
 
 -- Z at p (followed inside lt.grad): p.Z, p.raw_Z through its bounds, or the model's.
@@ -340,9 +341,11 @@ function SVGP:set_parameters(p)
       new_constant = number_of(new_constant)
     end
   end
+  local new_weights = mixing.from_parameters(self, p, fail) -- softmax's W, checked
   self.q_mean = p.mean:clone():contiguous()
   self.q_chol = p.chol:clone():contiguous()
   if self.distribution == "cholesky" then self.q_chol = self.q_chol:cmul(self.mask) end
+  if new_weights then self.likelihood.weights = new_weights end
   if p.Z then self.Z = p.Z:clone():contiguous() end
   if p.raw_Z then self.Z = hyper.real_value(self.bounds.inducing, p.raw_Z):contiguous() end
   -- keys "log_<name>" or "raw_<name>" (gp/hyper.lua)
@@ -375,7 +378,7 @@ local function likelihood_theta(self, p)
   for key, v in pairs(p and p.likelihood or {}) do
     theta[key:sub(5)] = hyper.from_raw(self.bounds, key:sub(5), v)
   end
-  return theta
+  return mixing.theta(self, p, theta)
 end
 
 local function lower_solve(L, B) return lt.triangular(L, "lower"):solve(B) end
@@ -602,7 +605,8 @@ end
 -- triangle has a zero gradient (the bound reads L ⊙ mask), so it stays 0.
 local function leaves(p)
   local out = {}
-  for _, name in ipairs{"mean", "chol", "Z", "raw_Z", "constant", "raw_constant"} do
+  for _, name in ipairs{"mean", "chol", "Z", "raw_Z", "constant", "raw_constant",
+                        mixing.KEYS[1], mixing.KEYS[2]} do
     if p[name] ~= nil then out[#out + 1] = {nil, name} end
   end
   for _, group in ipairs{"kernel", "likelihood"} do
@@ -674,7 +678,8 @@ local function snapshot(self)
   local lik = {}
   for name, v in pairs(self.likelihood.params) do lik[name] = v end
   return {q_mean = self.q_mean:clone(), q_chol = self.q_chol:clone(), Z = self.Z:clone(),
-          mean_value = self.mean_value, kernel = kernel, likelihood = lik}
+          mean_value = self.mean_value, kernel = kernel, likelihood = lik,
+          weights = self.likelihood.weights}
 end
 
 local function restore(self, snap)
@@ -682,6 +687,7 @@ local function restore(self, snap)
   self.mean_value = snap.mean_value
   for name, v in pairs(snap.kernel) do ltkernel.set(self.kernel, name, v) end
   for name, v in pairs(snap.likelihood) do self.likelihood.params[name] = v end
+  self.likelihood.weights = snap.weights
 end
 
 -- One natural-gradient step on q (Hensman et al. 2013; Salimbeni et al.
@@ -973,7 +979,10 @@ function SVGP:describe()
   else
     means = string.format("%.6g", means)
   end
-  if self.latents > 1 then lik[#lik + 1] = self.latents .. " classes" end
+  if self.latents > 1 then
+    lik[#lik + 1] = (self.likelihood.classes or self.latents) .. " classes"
+                    .. mixing.describe(self.likelihood)
+  end
   return string.format("%s\nlikelihood %s(%s)\nmean = %s\n%d inducing points%s, %s q%s",
                        self.kernel:describe(), self.likelihood.kind, table.concat(lik, ", "),
                        means, self.m, self.fixed.inducing and " (fixed)" or " (learnt)",
