@@ -479,9 +479,189 @@ static int l_iql_parts(lua_State *L) {
   return 5;
 }
 
+/* ------------------------------------------ lt.grad's metamethod records */
+
+/* A metamethod's recording wrapper (lt._metamethod_recorder) is C: a tiny
+ * operation recorded costs its record, not an interpreter running the
+ * bookkeeping (issue 24 asks at most 3x the untaped call). Its upvalues
+ * follow the binding's three. */
+#define REC_ORIG lua_upvalueindex(LTB_NUPVALUES + 1)  /* the library's metamethod */
+#define REC_NAME lua_upvalueindex(LTB_NUPVALUES + 2)  /* the operation its records name */
+#define REC_FLAGS lua_upvalueindex(LTB_NUPVALUES + 3) /* REC_READS, REC_READS_RESULT */
+#define REC_LIVE lua_upvalueindex(LTB_NUPVALUES + 4)  /* live: see l_metamethod_recorder */
+#define REC_KEY(k) lua_upvalueindex(LTB_NUPVALUES + 5 + (k))
+#define REC_NUPVALUES (LTB_NUPVALUES + 4 + KEY_COUNT)
+
+enum { REC_READS = 1, REC_READS_RESULT = 2 };
+/* The tape's tables the wrapper uses, at these indices of the tape. */
+enum { TAPE_CURRENT = 1, TAPE_READ = 2, TAPE_RECORDS = 3 };
+/* live[LIVE_TAPE]: the tape recording now (nil between lt.grad calls);
+ * live[LIVE_GROWN_AT]: the record count at which live.grown(tape) runs. */
+enum { LIVE_TAPE = 1, LIVE_GROWN_AT = 2 };
+/* Field names the wrapper reads and writes, kept as upvalues (no string
+ * interning per call). */
+enum { KEY_NNODES, KEY_NREC, KEY_ID, KEY_VALUE, KEY_ADDR, KEY_COUNT };
+static const char *const record_keys[KEY_COUNT] = {"nnodes", "nrec", "id", "value", "addr"};
+
+/* tape[key] + 1, stored back: the next node's id or record's index. */
+static lua_Integer bump_counter(lua_State *L, int tape, int key) {
+  lua_pushvalue(L, REC_KEY(key));
+  lua_rawget(L, tape);
+  lua_Integer n = lua_tointeger(L, -1) + 1;
+  lua_pop(L, 1);
+  lua_pushvalue(L, REC_KEY(key));
+  lua_pushinteger(L, n);
+  lua_rawset(L, tape);
+  return n;
+}
+
+/* read[storage of t] = true for a dense t: the record's backward reads its
+ * values, so a later write into them is refused (Tape:check_write). */
+static void mark_read(lua_State *L, int read, const lt_tensor *t) {
+  if (t == NULL || !lt_is_dense(t)) return;
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, read, lt_dense_storage_id(t));
+}
+
+/* Pushes live[field], a Lua helper of the tape, for a call. */
+static void push_helper(lua_State *L, const char *field) {
+  lua_getfield(L, REC_LIVE, field);
+}
+
+/* The wrapper: orig(a, b), and while a tape records and a or b is a value
+ * it follows, the record {name, a, b, out, na, nb, id =, value =, addr =}
+ * (na, nb: the operands' nodes), which is also its result's node (the
+ * compact record Tape:expand reads). What record_binary did in Lua. */
+static int recording_metamethod(lua_State *L) {
+  lua_settop(L, 2);
+  lua_rawgeti(L, REC_LIVE, LIVE_TAPE); /* 3: the tape */
+  if (!lua_istable(L, 3)) {
+    lua_pop(L, 1);
+    lua_pushvalue(L, REC_ORIG);
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    return 1;
+  }
+  const int tape = 3, current = 4, na = 5, nb = 6, out = 7;
+  lua_rawgeti(L, tape, TAPE_CURRENT);
+  lt_tensor *ta = ltb_to_tensor(L, 1), *tb = ltb_to_tensor(L, 2);
+  int followed = 0;
+  lua_pushnil(L);
+  if (ta) {
+    lua_pop(L, 1);
+    lua_rawgetp(L, current, ta);
+    followed = !lua_isnil(L, na);
+  }
+  lua_pushnil(L);
+  if (tb) {
+    lua_pop(L, 1);
+    lua_rawgetp(L, current, tb);
+    followed = followed || !lua_isnil(L, nb);
+  }
+  lua_pushvalue(L, REC_ORIG);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 1);
+  if (!followed) return 1;
+  if (lua_type(L, out) == LUA_TNUMBER) { /* a number: a 0-d tensor, followed */
+    push_helper(L, "tensor");
+    lua_pushvalue(L, out);
+    lua_call(L, 1, 1);
+    lua_replace(L, out);
+  }
+  lt_tensor *to = ltb_to_tensor(L, out);
+  int flags = (int)lua_tointeger(L, REC_FLAGS);
+  if (flags & REC_READS) {
+    lua_rawgeti(L, tape, TAPE_READ);
+    int read = lua_gettop(L);
+    mark_read(L, read, ta);
+    mark_read(L, read, tb);
+    if (flags & REC_READS_RESULT) mark_read(L, read, to);
+    lua_pop(L, 1);
+  }
+  if (to && !lt_is_dense(to) && lt_ndim(to) > 3) { /* raises */
+    push_helper(L, "refuse_batches");
+    lua_pushvalue(L, REC_NAME);
+    lua_pushvalue(L, out);
+    lua_call(L, 2, 0);
+  }
+  lua_createtable(L, 6, to ? 3 : 0);
+  int rec = lua_gettop(L);
+  lua_pushvalue(L, REC_NAME);
+  lua_rawseti(L, rec, 1);
+  const int fields[] = {1, 2, out, na, nb};
+  for (int i = 0; i < 5; i++) {
+    lua_pushvalue(L, fields[i]);
+    lua_rawseti(L, rec, i + 2);
+  }
+  if (to) {
+    lua_pushvalue(L, REC_KEY(KEY_ID));
+    lua_pushinteger(L, bump_counter(L, tape, KEY_NNODES));
+    lua_rawset(L, rec);
+    lua_pushvalue(L, REC_KEY(KEY_VALUE));
+    lua_pushvalue(L, out);
+    lua_rawset(L, rec);
+    lua_pushvalue(L, REC_KEY(KEY_ADDR));
+    lua_pushlightuserdata(L, to);
+    lua_rawset(L, rec);
+    /* the latest version of its value; a value the call was given (the
+     * rare case) gets its versions listed by the tape (add_version) */
+    lua_rawgetp(L, current, to);
+    int previous = lua_gettop(L);
+    lua_pushvalue(L, rec);
+    lua_rawsetp(L, current, to);
+    if (!lua_isnil(L, previous)) {
+      push_helper(L, "add_version");
+      lua_pushvalue(L, tape);
+      lua_pushlightuserdata(L, to);
+      lua_pushvalue(L, previous);
+      lua_pushvalue(L, rec);
+      lua_call(L, 4, 0);
+    }
+    lua_pop(L, 1);
+  }
+  lua_Integer k = bump_counter(L, tape, KEY_NREC);
+  lua_rawgeti(L, tape, TAPE_RECORDS);
+  lua_pushvalue(L, rec);
+  lua_rawseti(L, -2, k);
+  lua_rawgeti(L, REC_LIVE, LIVE_GROWN_AT);
+  if (lua_tointeger(L, -1) == k) {
+    push_helper(L, "grown");
+    lua_pushvalue(L, tape);
+    lua_call(L, 1, 0);
+  }
+  lua_pushvalue(L, out);
+  return 1;
+}
+
+/* lt._metamethod_recorder(orig, name, reads, reads_result, live) → the
+ * recording wrapper of the metamethod orig. live is the tape's shared
+ * table: live[1] the tape recording now or nil, live[2] the record count
+ * that calls live.grown(tape), and the helpers live.tensor(number),
+ * live.add_version(tape, addr, previous, node), live.refuse_batches(name,
+ * value) (raises) and live.grown(tape). */
+static int l_metamethod_recorder(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TSTRING);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  lua_settop(L, 5);
+  lua_pushvalue(L, LTB_UPV_STATE);
+  lua_pushvalue(L, LTB_UPV_META);
+  lua_pushvalue(L, LTB_UPV_METHODS);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushinteger(L, (lua_toboolean(L, 3) ? REC_READS : 0) |
+                         (lua_toboolean(L, 4) ? REC_READS_RESULT : 0));
+  lua_pushvalue(L, 5);
+  for (int k = 0; k < KEY_COUNT; k++) lua_pushstring(L, record_keys[k]);
+  lua_pushcclosure(L, recording_metamethod, REC_NUPVALUES);
+  return 1;
+}
+
 static const luaL_Reg internals[] = {
     {"_address", l_address}, {"_iql_parts", l_iql_parts}, {"_dense_children", l_dense_children},
-    {"_stops", l_stops},     {"_leaf_vjp", l_leaf_vjp},   {NULL, NULL}};
+    {"_stops", l_stops},     {"_leaf_vjp", l_leaf_vjp},   {"_metamethod_recorder", l_metamethod_recorder},
+    {NULL, NULL}};
 
 static const luaL_Reg functions[] = {{"params", l_params},
                                      {"inv_quad_logdet", l_inv_quad_logdet},

@@ -155,8 +155,12 @@ Tape.__index = Tape
 
 local active -- the tape of the df call running now, or nil
 
+-- The tape's tables that the metamethods' recorders (C, bind_grad.c) use
+-- sit at these indices too.
+local TAPE_CURRENT, TAPE_READ, TAPE_RECORDS = 1, 2, 3
+
 local function new_tape()
-  return setmetatable({
+  local tape = setmetatable({
     records = {}, nrec = 0, nnodes = 0,
     current = {},  -- address → the latest node of that value
     versions = {}, -- address → its nodes, oldest first
@@ -165,6 +169,8 @@ local function new_tape()
     copy_of = {},  -- address of a composite's copy of a dense operand → its node
     copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
+  tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_RECORDS] = tape.current, tape.read, tape.records
+  return tape
 end
 
 local function kind_of(v)
@@ -181,20 +187,23 @@ function Tape:grown()
   if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
--- Makes node ({id, value, addr}) the latest version of its value (a
--- local function, not a method: it runs at every recorded call).
+-- node, a call's result at address addr, is the next version of the value
+-- previous was (the call returned a value it was given): both listed.
+local function add_version(tape, addr, previous, node)
+  local list = tape.versions[addr]
+  if list == nil then
+    list = {previous}
+    tape.versions[addr] = list
+  end
+  list[#list + 1] = node
+end
+
+-- Makes node ({id, value, addr}) the latest version of its value.
 local function track(tape, node)
   local addr, current = node.addr, tape.current
   local previous = current[addr]
   current[addr] = node
-  if previous then -- a call returned a value it was given: versions
-    local list = tape.versions[addr]
-    if list == nil then
-      list = {previous}
-      tape.versions[addr] = list
-    end
-    list[#list + 1] = node
-  end
+  if previous then add_version(tape, addr, previous, node) end
   return node
 end
 
@@ -348,40 +357,20 @@ function Tape:record(name, args, n, outs, kept)
   return unpack(outs, 1, outs.n)
 end
 
--- record for a metamethod's call: its operands' nodes and storages known
--- (a local function: the hot path of tiny operations).
--- reads, reads_result: READS[name], READS_RESULT[name].
-local function record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, out)
-  local addr, storage = address(out)
-  if addr == nil and type(out) == "number" then
-    out = originals.tensor(out)
-    addr, storage = address(out)
-  end
-  if reads then
-    local read = tape.read
-    if sa then read[sa] = true end
-    if sb then read[sb] = true end
-    if storage and reads_result then read[storage] = true end
-  end
-  -- kept compact, made a Record when the backward pass reaches it; the
-  -- record is its result's node too (one table an operation)
-  local rec
-  if addr then
-    if storage == nil and dim_of(out) > 3 then
-      fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
-        .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
-    end
-    local id = tape.nnodes + 1
-    tape.nnodes = id
-    rec = track(tape, {name, a, b, out, na, nb, id = id, value = out, addr = addr})
-  else
-    rec = {name, a, b, out, na, nb}
-  end
-  local k = tape.nrec + 1
-  tape.nrec = k
-  tape.records[k] = rec
-  if k == GENERATIONAL_RECORDS then tape:grown() end
-  return out
+-- What the metamethods' recorders (lt._metamethod_recorder, C) share with
+-- the tape: [1] the tape recording now (nil between calls), [2] the
+-- record count at which the tape grows (Tape:grown), and the helpers for
+-- their rare cases. A recorder keeps its record compact,
+-- {name, a, b, out, na, nb, id =, value =, addr =}: the record is its
+-- result's node too (one table an operation), made a Record when the
+-- backward pass reaches it.
+local live = {nil, GENERATIONAL_RECORDS}
+live.add_version = add_version
+live.grown = function(tape) tape:grown() end
+live.tensor = function(x) return originals.tensor(x) end
+function live.refuse_batches(name, out)
+  fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
+    .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
 end
 
 -- A metamethod's compact record as a Record (c is its result's node).
@@ -535,21 +524,10 @@ local function wrapper(name, orig)
 end
 
 -- The metamethods' wrappers: two operands, one result (Lua calls __unm
--- with the operand twice).
+-- with the operand twice), recorded in C (bind_grad.c).
 local function binary_wrapper(name, orig)
   local reads = not VIEWS[name] and not WRITES[name]
-  local reads_result = reads and not RESULT_UNREAD[name]
-  return function(a, b)
-    local tape = active
-    if tape == nil then return orig(a, b) end
-    local current = tape.current
-    local ka, sa, kb, sb
-    if type(a) == "userdata" then ka, sa = address(a) end
-    if type(b) == "userdata" then kb, sb = address(b) end
-    local na, nb = ka and current[ka], kb and current[kb]
-    if not (na or nb) then return orig(a, b) end
-    return record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, orig(a, b))
-  end
+  return lt._metamethod_recorder(orig, name, reads, reads and not RESULT_UNREAD[name], live)
 end
 
 -- __index: t[i] of a number i (a method's name goes straight through).
@@ -990,9 +968,9 @@ local function recorded_run(f, params, ...)
   local prepared = prepare(tape, params, "")
   local args = pack(prepared, ...)
   install()
-  active = tape
+  active, live[1] = tape, tape
   local ok, res = pcall(run, f, args, args.n)
-  active = nil
+  active, live[1] = nil, nil
   if tape.gc_mode == "incremental" then collectgarbage("incremental") end
   restore()
   if not ok then error(res, 0) end
