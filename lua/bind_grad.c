@@ -489,29 +489,24 @@ static int l_iql_parts(lua_State *L) {
 #define REC_NAME lua_upvalueindex(LTB_NUPVALUES + 2)  /* the operation its records name */
 #define REC_FLAGS lua_upvalueindex(LTB_NUPVALUES + 3) /* REC_READS, REC_READS_RESULT */
 #define REC_LIVE lua_upvalueindex(LTB_NUPVALUES + 4)  /* live: see l_metamethod_recorder */
-#define REC_KEY(k) lua_upvalueindex(LTB_NUPVALUES + 5 + (k))
-#define REC_NUPVALUES (LTB_NUPVALUES + 4 + KEY_COUNT)
+#define REC_NUPVALUES (LTB_NUPVALUES + 4)
 
 enum { REC_READS = 1, REC_READS_RESULT = 2 };
-/* The tape's tables the wrapper uses, at these indices of the tape. */
-enum { TAPE_CURRENT = 1, TAPE_READ = 2, TAPE_RECORDS = 3 };
+/* The tape's tables and counters the wrapper uses, at these indices of
+ * the tape (autograd.lua's TAPE_*). */
+enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_RECORDS, TAPE_NNODES, TAPE_NREC };
+/* A compact record: {name, a, b, out, na, nb, id}, array part only. */
+enum { COMPACT_SIZE = 7 };
 /* live[LIVE_TAPE]: the tape recording now (nil between lt.grad calls);
  * live[LIVE_GROWN_AT]: the record count at which live.grown(tape) runs. */
 enum { LIVE_TAPE = 1, LIVE_GROWN_AT = 2 };
-/* Field names the wrapper reads and writes, kept as upvalues (no string
- * interning per call). */
-enum { KEY_NNODES, KEY_NREC, KEY_ID, KEY_VALUE, KEY_ADDR, KEY_COUNT };
-static const char *const record_keys[KEY_COUNT] = {"nnodes", "nrec", "id", "value", "addr"};
-
-/* tape[key] + 1, stored back: the next node's id or record's index. */
-static lua_Integer bump_counter(lua_State *L, int tape, int key) {
-  lua_pushvalue(L, REC_KEY(key));
-  lua_rawget(L, tape);
+/* tape[counter] + 1, stored back: the next node's id or record's index. */
+static lua_Integer bump_counter(lua_State *L, int tape, int counter) {
+  lua_rawgeti(L, tape, counter);
   lua_Integer n = lua_tointeger(L, -1) + 1;
   lua_pop(L, 1);
-  lua_pushvalue(L, REC_KEY(key));
   lua_pushinteger(L, n);
-  lua_rawset(L, tape);
+  lua_rawseti(L, tape, counter);
   return n;
 }
 
@@ -529,9 +524,9 @@ static void push_helper(lua_State *L, const char *field) {
 }
 
 /* The wrapper: orig(a, b), and while a tape records and a or b is a value
- * it follows, the record {name, a, b, out, na, nb, id =, value =, addr =}
- * (na, nb: the operands' nodes), which is also its result's node (the
- * compact record Tape:expand reads). What record_binary did in Lua. */
+ * it follows, the record {name, a, b, out, na, nb, id} (na, nb: the
+ * operands' nodes; id: its result's, when the result is a tensor), which is
+ * also its result's node: the compact record Tape:expand reads. */
 static int recording_metamethod(lua_State *L) {
   lua_settop(L, 2);
   lua_rawgeti(L, REC_LIVE, LIVE_TAPE); /* 3: the tape */
@@ -585,7 +580,7 @@ static int recording_metamethod(lua_State *L) {
     lua_pushvalue(L, out);
     lua_call(L, 2, 0);
   }
-  lua_createtable(L, 6, to ? 3 : 0);
+  lua_createtable(L, COMPACT_SIZE, 0);
   int rec = lua_gettop(L);
   lua_pushvalue(L, REC_NAME);
   lua_rawseti(L, rec, 1);
@@ -595,15 +590,8 @@ static int recording_metamethod(lua_State *L) {
     lua_rawseti(L, rec, i + 2);
   }
   if (to) {
-    lua_pushvalue(L, REC_KEY(KEY_ID));
-    lua_pushinteger(L, bump_counter(L, tape, KEY_NNODES));
-    lua_rawset(L, rec);
-    lua_pushvalue(L, REC_KEY(KEY_VALUE));
-    lua_pushvalue(L, out);
-    lua_rawset(L, rec);
-    lua_pushvalue(L, REC_KEY(KEY_ADDR));
-    lua_pushlightuserdata(L, to);
-    lua_rawset(L, rec);
+    lua_pushinteger(L, bump_counter(L, tape, TAPE_NNODES));
+    lua_rawseti(L, rec, COMPACT_SIZE);
     /* the latest version of its value; a value the call was given (the
      * rare case) gets its versions listed by the tape (add_version) */
     lua_rawgetp(L, current, to);
@@ -620,7 +608,7 @@ static int recording_metamethod(lua_State *L) {
     }
     lua_pop(L, 1);
   }
-  lua_Integer k = bump_counter(L, tape, KEY_NREC);
+  lua_Integer k = bump_counter(L, tape, TAPE_NREC);
   lua_rawgeti(L, tape, TAPE_RECORDS);
   lua_pushvalue(L, rec);
   lua_rawseti(L, -2, k);
@@ -653,7 +641,6 @@ static int l_metamethod_recorder(lua_State *L) {
   lua_pushinteger(L, (lua_toboolean(L, 3) ? REC_READS : 0) |
                          (lua_toboolean(L, 4) ? REC_READS_RESULT : 0));
   lua_pushvalue(L, 5);
-  for (int k = 0; k < KEY_COUNT; k++) lua_pushstring(L, record_keys[k]);
   lua_pushcclosure(L, recording_metamethod, REC_NUPVALUES);
   return 1;
 }

@@ -156,12 +156,12 @@ Tape.__index = Tape
 local active -- the tape of the df call running now, or nil
 
 -- The tape's tables that the metamethods' recorders (C, bind_grad.c) use
--- sit at these indices too.
-local TAPE_CURRENT, TAPE_READ, TAPE_RECORDS = 1, 2, 3
+-- sit at these indices too; its counters of nodes and records only there.
+local TAPE_CURRENT, TAPE_READ, TAPE_RECORDS, TAPE_NNODES, TAPE_NREC = 1, 2, 3, 4, 5
 
 local function new_tape()
   local tape = setmetatable({
-    records = {}, nrec = 0, nnodes = 0,
+    records = {},
     current = {},  -- address → the latest node of that value
     versions = {}, -- address → its nodes, oldest first
     read = {},     -- storage → true once a record's backward reads it
@@ -170,6 +170,7 @@ local function new_tape()
     copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
   tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_RECORDS] = tape.current, tape.read, tape.records
+  tape[TAPE_NNODES], tape[TAPE_NREC] = 0, 0
   return tape
 end
 
@@ -207,10 +208,18 @@ local function track(tape, node)
   return node
 end
 
+-- A node is {id =, value =, addr =}, or a metamethod's compact record
+-- {name, a, b, out, na, nb, id} (see live), which is its result's node:
+-- its value is out, its id at COMPACT_ID (no hash part: one allocation
+-- less an operation).
+local COMPACT_VALUE, COMPACT_ID = 4, 7
+local function value_of(node) return node.value or node[COMPACT_VALUE] end
+local function id_of(node) return node.id or node[COMPACT_ID] end
+
 -- A new node for v (at address addr): the value's latest version.
 function Tape:new_node(v, addr)
-  local id = self.nnodes + 1
-  self.nnodes = id
+  local id = self[TAPE_NNODES] + 1
+  self[TAPE_NNODES] = id
   return track(self, {id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
 end
 
@@ -219,7 +228,7 @@ end
 local function node_kind(node)
   local kind = node.kind
   if kind == nil then
-    kind = kind_of(node.value)
+    kind = kind_of(value_of(node))
     node.kind = kind
   end
   return kind
@@ -228,7 +237,7 @@ end
 local function node_shape(node)
   local shape = node.shape
   if shape == nil and node_kind(node) ~= "scalar" then
-    shape = shape_of(node.value)
+    shape = shape_of(value_of(node))
     node.shape = shape
   end
   return shape
@@ -350,8 +359,8 @@ function Tape:record(name, args, n, outs, kept)
   local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
     nodes = nodes, tnodes = tnodes or NO_TABLES, out_nodes = out_nodes, kept = kept}, Record)
   if CONSTRUCTORS[name] and is_lazy(outs[1]) and dim_of(outs[1]) == 2 then self:find_copies(r) end
-  local k = self.nrec + 1
-  self.nrec = k
+  local k = self[TAPE_NREC] + 1
+  self[TAPE_NREC] = k
   self.records[k] = r
   if k == GENERATIONAL_RECORDS then self:grown() end
   return unpack(outs, 1, outs.n)
@@ -361,9 +370,8 @@ end
 -- the tape: [1] the tape recording now (nil between calls), [2] the
 -- record count at which the tape grows (Tape:grown), and the helpers for
 -- their rare cases. A recorder keeps its record compact,
--- {name, a, b, out, na, nb, id =, value =, addr =}: the record is its
--- result's node too (one table an operation), made a Record when the
--- backward pass reaches it.
+-- {name, a, b, out, na, nb, id}: the record is its result's node too (one
+-- table an operation), made a Record when the backward pass reaches it.
 local live = {nil, GENERATIONAL_RECORDS}
 live.add_version = add_version
 live.grown = function(tape) tape:grown() end
@@ -377,7 +385,7 @@ end
 function Tape:expand(c)
   return setmetatable({tape = self, name = c[1], args = {c[2], c[3]}, nargs = 2,
     outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES,
-    out_nodes = {c.id and c or nil}}, Record)
+    out_nodes = {c[COMPACT_ID] and c or nil}}, Record)
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
@@ -638,11 +646,11 @@ function Tape:version_before(addr, id)
   local list = self.versions[addr]
   if list == nil then
     local node = self.current[addr]
-    return node and node.id < id and node or nil
+    return node and id_of(node) < id and node or nil
   end
   local best
   for _, node in ipairs(list) do
-    if node.id < id then best = node end
+    if id_of(node) < id then best = node end
   end
   return best
 end
@@ -655,10 +663,10 @@ local function check_reached(r, reached)
     local node = r.nodes[i]
     if node and not reached[node] then
       fail("lt.%s: its result's derivative with respect to argument %d (a %s) is not "
-        .. "followed", r.name, i, lt.type(node.value))
+        .. "followed", r.name, i, lt.type(value_of(node)))
     end
     for key, entry in pairs(r.tnodes[i] or {}) do
-      local entries = key == "params" and type(entry) == "table" and not entry.id and entry
+      local entries = key == "params" and type(entry) == "table" and not id_of(entry) and entry
         or {[key] = entry}
       for k, n in pairs(entries) do
         if not reached[n] then
@@ -692,7 +700,7 @@ local function constructor_backward(tape, r, g)
     end
   end
   for _, c in ipairs(captured) do
-    local target = tape.copy_of[c.node] or tape:version_before(c.node, node.id)
+    local target = tape.copy_of[c.node] or tape:version_before(c.node, id_of(node))
     if target then
       c.node = nil
       reached[target] = true
@@ -773,7 +781,7 @@ end
 function MemberRecord:give(k, c)
   local node = self.nodes[k]
   if node == nil or c == nil then return end
-  local kind, full, i = node_kind(node), node.value, self.member
+  local kind, full, i = node_kind(node), value_of(node), self.member
   if kind == "batch" then
     node.cot = node.cot or {batch = self.batch}
     node.cot[i] = cot.add(node.cot[i], cot.parts_of(c))
@@ -854,7 +862,7 @@ function Tape:stops()
   local stops = self.stop_set
   if stops == nil then
     local all = {}
-    for _, node in pairs(self.current) do all[#all + 1] = node.value end
+    for _, node in pairs(self.current) do all[#all + 1] = value_of(node) end
     for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
     stops = lt._stops(all)
     self.stop_set = stops
@@ -867,7 +875,7 @@ function Tape:backward(root)
   if kind == "scalar" then root.cot = 1
   elseif kind == "dense" then root.cot = lt.full(node_shape(root), 1)
   else root.cot = {{W = lt.ones(1, 1)}} end
-  for k = self.nrec, 1, -1 do
+  for k = self[TAPE_NREC], 1, -1 do
     local r = self.records[k]
     if r[1] then r = self:expand(r) end
     local g, any = {}, false
