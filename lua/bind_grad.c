@@ -494,9 +494,12 @@ static int l_iql_parts(lua_State *L) {
 enum { REC_READS = 1, REC_READS_RESULT = 2 };
 /* The tape's tables and counters the wrapper uses, at these indices of
  * the tape (autograd.lua's TAPE_*). */
-enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_RECORDS, TAPE_NNODES, TAPE_NREC };
-/* A compact record: {name, a, b, out, na, nb, id}, array part only. */
-enum { COMPACT_SIZE = 7 };
+enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_CHUNKS, TAPE_NNODES, TAPE_NREC };
+/* A compact record: the COMPACT_SLOTS entries name, a, b, out, na, nb, id in
+ * tape[TAPE_CHUNKS][chunk], COMPACT_CHUNK records a chunk: no table per
+ * record, and no growing table for the collector to trace again at every
+ * step (a full chunk is not written again). */
+enum { COMPACT_SLOTS = 7, COMPACT_CHUNK = 256 };
 /* live[LIVE_TAPE]: the tape recording now (nil between lt.grad calls);
  * live[LIVE_GROWN_AT]: the record count at which live.grown(tape) runs. */
 enum { LIVE_TAPE = 1, LIVE_GROWN_AT = 2 };
@@ -519,14 +522,28 @@ static void mark_read(lua_State *L, int read, const lt_tensor *t) {
 }
 
 /* Pushes live[field], a Lua helper of the tape, for a call. */
-static void push_helper(lua_State *L, const char *field) {
-  lua_getfield(L, REC_LIVE, field);
+static void push_helper(lua_State *L, const char *field) { lua_getfield(L, REC_LIVE, field); }
+
+/* Pushes the chunk of compact record k (made when k is its first) and
+ * returns the slot before k's entries. */
+static lua_Integer push_chunk(lua_State *L, int tape, lua_Integer k) {
+  lua_rawgeti(L, tape, TAPE_CHUNKS);
+  lua_Integer c = (k - 1) / COMPACT_CHUNK + 1;
+  lua_rawgeti(L, -1, c);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    lua_createtable(L, COMPACT_CHUNK * COMPACT_SLOTS, 0);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, -3, c);
+  }
+  lua_remove(L, -2);
+  return (k - 1) % COMPACT_CHUNK * COMPACT_SLOTS;
 }
 
 /* The wrapper: orig(a, b), and while a tape records and a or b is a value
- * it follows, the record {name, a, b, out, na, nb, id} (na, nb: the
- * operands' nodes; id: its result's, when the result is a tensor), which is
- * also its result's node: the compact record Tape:expand reads. */
+ * it follows, its compact record k: name, a, b, out, na, nb (the operands'
+ * nodes), id (its result's node id, when the result is a tensor), the
+ * result's node being k until Tape:node_at makes it a table. */
 static int recording_metamethod(lua_State *L) {
   lua_settop(L, 2);
   lua_rawgeti(L, REC_LIVE, LIVE_TAPE); /* 3: the tape */
@@ -580,38 +597,35 @@ static int recording_metamethod(lua_State *L) {
     lua_pushvalue(L, out);
     lua_call(L, 2, 0);
   }
-  lua_createtable(L, COMPACT_SIZE, 0);
-  int rec = lua_gettop(L);
+  lua_Integer k = bump_counter(L, tape, TAPE_NREC);
+  lua_Integer o = push_chunk(L, tape, k);
+  int chunk = lua_gettop(L);
   lua_pushvalue(L, REC_NAME);
-  lua_rawseti(L, rec, 1);
+  lua_rawseti(L, chunk, o + 1);
   const int fields[] = {1, 2, out, na, nb};
   for (int i = 0; i < 5; i++) {
     lua_pushvalue(L, fields[i]);
-    lua_rawseti(L, rec, i + 2);
+    lua_rawseti(L, chunk, o + 2 + i);
   }
   if (to) {
     lua_pushinteger(L, bump_counter(L, tape, TAPE_NNODES));
-    lua_rawseti(L, rec, COMPACT_SIZE);
+    lua_rawseti(L, chunk, o + COMPACT_SLOTS);
     /* the latest version of its value; a value the call was given (the
      * rare case) gets its versions listed by the tape (add_version) */
     lua_rawgetp(L, current, to);
     int previous = lua_gettop(L);
-    lua_pushvalue(L, rec);
+    lua_pushinteger(L, k);
     lua_rawsetp(L, current, to);
     if (!lua_isnil(L, previous)) {
       push_helper(L, "add_version");
       lua_pushvalue(L, tape);
       lua_pushlightuserdata(L, to);
       lua_pushvalue(L, previous);
-      lua_pushvalue(L, rec);
+      lua_pushinteger(L, k);
       lua_call(L, 4, 0);
     }
     lua_pop(L, 1);
   }
-  lua_Integer k = bump_counter(L, tape, TAPE_NREC);
-  lua_rawgeti(L, tape, TAPE_RECORDS);
-  lua_pushvalue(L, rec);
-  lua_rawseti(L, -2, k);
   lua_rawgeti(L, REC_LIVE, LIVE_GROWN_AT);
   if (lua_tointeger(L, -1) == k) {
     push_helper(L, "grown");
@@ -645,10 +659,22 @@ static int l_metamethod_recorder(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg internals[] = {
-    {"_address", l_address}, {"_iql_parts", l_iql_parts}, {"_dense_children", l_dense_children},
-    {"_stops", l_stops},     {"_leaf_vjp", l_leaf_vjp},   {"_metamethod_recorder", l_metamethod_recorder},
-    {NULL, NULL}};
+/* lt._compact_layout() → COMPACT_SLOTS, COMPACT_CHUNK: how the tape reads
+ * the compact records. */
+static int l_compact_layout(lua_State *L) {
+  lua_pushinteger(L, COMPACT_SLOTS);
+  lua_pushinteger(L, COMPACT_CHUNK);
+  return 2;
+}
+
+static const luaL_Reg internals[] = {{"_address", l_address},
+                                     {"_iql_parts", l_iql_parts},
+                                     {"_dense_children", l_dense_children},
+                                     {"_stops", l_stops},
+                                     {"_leaf_vjp", l_leaf_vjp},
+                                     {"_metamethod_recorder", l_metamethod_recorder},
+                                     {"_compact_layout", l_compact_layout},
+                                     {NULL, NULL}};
 
 static const luaL_Reg functions[] = {{"params", l_params},
                                      {"inv_quad_logdet", l_inv_quad_logdet},

@@ -23,6 +23,7 @@ local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
 
 local lt -- the library, looked up on first use (it may load this file)
 local address, is_lazy, dim_of, shape_of -- the library's own, bound by lib()
+local COMPACT_SLOTS, COMPACT_CHUNK -- how compact records sit in their chunks (the tape)
 
 local function lib()
   if lt == nil then
@@ -30,6 +31,7 @@ local function lib()
     cot.bind(lt)
     vjp.bind(lt)
     address, is_lazy, dim_of, shape_of = lt._address, lt.is_lazy, lt.dim, lt.shape
+    COMPACT_SLOTS, COMPACT_CHUNK = lt._compact_layout()
   end
   return lt
 end
@@ -157,19 +159,29 @@ local active -- the tape of the df call running now, or nil
 
 -- The tape's tables that the metamethods' recorders (C, bind_grad.c) use
 -- sit at these indices too; its counters of nodes and records only there.
-local TAPE_CURRENT, TAPE_READ, TAPE_RECORDS, TAPE_NNODES, TAPE_NREC = 1, 2, 3, 4, 5
+local TAPE_CURRENT, TAPE_READ, TAPE_CHUNKS, TAPE_NNODES, TAPE_NREC = 1, 2, 3, 4, 5
+
+-- A metamethod's record is compact: no table of its own, but COMPACT_SLOTS
+-- entries (name, a, b, out, na, nb, id: the operation, its operands, its
+-- result, the operands' nodes and the result's node id) in a chunk of
+-- COMPACT_CHUNK records (bind_grad.c writes them). Its result's node is
+-- the record's index k (current[addr] = k) until a node table is needed
+-- (Tape:node_at): a tiny operation recorded costs no table, and the
+-- collector traces no growing table (an old chunk is not written again).
+-- (COMPACT_SLOTS, COMPACT_CHUNK: bound by lib(), lt._compact_layout())
 
 local function new_tape()
   local tape = setmetatable({
-    records = {},
-    current = {},  -- address → the latest node of that value
+    records = {},  -- k → the record, for the records not compact
+    compact_nodes = {}, -- k → the node table of compact record k's result, once needed
+    current = {},  -- address → the latest node of that value (or its compact record's k)
     versions = {}, -- address → its nodes, oldest first
     read = {},     -- storage → true once a record's backward reads it
     leaf = {},     -- address → the node a parameter started as
     copy_of = {},  -- address of a composite's copy of a dense operand → its node
     copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
-  tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_RECORDS] = tape.current, tape.read, tape.records
+  tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_CHUNKS] = tape.current, tape.read, {}
   tape[TAPE_NNODES], tape[TAPE_NREC] = 0, 0
   return tape
 end
@@ -188,9 +200,28 @@ function Tape:grown()
   if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
+-- The entries of compact record k: its chunk and the slot before them.
+local function compact_slots(tape, k)
+  return tape[TAPE_CHUNKS][math.floor((k - 1) / COMPACT_CHUNK) + 1],
+    (k - 1) % COMPACT_CHUNK * COMPACT_SLOTS
+end
+
+-- The node table of x, a node or a compact record's k (made once).
+function Tape:node_at(x)
+  if type(x) ~= "number" then return x end
+  local node = self.compact_nodes[x]
+  if node == nil then
+    local chunk, o = compact_slots(self, x)
+    node = {id = chunk[o + 7], value = chunk[o + 4]}
+    self.compact_nodes[x] = node
+  end
+  return node
+end
+
 -- node, a call's result at address addr, is the next version of the value
 -- previous was (the call returned a value it was given): both listed.
 local function add_version(tape, addr, previous, node)
+  previous, node = tape:node_at(previous), tape:node_at(node)
   local list = tape.versions[addr]
   if list == nil then
     list = {previous}
@@ -208,14 +239,6 @@ local function track(tape, node)
   return node
 end
 
--- A node is {id =, value =, addr =}, or a metamethod's compact record
--- {name, a, b, out, na, nb, id} (see live), which is its result's node:
--- its value is out, its id at COMPACT_ID (no hash part: one allocation
--- less an operation).
-local COMPACT_VALUE, COMPACT_ID = 4, 7
-local function value_of(node) return node.value or node[COMPACT_VALUE] end
-local function id_of(node) return node.id or node[COMPACT_ID] end
-
 -- A new node for v (at address addr): the value's latest version.
 function Tape:new_node(v, addr)
   local id = self[TAPE_NNODES] + 1
@@ -228,7 +251,7 @@ end
 local function node_kind(node)
   local kind = node.kind
   if kind == nil then
-    kind = kind_of(value_of(node))
+    kind = kind_of(node.value)
     node.kind = kind
   end
   return kind
@@ -237,7 +260,7 @@ end
 local function node_shape(node)
   local shape = node.shape
   if shape == nil and node_kind(node) ~= "scalar" then
-    shape = shape_of(value_of(node))
+    shape = shape_of(node.value)
     node.shape = shape
   end
   return shape
@@ -246,7 +269,7 @@ end
 function Tape:node_of(v)
   if type(v) ~= "userdata" then return nil end
   local addr = address(v)
-  return addr and self.current[addr]
+  return addr and self:node_at(self.current[addr])
 end
 
 -- The nodes of the tensors directly inside a table argument ({A, B} of
@@ -327,7 +350,7 @@ function Tape:record(name, args, n, outs, kept)
     if ta == "userdata" then
       local addr, storage = address(a)
       if addr then
-        nodes[i] = current[addr]
+        nodes[i] = self:node_at(current[addr])
         if reads and storage then read[storage] = true end
       end
     elseif ta == "table" then
@@ -369,9 +392,8 @@ end
 -- What the metamethods' recorders (lt._metamethod_recorder, C) share with
 -- the tape: [1] the tape recording now (nil between calls), [2] the
 -- record count at which the tape grows (Tape:grown), and the helpers for
--- their rare cases. A recorder keeps its record compact,
--- {name, a, b, out, na, nb, id}: the record is its result's node too (one
--- table an operation), made a Record when the backward pass reaches it.
+-- their rare cases. Its records are compact (COMPACT_SLOTS), made Records
+-- when the backward pass reaches them.
 local live = {nil, GENERATIONAL_RECORDS}
 live.add_version = add_version
 live.grown = function(tape) tape:grown() end
@@ -381,11 +403,13 @@ function live.refuse_batches(name, out)
     .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
 end
 
--- A metamethod's compact record as a Record (c is its result's node).
-function Tape:expand(c)
-  return setmetatable({tape = self, name = c[1], args = {c[2], c[3]}, nargs = 2,
-    outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES,
-    out_nodes = {c[COMPACT_ID] and c or nil}}, Record)
+-- Compact record k as a Record; out_node: its result's node.
+function Tape:expand(k, out_node)
+  local chunk, o = compact_slots(self, k)
+  return setmetatable({tape = self, name = chunk[o + 1], args = {chunk[o + 2], chunk[o + 3]},
+    nargs = 2, outs = {chunk[o + 4], n = 1},
+    nodes = {self:node_at(chunk[o + 5]), self:node_at(chunk[o + 6])}, tnodes = NO_TABLES,
+    out_nodes = {out_node}}, Record)
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
@@ -645,12 +669,12 @@ end
 function Tape:version_before(addr, id)
   local list = self.versions[addr]
   if list == nil then
-    local node = self.current[addr]
-    return node and id_of(node) < id and node or nil
+    local node = self:node_at(self.current[addr])
+    return node and node.id < id and node or nil
   end
   local best
   for _, node in ipairs(list) do
-    if id_of(node) < id then best = node end
+    if node.id < id then best = node end
   end
   return best
 end
@@ -663,10 +687,10 @@ local function check_reached(r, reached)
     local node = r.nodes[i]
     if node and not reached[node] then
       fail("lt.%s: its result's derivative with respect to argument %d (a %s) is not "
-        .. "followed", r.name, i, lt.type(value_of(node)))
+        .. "followed", r.name, i, lt.type(node.value))
     end
     for key, entry in pairs(r.tnodes[i] or {}) do
-      local entries = key == "params" and type(entry) == "table" and not id_of(entry) and entry
+      local entries = key == "params" and type(entry) == "table" and not entry.id and entry
         or {[key] = entry}
       for k, n in pairs(entries) do
         if not reached[n] then
@@ -700,7 +724,7 @@ local function constructor_backward(tape, r, g)
     end
   end
   for _, c in ipairs(captured) do
-    local target = tape.copy_of[c.node] or tape:version_before(c.node, id_of(node))
+    local target = tape.copy_of[c.node] or tape:version_before(c.node, node.id)
     if target then
       c.node = nil
       reached[target] = true
@@ -781,7 +805,7 @@ end
 function MemberRecord:give(k, c)
   local node = self.nodes[k]
   if node == nil or c == nil then return end
-  local kind, full, i = node_kind(node), value_of(node), self.member
+  local kind, full, i = node_kind(node), node.value, self.member
   if kind == "batch" then
     node.cot = node.cot or {batch = self.batch}
     node.cot[i] = cot.add(node.cot[i], cot.parts_of(c))
@@ -862,7 +886,7 @@ function Tape:stops()
   local stops = self.stop_set
   if stops == nil then
     local all = {}
-    for _, node in pairs(self.current) do all[#all + 1] = value_of(node) end
+    for _, node in pairs(self.current) do all[#all + 1] = self:node_at(node).value end
     for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
     stops = lt._stops(all)
     self.stop_set = stops
@@ -870,25 +894,35 @@ function Tape:stops()
   return stops
 end
 
+-- One record's backward: its results' cotangents handed to its arguments.
+local function backward_record(tape, r)
+  local g, any = {}, false
+  for j, node in pairs(r.out_nodes) do
+    g[j] = node.cot
+    if node.cot ~= nil then any = true end
+    node.cot_spent, node.cot = node.cot, nil -- spent: its record hands it on once
+  end
+  if any then
+    local b = batch_of(r)
+    if b then batched_backward(tape, r, g, b)
+    elseif CONSTRUCTORS[r.name] then constructor_backward(tape, r, g)
+    else vjp[r.name](r, g) end
+  end
+end
+
 function Tape:backward(root)
   local kind = node_kind(root)
   if kind == "scalar" then root.cot = 1
   elseif kind == "dense" then root.cot = lt.full(node_shape(root), 1)
   else root.cot = {{W = lt.ones(1, 1)}} end
+  local records, compact_nodes = self.records, self.compact_nodes
   for k = self[TAPE_NREC], 1, -1 do
-    local r = self.records[k]
-    if r[1] then r = self:expand(r) end
-    local g, any = {}, false
-    for j, node in pairs(r.out_nodes) do
-      g[j] = node.cot
-      if node.cot ~= nil then any = true end
-      node.cot_spent, node.cot = node.cot, nil -- spent: its record hands it on once
-    end
-    if any then
-      local b = batch_of(r)
-      if b then batched_backward(self, r, g, b)
-      elseif CONSTRUCTORS[r.name] then constructor_backward(self, r, g)
-      else vjp[r.name](r, g) end
+    local r = records[k]
+    if r then
+      backward_record(self, r)
+    else -- compact: followed only if a cotangent reached its result's node
+      local node = compact_nodes[k]
+      if node and node.cot ~= nil then backward_record(self, self:expand(k, node)) end
     end
   end
 end
