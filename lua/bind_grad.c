@@ -492,25 +492,25 @@ static int l_iql_parts(lua_State *L) {
 #define REC_NUPVALUES (LTB_NUPVALUES + 4)
 
 enum { REC_READS = 1, REC_READS_RESULT = 2 };
-/* The tape's tables and counters the wrapper uses, at these indices of
- * the tape (autograd.lua's TAPE_*). */
-enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_CHUNKS, TAPE_NNODES, TAPE_NREC };
-/* A compact record: the COMPACT_SLOTS entries name, a, b, out, na, nb, id in
+/* The tape's tables and record count the wrapper uses, at these indices
+ * of the tape (autograd.lua's TAPE_*). */
+enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_CHUNKS, TAPE_NREC };
+/* A compact record: the COMPACT_SLOTS entries name, a, b, out, na, nb in
  * tape[TAPE_CHUNKS][chunk], COMPACT_CHUNK records a chunk: no table per
  * record, and no growing table for the collector to trace again at every
  * step (a full chunk is not written again). */
-enum { COMPACT_SLOTS = 7, COMPACT_CHUNK = 256 };
+enum { COMPACT_SLOTS = 6, COMPACT_CHUNK = 256 };
 /* live[LIVE_TAPE]: the tape recording now (nil between lt.grad calls);
  * live[LIVE_GROWN_AT]: the record count at which live.grown(tape) runs. */
 enum { LIVE_TAPE = 1, LIVE_GROWN_AT = 2 };
-/* tape[counter] + 1, stored back: the next node's id or record's index. */
-static lua_Integer bump_counter(lua_State *L, int tape, int counter) {
-  lua_rawgeti(L, tape, counter);
-  lua_Integer n = lua_tointeger(L, -1) + 1;
+/* tape[TAPE_NREC] + 1, stored back: the new record's index. */
+static lua_Integer next_record(lua_State *L, int tape) {
+  lua_rawgeti(L, tape, TAPE_NREC);
+  lua_Integer k = lua_tointeger(L, -1) + 1;
   lua_pop(L, 1);
-  lua_pushinteger(L, n);
-  lua_rawseti(L, tape, counter);
-  return n;
+  lua_pushinteger(L, k);
+  lua_rawseti(L, tape, TAPE_NREC);
+  return k;
 }
 
 /* read[storage of t] = true for a dense t: the record's backward reads its
@@ -542,8 +542,8 @@ static lua_Integer push_chunk(lua_State *L, int tape, lua_Integer k) {
 
 /* The wrapper: orig(a, b), and while a tape records and a or b is a value
  * it follows, its compact record k: name, a, b, out, na, nb (the operands'
- * nodes), id (its result's node id, when the result is a tensor), the
- * result's node being k until Tape:node_at makes it a table. */
+ * nodes). A tensor result's node is k (its id too) until Tape:node_at
+ * makes it a table. */
 static int recording_metamethod(lua_State *L) {
   lua_settop(L, 2);
   lua_rawgeti(L, REC_LIVE, LIVE_TAPE); /* 3: the tape */
@@ -597,7 +597,7 @@ static int recording_metamethod(lua_State *L) {
     lua_pushvalue(L, out);
     lua_call(L, 2, 0);
   }
-  lua_Integer k = bump_counter(L, tape, TAPE_NREC);
+  lua_Integer k = next_record(L, tape);
   lua_Integer o = push_chunk(L, tape, k);
   int chunk = lua_gettop(L);
   lua_pushvalue(L, REC_NAME);
@@ -608,8 +608,6 @@ static int recording_metamethod(lua_State *L) {
     lua_rawseti(L, chunk, o + 2 + i);
   }
   if (to) {
-    lua_pushinteger(L, bump_counter(L, tape, TAPE_NNODES));
-    lua_rawseti(L, chunk, o + COMPACT_SLOTS);
     /* the latest version of its value; a value the call was given (the
      * rare case) gets its versions listed by the tape (add_version) */
     lua_rawgetp(L, current, to);

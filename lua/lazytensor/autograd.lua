@@ -158,16 +158,16 @@ Tape.__index = Tape
 local active -- the tape of the df call running now, or nil
 
 -- The tape's tables that the metamethods' recorders (C, bind_grad.c) use
--- sit at these indices too; its counters of nodes and records only there.
-local TAPE_CURRENT, TAPE_READ, TAPE_CHUNKS, TAPE_NNODES, TAPE_NREC = 1, 2, 3, 4, 5
+-- sit at these indices too; its count of records only there.
+local TAPE_CURRENT, TAPE_READ, TAPE_CHUNKS, TAPE_NREC = 1, 2, 3, 4
 
 -- A metamethod's record is compact: no table of its own, but COMPACT_SLOTS
--- entries (name, a, b, out, na, nb, id: the operation, its operands, its
--- result, the operands' nodes and the result's node id) in a chunk of
--- COMPACT_CHUNK records (bind_grad.c writes them). Its result's node is
--- the record's index k (current[addr] = k) until a node table is needed
--- (Tape:node_at): a tiny operation recorded costs no table, and the
--- collector traces no growing table (an old chunk is not written again).
+-- entries (name, a, b, out, na, nb: the operation, its operands, its
+-- result and the operands' nodes) in a chunk of COMPACT_CHUNK records
+-- (bind_grad.c writes them). Its result's node is the record's index k
+-- (current[addr] = k) until a node table is needed (Tape:node_at): a tiny
+-- operation recorded costs no table, and the collector traces no growing
+-- table (an old chunk is not written again).
 -- (COMPACT_SLOTS, COMPACT_CHUNK: bound by lib(), lt._compact_layout())
 
 local function new_tape()
@@ -182,7 +182,7 @@ local function new_tape()
     copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
   tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_CHUNKS] = tape.current, tape.read, {}
-  tape[TAPE_NNODES], tape[TAPE_NREC] = 0, 0
+  tape[TAPE_NREC] = 0
   return tape
 end
 
@@ -212,7 +212,7 @@ function Tape:node_at(x)
   local node = self.compact_nodes[x]
   if node == nil then
     local chunk, o = compact_slots(self, x)
-    node = {id = chunk[o + 7], value = chunk[o + 4]}
+    node = {id = x, value = chunk[o + 4]}
     self.compact_nodes[x] = node
   end
   return node
@@ -239,10 +239,11 @@ local function track(tape, node)
   return node
 end
 
--- A new node for v (at address addr): the value's latest version.
-function Tape:new_node(v, addr)
-  local id = self[TAPE_NNODES] + 1
-  self[TAPE_NNODES] = id
+-- A new node for v (at address addr): the value's latest version. Its id
+-- (the order of a value's versions) is the index of the record that made
+-- it, the one about to be kept; a parameter's is 0.
+function Tape:new_node(v, addr, id)
+  id = id or self[TAPE_NREC] + 1
   return track(self, {id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
 end
 
@@ -932,7 +933,7 @@ end
 local function prepare(tape, p, path)
   if type(p) == "number" then
     local t = lt.tensor(p)
-    tape.leaf[lt._address(t)] = tape:new_node(t)
+    tape.leaf[lt._address(t)] = tape:new_node(t, nil, 0)
     return t
   end
   if lt.is_tensor(p) then
@@ -941,7 +942,7 @@ local function prepare(tape, p, path)
         .. "with respect to the tensors it is built from)", path, lt.type(p))
     end
     local addr = lt._address(p)
-    if tape.leaf[addr] == nil then tape.leaf[addr] = tape:new_node(p) end
+    if tape.leaf[addr] == nil then tape.leaf[addr] = tape:new_node(p, addr, 0) end
     return p
   end
   if type(p) == "table" and getmetatable(p) == nil then
