@@ -3,7 +3,9 @@
 --
 --   lua5.4 bench/w10_tiny_loop.lua OP MODE REPS   (in a built tree)
 --
--- OP: diag+dense, dense*dense or scale; MODE: plain (untaped), recorded
+-- OP: diag+dense, dense*dense or scale (each loop's results but the last
+-- are dropped: the backward reaches one record), or chain (X ← 0.5·X,
+-- every record reached); MODE: plain (untaped), recorded
 -- (the forward inside lt.grad, autograd.evaluate) or grad (the whole
 -- lt.grad call). The loop runs REPS times after one warm-up, each time a
 -- new tape (as B.measure runs it): counts at two REPS difference out the
@@ -25,11 +27,17 @@ local OPS = {
   ["dense*dense"] = function(X) return X * A3 end,
   scale = function(X) return 2 * X end,
 }
-local f = assert(OPS[op], "unknown op " .. op)
+local f = assert(OPS[op] or op == "chain" and OPS.scale, "unknown op " .. op)
 local function loop(X)
   local acc
   for _ = 1, NOPS do acc = f(X) end
   return acc:dense():sum()
+end
+if op == "chain" then
+  loop = function(X)
+    for _ = 1, NOPS do X = 0.5 * X end
+    return X:sum()
+  end
 end
 local run = ({
   plain = function() loop(A3) end,

@@ -212,7 +212,9 @@ function Tape:node_at(x)
   local node = self.compact_nodes[x]
   if node == nil then
     local chunk, o = compact_slots(self, x)
-    node = {id = x, value = chunk[o + 4]}
+    -- the fields the backward sets, named so the table is made at its
+    -- final size (no rehash as they arrive)
+    node = {id = x, value = chunk[o + 4], kind = nil, shape = nil, cot = nil, cot_spent = nil}
     self.compact_nodes[x] = node
   end
   return node
