@@ -13,6 +13,9 @@
 --               relative gradient error against the exact (Cholesky)
 --               gradient, and the records' memory (lt.memory() and the Lua
 --               heap while the tape is alive, MB).
+--
+-- W10_PARTS="tiny" (or "gp") runs one part only; instruction counts of the
+-- tiny rows: bench/w10_tiny_count.sh.
 
 local dir = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir .. "/?.lua;" .. package.path
@@ -25,6 +28,7 @@ if not lt then
   return
 end
 local autograd = require "lazytensor.autograd"
+local PARTS = os.getenv("W10_PARTS") or "tiny gp"
 
 ---------------------------------------------------------------------------
 -- tiny operations
@@ -38,7 +42,7 @@ local OPS = {
   {"scale", function(X) return 2 * X end},
 }
 
-for _, op in ipairs(OPS) do
+for _, op in ipairs(PARTS:find("tiny") and OPS or {}) do
   local name, f = op[1], op[2]
   local function loop(X)
     local acc
@@ -67,7 +71,8 @@ local gp = lt.gp
 
 -- n = 1000 on the Cholesky path (max_cholesky_size raised to it), 4000 on
 -- the iterative one (the default setting)
-for _, row in ipairs{{1000, "cholesky", 1000}, {4000, "iterative", 800}} do
+local GP_ROWS = PARTS:find("gp") and {{1000, "cholesky", 1000}, {4000, "iterative", 800}} or {}
+for _, row in ipairs(GP_ROWS) do
   local n, path, mcs = row[1], row[2], row[3]
   local x = lt.tensor(data.X):narrow(1, 1, n):contiguous()
   local y = lt.tensor(data.b):narrow(1, 1, n):contiguous()

@@ -479,9 +479,200 @@ static int l_iql_parts(lua_State *L) {
   return 5;
 }
 
-static const luaL_Reg internals[] = {
-    {"_address", l_address}, {"_iql_parts", l_iql_parts}, {"_dense_children", l_dense_children},
-    {"_stops", l_stops},     {"_leaf_vjp", l_leaf_vjp},   {NULL, NULL}};
+/* ------------------------------------------ lt.grad's metamethod records */
+
+/* A metamethod's recording wrapper (lt._metamethod_recorder) is C: a tiny
+ * operation recorded costs its record, not an interpreter running the
+ * bookkeeping (issue 24 asks at most 3x the untaped call). Its upvalues
+ * follow the binding's three. */
+#define REC_ORIG lua_upvalueindex(LTB_NUPVALUES + 1)  /* the library's metamethod */
+#define REC_NAME lua_upvalueindex(LTB_NUPVALUES + 2)  /* the operation its records name */
+#define REC_FLAGS lua_upvalueindex(LTB_NUPVALUES + 3) /* REC_READS, REC_READS_RESULT */
+#define REC_LIVE lua_upvalueindex(LTB_NUPVALUES + 4)  /* live: see l_metamethod_recorder */
+#define REC_NUPVALUES (LTB_NUPVALUES + 4)
+
+enum { REC_READS = 1, REC_READS_RESULT = 2 };
+/* The tape's tables and record count the wrapper uses, at these indices
+ * of the tape (autograd.lua's TAPE_*). */
+enum { TAPE_CURRENT = 1, TAPE_READ, TAPE_CHUNKS, TAPE_NREC };
+/* A compact record: the COMPACT_SLOTS entries name, a, b, out, na, nb in
+ * tape[TAPE_CHUNKS][chunk], COMPACT_CHUNK records a chunk: no table per
+ * record, and no growing table for the collector to trace again at every
+ * step (a full chunk is not written again). */
+enum { COMPACT_SLOTS = 6, COMPACT_CHUNK = 256 };
+/* live[LIVE_TAPE]: the tape recording now (nil between lt.grad calls);
+ * live[LIVE_GROWN_AT]: the record count at which live.grown(tape) runs. */
+enum { LIVE_TAPE = 1, LIVE_GROWN_AT = 2 };
+/* tape[TAPE_NREC] + 1, stored back: the new record's index. */
+static lua_Integer next_record(lua_State *L, int tape) {
+  lua_rawgeti(L, tape, TAPE_NREC);
+  lua_Integer k = lua_tointeger(L, -1) + 1;
+  lua_pop(L, 1);
+  lua_pushinteger(L, k);
+  lua_rawseti(L, tape, TAPE_NREC);
+  return k;
+}
+
+/* read[storage of t] = true for a dense t: the record's backward reads its
+ * values, so a later write into them is refused (Tape:check_write). */
+static void mark_read(lua_State *L, int read, const lt_tensor *t) {
+  if (t == NULL || !lt_is_dense(t)) return;
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, read, lt_dense_storage_id(t));
+}
+
+/* Pushes live[field], a Lua helper of the tape, for a call. */
+static void push_helper(lua_State *L, const char *field) { lua_getfield(L, REC_LIVE, field); }
+
+/* Pushes the chunk of compact record k (made when k is its first) and
+ * returns the slot before k's entries. */
+static lua_Integer push_chunk(lua_State *L, int tape, lua_Integer k) {
+  lua_rawgeti(L, tape, TAPE_CHUNKS);
+  lua_Integer c = (k - 1) / COMPACT_CHUNK + 1;
+  lua_rawgeti(L, -1, c);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    lua_createtable(L, COMPACT_CHUNK * COMPACT_SLOTS, 0);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, -3, c);
+  }
+  lua_remove(L, -2);
+  return (k - 1) % COMPACT_CHUNK * COMPACT_SLOTS;
+}
+
+/* The wrapper: orig(a, b), and while a tape records and a or b is a value
+ * it follows, its compact record k: name, a, b, out, na, nb (the operands'
+ * nodes). A tensor result's node is k (its id too) until Tape:node_at
+ * makes it a table. */
+static int recording_metamethod(lua_State *L) {
+  lua_settop(L, 2);
+  lua_rawgeti(L, REC_LIVE, LIVE_TAPE); /* 3: the tape */
+  if (!lua_istable(L, 3)) {
+    lua_pop(L, 1);
+    lua_pushvalue(L, REC_ORIG);
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    return 1;
+  }
+  const int tape = 3, current = 4, na = 5, nb = 6, out = 7;
+  lua_rawgeti(L, tape, TAPE_CURRENT);
+  lt_tensor *ta = ltb_to_tensor(L, 1), *tb = ltb_to_tensor(L, 2);
+  int followed = 0;
+  lua_pushnil(L);
+  if (ta) {
+    lua_pop(L, 1);
+    lua_rawgetp(L, current, ta);
+    followed = !lua_isnil(L, na);
+  }
+  lua_pushnil(L);
+  if (tb) {
+    lua_pop(L, 1);
+    lua_rawgetp(L, current, tb);
+    followed = followed || !lua_isnil(L, nb);
+  }
+  lua_pushvalue(L, REC_ORIG);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 1);
+  if (!followed) return 1;
+  if (lua_type(L, out) == LUA_TNUMBER) { /* a number: a 0-d tensor, followed */
+    push_helper(L, "tensor");
+    lua_pushvalue(L, out);
+    lua_call(L, 1, 1);
+    lua_replace(L, out);
+  }
+  lt_tensor *to = ltb_to_tensor(L, out);
+  int flags = (int)lua_tointeger(L, REC_FLAGS);
+  if (flags & REC_READS) {
+    lua_rawgeti(L, tape, TAPE_READ);
+    int read = lua_gettop(L);
+    mark_read(L, read, ta);
+    mark_read(L, read, tb);
+    if (flags & REC_READS_RESULT) mark_read(L, read, to);
+    lua_pop(L, 1);
+  }
+  if (to && !lt_is_dense(to) && lt_ndim(to) > 3) { /* raises */
+    push_helper(L, "refuse_batches");
+    lua_pushvalue(L, REC_NAME);
+    lua_pushvalue(L, out);
+    lua_call(L, 2, 0);
+  }
+  lua_Integer k = next_record(L, tape);
+  lua_Integer o = push_chunk(L, tape, k);
+  int chunk = lua_gettop(L);
+  lua_pushvalue(L, REC_NAME);
+  lua_rawseti(L, chunk, o + 1);
+  const int fields[] = {1, 2, out, na, nb};
+  for (int i = 0; i < 5; i++) {
+    lua_pushvalue(L, fields[i]);
+    lua_rawseti(L, chunk, o + 2 + i);
+  }
+  if (to) {
+    /* the latest version of its value; a value the call was given (the
+     * rare case) gets its versions listed by the tape (add_version) */
+    lua_rawgetp(L, current, to);
+    int previous = lua_gettop(L);
+    lua_pushinteger(L, k);
+    lua_rawsetp(L, current, to);
+    if (!lua_isnil(L, previous)) {
+      push_helper(L, "add_version");
+      lua_pushvalue(L, tape);
+      lua_pushlightuserdata(L, to);
+      lua_pushvalue(L, previous);
+      lua_pushinteger(L, k);
+      lua_call(L, 4, 0);
+    }
+    lua_pop(L, 1);
+  }
+  lua_rawgeti(L, REC_LIVE, LIVE_GROWN_AT);
+  if (lua_tointeger(L, -1) == k) {
+    push_helper(L, "grown");
+    lua_pushvalue(L, tape);
+    lua_call(L, 1, 0);
+  }
+  lua_pushvalue(L, out);
+  return 1;
+}
+
+/* lt._metamethod_recorder(orig, name, reads, reads_result, live) → the
+ * recording wrapper of the metamethod orig. live is the tape's shared
+ * table: live[1] the tape recording now or nil, live[2] the record count
+ * that calls live.grown(tape), and the helpers live.tensor(number),
+ * live.add_version(tape, addr, previous, node), live.refuse_batches(name,
+ * value) (raises) and live.grown(tape). */
+static int l_metamethod_recorder(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TSTRING);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  lua_settop(L, 5);
+  lua_pushvalue(L, LTB_UPV_STATE);
+  lua_pushvalue(L, LTB_UPV_META);
+  lua_pushvalue(L, LTB_UPV_METHODS);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushinteger(L, (lua_toboolean(L, 3) ? REC_READS : 0) |
+                         (lua_toboolean(L, 4) ? REC_READS_RESULT : 0));
+  lua_pushvalue(L, 5);
+  lua_pushcclosure(L, recording_metamethod, REC_NUPVALUES);
+  return 1;
+}
+
+/* lt._compact_layout() → COMPACT_SLOTS, COMPACT_CHUNK: how the tape reads
+ * the compact records. */
+static int l_compact_layout(lua_State *L) {
+  lua_pushinteger(L, COMPACT_SLOTS);
+  lua_pushinteger(L, COMPACT_CHUNK);
+  return 2;
+}
+
+static const luaL_Reg internals[] = {{"_address", l_address},
+                                     {"_iql_parts", l_iql_parts},
+                                     {"_dense_children", l_dense_children},
+                                     {"_stops", l_stops},
+                                     {"_leaf_vjp", l_leaf_vjp},
+                                     {"_metamethod_recorder", l_metamethod_recorder},
+                                     {"_compact_layout", l_compact_layout},
+                                     {NULL, NULL}};
 
 static const luaL_Reg functions[] = {{"params", l_params},
                                      {"inv_quad_logdet", l_inv_quad_logdet},

@@ -146,6 +146,39 @@ describe("lt.grad", function()
     end), {v = v0})
   end)
 
+  it("refuses a write into an operand of a metamethod's record whose backward reads it", function()
+    local A = lt.tensor{{1, 2}, {0.5, -1}}
+    -- products (C-recorded metamethods) read their operands' values
+    raises("used by an earlier followed call", lt.grad(function(p)
+      local m = p.v:clone()
+      local s = (2 * m):sum()
+      m[1] = 2
+      return s
+    end), {v = v0})
+    raises("used by an earlier followed call", lt.grad(function(p)
+      local M = lt.tensor{{p.v[1], p.v[2]}, {p.v[3], 1}}
+      local s = (M * A):sum()
+      M:set(1, 1, 0)
+      return s
+    end), {v = v0})
+    -- a number result (v · v) is a followed 0-d tensor, its operands read
+    raises("used by an earlier followed call", lt.grad(function(p)
+      local m = p.v:clone()
+      local s = m * m
+      m:fill(0)
+      return s
+    end), {v = v0})
+    -- a sum's backward reads shapes only: its operand may be written after
+    -- it (2 from m + m; 1 from m:sum(), whose entry 1 is then a constant)
+    local g = lt.grad(function(p)
+      local m = p.v:clone()
+      local s = (m + m):sum()
+      m[1] = 7
+      return s + m:sum()
+    end)({v = v0})
+    assert.are.same({2, 3, 3}, g.v:totable())
+  end)
+
   it("uses the stochastic estimator above max_cholesky_size", function()
     local n = 12
     local x = lt.linspace(0, 3, n):reshape(n, 1)

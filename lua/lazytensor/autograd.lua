@@ -23,6 +23,7 @@ local unpack = table.unpack or unpack -- Lua 5.1 and LuaJIT: the global
 
 local lt -- the library, looked up on first use (it may load this file)
 local address, is_lazy, dim_of, shape_of -- the library's own, bound by lib()
+local COMPACT_SLOTS, COMPACT_CHUNK -- how compact records sit in their chunks (the tape)
 
 local function lib()
   if lt == nil then
@@ -30,6 +31,7 @@ local function lib()
     cot.bind(lt)
     vjp.bind(lt)
     address, is_lazy, dim_of, shape_of = lt._address, lt.is_lazy, lt.dim, lt.shape
+    COMPACT_SLOTS, COMPACT_CHUNK = lt._compact_layout()
   end
   return lt
 end
@@ -155,16 +157,33 @@ Tape.__index = Tape
 
 local active -- the tape of the df call running now, or nil
 
+-- The tape's tables that the metamethods' recorders (C, bind_grad.c) use
+-- sit at these indices too; its count of records only there.
+local TAPE_CURRENT, TAPE_READ, TAPE_CHUNKS, TAPE_NREC = 1, 2, 3, 4
+
+-- A metamethod's record is compact: no table of its own, but COMPACT_SLOTS
+-- entries (name, a, b, out, na, nb: the operation, its operands, its
+-- result and the operands' nodes) in a chunk of COMPACT_CHUNK records
+-- (bind_grad.c writes them). Its result's node is the record's index k
+-- (current[addr] = k) until a node table is needed (Tape:node_at): a tiny
+-- operation recorded costs no table, and the collector traces no growing
+-- table (an old chunk is not written again).
+-- (COMPACT_SLOTS, COMPACT_CHUNK: bound by lib(), lt._compact_layout())
+
 local function new_tape()
-  return setmetatable({
-    records = {}, nrec = 0, nnodes = 0,
-    current = {},  -- address → the latest node of that value
+  local tape = setmetatable({
+    records = {},  -- k → the record, for the records not compact
+    compact_nodes = {}, -- k → the node table of compact record k's result, once needed
+    current = {},  -- address → the latest node of that value (or its compact record's k)
     versions = {}, -- address → its nodes, oldest first
     read = {},     -- storage → true once a record's backward reads it
     leaf = {},     -- address → the node a parameter started as
     copy_of = {},  -- address of a composite's copy of a dense operand → its node
     copies = {},   -- those copies' addresses (the chain rule stops at them)
   }, Tape)
+  tape[TAPE_CURRENT], tape[TAPE_READ], tape[TAPE_CHUNKS] = tape.current, tape.read, {}
+  tape[TAPE_NREC] = 0
+  return tape
 end
 
 local function kind_of(v)
@@ -181,27 +200,52 @@ function Tape:grown()
   if GENERATIONAL and self.gc_mode == nil then self.gc_mode = collectgarbage("generational") end
 end
 
--- Makes node ({id, value, addr}) the latest version of its value (a
--- local function, not a method: it runs at every recorded call).
-local function track(tape, node)
-  local addr, current = node.addr, tape.current
-  local previous = current[addr]
-  current[addr] = node
-  if previous then -- a call returned a value it was given: versions
-    local list = tape.versions[addr]
-    if list == nil then
-      list = {previous}
-      tape.versions[addr] = list
-    end
-    list[#list + 1] = node
+-- The entries of compact record k: its chunk and the slot before them.
+local function compact_slots(tape, k)
+  return tape[TAPE_CHUNKS][math.floor((k - 1) / COMPACT_CHUNK) + 1],
+    (k - 1) % COMPACT_CHUNK * COMPACT_SLOTS
+end
+
+-- The node table of x, a node or a compact record's k (made once).
+function Tape:node_at(x)
+  if type(x) ~= "number" then return x end
+  local node = self.compact_nodes[x]
+  if node == nil then
+    local chunk, o = compact_slots(self, x)
+    -- the fields the backward sets, named so the table is made at its
+    -- final size (no rehash as they arrive)
+    node = {id = x, value = chunk[o + 4], kind = nil, shape = nil, cot = nil, cot_spent = nil}
+    self.compact_nodes[x] = node
   end
   return node
 end
 
--- A new node for v (at address addr): the value's latest version.
-function Tape:new_node(v, addr)
-  local id = self.nnodes + 1
-  self.nnodes = id
+-- node, a call's result at address addr, is the next version of the value
+-- previous was (the call returned a value it was given): both listed.
+local function add_version(tape, addr, previous, node)
+  previous, node = tape:node_at(previous), tape:node_at(node)
+  local list = tape.versions[addr]
+  if list == nil then
+    list = {previous}
+    tape.versions[addr] = list
+  end
+  list[#list + 1] = node
+end
+
+-- Makes node ({id, value, addr}) the latest version of its value.
+local function track(tape, node)
+  local addr, current = node.addr, tape.current
+  local previous = current[addr]
+  current[addr] = node
+  if previous then add_version(tape, addr, previous, node) end
+  return node
+end
+
+-- A new node for v (at address addr): the value's latest version. Its id
+-- (the order of a value's versions) is the index of the record that made
+-- it, the one about to be kept; a parameter's is 0.
+function Tape:new_node(v, addr, id)
+  id = id or self[TAPE_NREC] + 1
   return track(self, {id = id, value = v, addr = addr or address(v)}) -- its kind: node_kind
 end
 
@@ -228,7 +272,7 @@ end
 function Tape:node_of(v)
   if type(v) ~= "userdata" then return nil end
   local addr = address(v)
-  return addr and self.current[addr]
+  return addr and self:node_at(self.current[addr])
 end
 
 -- The nodes of the tensors directly inside a table argument ({A, B} of
@@ -309,7 +353,7 @@ function Tape:record(name, args, n, outs, kept)
     if ta == "userdata" then
       local addr, storage = address(a)
       if addr then
-        nodes[i] = current[addr]
+        nodes[i] = self:node_at(current[addr])
         if reads and storage then read[storage] = true end
       end
     elseif ta == "table" then
@@ -341,54 +385,34 @@ function Tape:record(name, args, n, outs, kept)
   local r = setmetatable({tape = self, name = name, args = args, nargs = n, outs = outs,
     nodes = nodes, tnodes = tnodes or NO_TABLES, out_nodes = out_nodes, kept = kept}, Record)
   if CONSTRUCTORS[name] and is_lazy(outs[1]) and dim_of(outs[1]) == 2 then self:find_copies(r) end
-  local k = self.nrec + 1
-  self.nrec = k
+  local k = self[TAPE_NREC] + 1
+  self[TAPE_NREC] = k
   self.records[k] = r
   if k == GENERATIONAL_RECORDS then self:grown() end
   return unpack(outs, 1, outs.n)
 end
 
--- record for a metamethod's call: its operands' nodes and storages known
--- (a local function: the hot path of tiny operations).
--- reads, reads_result: READS[name], READS_RESULT[name].
-local function record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, out)
-  local addr, storage = address(out)
-  if addr == nil and type(out) == "number" then
-    out = originals.tensor(out)
-    addr, storage = address(out)
-  end
-  if reads then
-    local read = tape.read
-    if sa then read[sa] = true end
-    if sb then read[sb] = true end
-    if storage and reads_result then read[storage] = true end
-  end
-  -- kept compact, made a Record when the backward pass reaches it; the
-  -- record is its result's node too (one table an operation)
-  local rec
-  if addr then
-    if storage == nil and dim_of(out) > 3 then
-      fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
-        .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
-    end
-    local id = tape.nnodes + 1
-    tape.nnodes = id
-    rec = track(tape, {name, a, b, out, na, nb, id = id, value = out, addr = addr})
-  else
-    rec = {name, a, b, out, na, nb}
-  end
-  local k = tape.nrec + 1
-  tape.nrec = k
-  tape.records[k] = rec
-  if k == GENERATIONAL_RECORDS then tape:grown() end
-  return out
+-- What the metamethods' recorders (lt._metamethod_recorder, C) share with
+-- the tape: [1] the tape recording now (nil between calls), [2] the
+-- record count at which the tape grows (Tape:grown), and the helpers for
+-- their rare cases. Its records are compact (COMPACT_SLOTS), made Records
+-- when the backward pass reaches them.
+local live = {nil, GENERATIONAL_RECORDS}
+live.add_version = add_version
+live.grown = function(tape) tape:grown() end
+live.tensor = function(x) return originals.tensor(x) end
+function live.refuse_batches(name, out)
+  fail("%s: operators of more than one batch dimension are not followed by lt.grad yet "
+    .. "(a %s of shape %s)", name, lt.type(out), table.concat(shape_of(out), "x"))
 end
 
--- A metamethod's compact record as a Record (c is its result's node).
-function Tape:expand(c)
-  return setmetatable({tape = self, name = c[1], args = {c[2], c[3]}, nargs = 2,
-    outs = {c[4], n = 1}, nodes = {c[5], c[6]}, tnodes = NO_TABLES,
-    out_nodes = {c.id and c or nil}}, Record)
+-- Compact record k as a Record; out_node: its result's node.
+function Tape:expand(k, out_node)
+  local chunk, o = compact_slots(self, k)
+  return setmetatable({tape = self, name = chunk[o + 1], args = {chunk[o + 2], chunk[o + 3]},
+    nargs = 2, outs = {chunk[o + 4], n = 1},
+    nodes = {self:node_at(chunk[o + 5]), self:node_at(chunk[o + 6])}, tnodes = NO_TABLES,
+    out_nodes = {out_node}}, Record)
 end
 
 -- A composite (lt.kron(A, B), lt.blockdiag{A, B}) keeps copies of its dense
@@ -535,21 +559,10 @@ local function wrapper(name, orig)
 end
 
 -- The metamethods' wrappers: two operands, one result (Lua calls __unm
--- with the operand twice).
+-- with the operand twice), recorded in C (bind_grad.c).
 local function binary_wrapper(name, orig)
   local reads = not VIEWS[name] and not WRITES[name]
-  local reads_result = reads and not RESULT_UNREAD[name]
-  return function(a, b)
-    local tape = active
-    if tape == nil then return orig(a, b) end
-    local current = tape.current
-    local ka, sa, kb, sb
-    if type(a) == "userdata" then ka, sa = address(a) end
-    if type(b) == "userdata" then kb, sb = address(b) end
-    local na, nb = ka and current[ka], kb and current[kb]
-    if not (na or nb) then return orig(a, b) end
-    return record_binary(tape, name, reads, reads_result, a, b, na, nb, sa, sb, orig(a, b))
-  end
+  return lt._metamethod_recorder(orig, name, reads, reads and not RESULT_UNREAD[name], live)
 end
 
 -- __index: t[i] of a number i (a method's name goes straight through).
@@ -659,7 +672,7 @@ end
 function Tape:version_before(addr, id)
   local list = self.versions[addr]
   if list == nil then
-    local node = self.current[addr]
+    local node = self:node_at(self.current[addr])
     return node and node.id < id and node or nil
   end
   local best
@@ -876,7 +889,7 @@ function Tape:stops()
   local stops = self.stop_set
   if stops == nil then
     local all = {}
-    for _, node in pairs(self.current) do all[#all + 1] = node.value end
+    for _, node in pairs(self.current) do all[#all + 1] = self:node_at(node).value end
     for _, copy in ipairs(self.copies) do all[#all + 1] = copy end
     stops = lt._stops(all)
     self.stop_set = stops
@@ -884,25 +897,35 @@ function Tape:stops()
   return stops
 end
 
+-- One record's backward: its results' cotangents handed to its arguments.
+local function backward_record(tape, r)
+  local g, any = {}, false
+  for j, node in pairs(r.out_nodes) do
+    g[j] = node.cot
+    if node.cot ~= nil then any = true end
+    node.cot_spent, node.cot = node.cot, nil -- spent: its record hands it on once
+  end
+  if any then
+    local b = batch_of(r)
+    if b then batched_backward(tape, r, g, b)
+    elseif CONSTRUCTORS[r.name] then constructor_backward(tape, r, g)
+    else vjp[r.name](r, g) end
+  end
+end
+
 function Tape:backward(root)
   local kind = node_kind(root)
   if kind == "scalar" then root.cot = 1
   elseif kind == "dense" then root.cot = lt.full(node_shape(root), 1)
   else root.cot = {{W = lt.ones(1, 1)}} end
-  for k = self.nrec, 1, -1 do
-    local r = self.records[k]
-    if r[1] then r = self:expand(r) end
-    local g, any = {}, false
-    for j, node in pairs(r.out_nodes) do
-      g[j] = node.cot
-      if node.cot ~= nil then any = true end
-      node.cot_spent, node.cot = node.cot, nil -- spent: its record hands it on once
-    end
-    if any then
-      local b = batch_of(r)
-      if b then batched_backward(self, r, g, b)
-      elseif CONSTRUCTORS[r.name] then constructor_backward(self, r, g)
-      else vjp[r.name](r, g) end
+  local records, compact_nodes = self.records, self.compact_nodes
+  for k = self[TAPE_NREC], 1, -1 do
+    local r = records[k]
+    if r then
+      backward_record(self, r)
+    else -- compact: followed only if a cotangent reached its result's node
+      local node = compact_nodes[k]
+      if node and node.cot ~= nil then backward_record(self, self:expand(k, node)) end
     end
   end
 end
@@ -912,7 +935,7 @@ end
 local function prepare(tape, p, path)
   if type(p) == "number" then
     local t = lt.tensor(p)
-    tape.leaf[lt._address(t)] = tape:new_node(t)
+    tape.leaf[lt._address(t)] = tape:new_node(t, nil, 0)
     return t
   end
   if lt.is_tensor(p) then
@@ -921,7 +944,7 @@ local function prepare(tape, p, path)
         .. "with respect to the tensors it is built from)", path, lt.type(p))
     end
     local addr = lt._address(p)
-    if tape.leaf[addr] == nil then tape.leaf[addr] = tape:new_node(p) end
+    if tape.leaf[addr] == nil then tape.leaf[addr] = tape:new_node(p, addr, 0) end
     return p
   end
   if type(p) == "table" and getmetatable(p) == nil then
@@ -990,9 +1013,9 @@ local function recorded_run(f, params, ...)
   local prepared = prepare(tape, params, "")
   local args = pack(prepared, ...)
   install()
-  active = tape
+  active, live[1] = tape, tape
   local ok, res = pcall(run, f, args, args.n)
-  active = nil
+  active, live[1] = nil, nil
   if tape.gc_mode == "incremental" then collectgarbage("incremental") end
   restore()
   if not ok then error(res, 0) end
