@@ -60,12 +60,18 @@ local function key_of(r)
                        r.kind or "", r.path or ""}, "|")
 end
 
--- GPY's rows (bench/peers/gpy_peer.py): op, n, d, path of each
+-- GPY's rows (bench/peers/gpy_peer.py): op, n, d, path, kind (default
+-- matern52) of each (spread: its first line, 10 probes)
 local GPY_ROWS = {
   exact = {"mll_grad", 2000, 3, "exact"}, iterative = {"mll_grad", 2000, 3, "iterative"},
   exact4000 = {"mll_grad", 4000, 3, "exact"}, iterative4000 = {"mll_grad", 4000, 3, "iterative"},
   predict = {"predict", 2000, 3, "predict"}, love = {"predict", 2000, 3, "love"},
   sgpr = {"sgpr_mll_grad", 20000, 3}, bo = {"bo_step", 30, 2}, bo60 = {"bo_step", 60, 2},
+  ski1d = {"ski_mll_grad", 100000, 1, "ski", "rbf"},
+  ski2d = {"ski_mll_grad", 20000, 2, "ski", "rbf"},
+  multitask = {"multitask_mll_grad", 1000, 1, "task_noise", "rbf"},
+  multitask_shared = {"multitask_mll_grad", 1000, 1, "shared_noise", "rbf"},
+  spread = {"spread", 2000, 3, "probes10"},
 }
 
 -- A line about a whole program (a failure, a timeout, a missing peer)
@@ -80,7 +86,7 @@ local function from_args(r)
   -- GPY: the row is the last word (of "GPY row" or of the failed command)
   local gpy = r.workload == "GPY" and GPY_ROWS[w[#w]]
   if gpy then
-    r.op, r.n, r.d, r.kind, r.path = gpy[1], gpy[2], gpy[3], "matern52", gpy[4]
+    r.op, r.n, r.d, r.kind, r.path = gpy[1], gpy[2], gpy[3], gpy[5] or "matern52", gpy[4]
   end
   return r
 end
@@ -125,6 +131,12 @@ local function accuracy(r)
                            sci(r.var_medrelerr), sci(r.var_maxrelerr), sci(r.var_maxabserr))
     elseif r.op == "bo_step" then
       return string.format("final MLL %.2f", r.final_mll or 0 / 0)
+    elseif r.op == "spread" then
+      return string.format("MLL sd %.3g nats over %d seeds (median abs err %.3g, bias %.3g); "
+                           .. "grad err median %.1e, sd %.1e, max %.1e", r.mll_sd or 0 / 0,
+                           r.seeds or 0, r.mll_abserr or 0 / 0, r.mll_bias or 0 / 0,
+                           r.grad_relerr or 0 / 0, r.grad_relerr_sd or 0 / 0,
+                           r.grad_relerr_max or 0 / 0)
     end
     local s = string.format("mll %.1e nats", r.mll_abserr or 0 / 0)
     if r.grad_relerr then s = s .. ", grad " .. sci(r.grad_relerr) end
@@ -144,7 +156,10 @@ local function describe(r)
   if r.workload == "GPY" then
     local what = ({mll_grad = "exact GP MLL + grad", predict = "prediction, 1000 test points",
                    sgpr_mll_grad = "SGPR m=300 bound + grad",
-                   bo_step = "BO step (Adam 20 + predict), n from 5"})[r.op] or r.op
+                   bo_step = "BO step (Adam 20 + predict), n from 5",
+                   ski_mll_grad = "KISS-GP MLL + grad, grid " .. tostring(r.grid),
+                   multitask_mll_grad = "ICM 3 tasks rank 1 MLL + grad",
+                   spread = "iterative MLL + grad, 20 seeds"})[r.op] or r.op
     local variant = (r.variant and r.variant ~= "defaults") and (" [" .. r.variant .. "]") or ""
     return string.format("GPY %s d=%s n=%s%s%s", what, tostring(r.d), tostring(r.n),
                          r.path and (" " .. r.path) or "", variant)
@@ -166,6 +181,13 @@ local function extra(r)
     if r.cg_iterations and r.cg_iterations > 0 then
       parts[#parts + 1] = "CG iters " .. r.cg_iterations .. ", precond rank "
         .. tostring(r.preconditioner_rank)
+    end
+    if r.no_preconditioner then parts[#parts + 1] = "no preconditioner: " .. r.no_preconditioner end
+    if r.control_variate_rank then
+      parts[#parts + 1] = "control variate " .. r.control_variate_rank
+    end
+    if r.mll_sd_calls then
+      parts[#parts + 1] = string.format("MLL sd over %d calls %.3g", r.calls or 0, r.mll_sd_calls)
     end
     if r.settings then parts[#parts + 1] = r.settings end
   end

@@ -9,9 +9,12 @@ lazytensor.gp (bench/peers/gpy_side.lua runs lazytensor's side).
          out, no GPyTorch code): the MLL and its gradient with respect to the
          log hyperparameters, the predictive means and variances, the SGPR
          bound.
-  run    the GPyTorch rows (ROW: exact iterative predict love sgpr bo, the
-         default; also exact4000 iterative4000 bo60), one JSON line each: wall and CPU medians and the
-         errors against DIR's exact answers.
+  run    the GPyTorch rows (ROW: exact iterative predict love sgpr bo ski1d
+         ski2d multitask multitask_shared spread, the default; also
+         exact4000 iterative4000 bo60), one JSON line each (spread: one per
+         probe count): wall and CPU medians and the errors against DIR's
+         exact answers. `data ROW...` writes the exact answers of the rows
+         named (ski1d, ski2d, multitask* take minutes, the others always).
 
 The problems (the same data and starting hyperparameters on both sides):
   exact/iterative  ExactGP, ZeroMean, ScaleKernel(MaternKernel(nu=2.5,
@@ -31,6 +34,36 @@ The problems (the same data and starting hyperparameters on both sides):
                    n = 20000, one MLL (Titsias' bound: GPyTorch adds the
                    trace term as an added loss term) and its backward,
                    gradient with respect to the inducing points included.
+  ski1d, ski2d     KISS-GP (issue 25): ScaleKernel(GridInterpolationKernel(
+                   RBFKernel(), grid_size, num_dims)) in an ExactGP (the form of
+                   GPyTorch's KISSGP_Regression tutorial), ZeroMean,
+                   GaussianLikelihood; lengthscale 1, outputscale 1, noise
+                   0.01; y = sum_k sin(x_k) + 0.1 N(0,1) at uniform points of
+                   [0,10]^d: ski1d n = 100,000, grid 2000; ski2d n = 20,000,
+                   grid 100x100. One MLL + backward under the defaults (n > 800:
+                   mBCG + SLQ, 10 probes). The exact answer is each system's
+                   own SKI model, W K_grid W^T + s2 I with W the cubic (Keys,
+                   a = -1/2) weights on that system's grid (GPyTorch: spacing
+                   (max-min)/(m-4.02) padded 2.01 steps, then create_grid's
+                   extension; lazytensor: step (max-min)/(m-3) from min-step),
+                   its MLL by Woodbury on the grid (G = S S, S = G^(1/2) by
+                   eigh, M = I + S W^T W S / s2, one Cholesky of M) and its
+                   gradient by central differences of that (h = 1e-4 in the
+                   log parameters).
+  multitask,       ICM, 3 tasks x 1000 points of [0,1]: MultitaskKernel(RBFKernel(),
+  multitask_shared num_tasks=3, rank=1), MultitaskMean(ZeroMean()),
+                   MultitaskGaussianLikelihood(num_tasks=3) (its users'
+                   tutorial form; per-task noises added to a global one);
+                   multitask_shared: has_task_noise=False (one noise, lazytensor's
+                   eigen rule). Lengthscale 0.2, W = (1, 0.5, -0.8), v = 0.1,
+                   noise 0.01, task noises (0.01, 0.02, 0.03). One MLL (times n*t)
+                   + backward, defaults. Exact answer: the dense 3000x3000
+                   B (x) K + noise by Cholesky, gradient 1/2 tr((aa^T - Ky^-1) dKy).
+  spread           the stochastic estimator's spread: the "iterative" problem
+                   (n = 2000) under the defaults with num_trace_samples(P),
+                   P = 10 and 64, torch.manual_seed(s) for s = 1..20: per P the
+                   standard deviation over the 20 seeds of the MLL and of the
+                   gradient's relative error, their medians and the median time.
   bo, bo60         Branin on [0,1]^2 (rescaled to [-5,10]x[0,15], y =
                    (branin - 54.3)/51), n = 5..30 (bo60: 5..60) points in a fixed order
                    (no acquisition: both sides see the same points); every
@@ -157,6 +190,206 @@ def sgpr_bound(x, y, z, ls, v, noise, jitter=0.0):
     return float(-0.5 * quad - 0.5 * logdet - 0.5 * n * math.log(2 * math.pi) - 0.5 * trace / noise)
 
 
+# --------------------------------------------- KISS-GP and ICM references --
+
+SKI_ROWS = {"ski1d": (100000, 1, 2000, 2026120401), "ski2d": (20000, 2, 100, 2026120402)}
+SKI_LS, SKI_V, SKI_NOISE = 1.0, 1.0, 0.01
+MT_N, MT_T, MT_SEED = 1000, 3, 2026120403
+MT_LS, MT_W, MT_V = 0.2, [1.0, 0.5, -0.8], [0.1, 0.1, 0.1]
+MT_NOISE, MT_TASK_NOISES = 0.01, [0.01, 0.02, 0.03]
+SPREAD_SEEDS, SPREAD_PROBES = 20, (10, 64)
+FD_STEP = 1e-4  # central differences of the exact SKI MLL, in the log parameters
+
+
+def keys_cubic(t):
+    """Keys' cubic convolution weight (a = -1/2) at distance |t| in grid steps."""
+    t = np.abs(t)
+    return np.where(t <= 1, (1.5 * t - 2.5) * t * t + 1,
+                    np.where(t < 2, ((-0.5 * t + 2.5) * t - 4) * t + 2, 0.0))
+
+
+def grid_lazytensor(xk, m):
+    """gp/ski.lua's axis: m points from min - h, h = (max - min)/(m - 3)."""
+    lo, hi = float(xk.min()), float(xk.max())
+    h = (hi - lo) / (m - 3)
+    return lo - h, h
+
+
+def grid_gpytorch(xk, m):
+    """GridInterpolationKernel's dynamic grid: spacing (max - min)/(m - 4.02),
+    bounds padded by 2.01 spacings, then create_grid's extension by one
+    (bound width)/(m - 2) on each side, m points by linspace."""
+    lo, hi = float(xk.min()), float(xk.max())
+    sp = (hi - lo) / (m - 4.02)
+    b0, b1 = lo - 2.01 * sp, hi + 2.01 * sp
+    gd = (b1 - b0) / (m - 2)
+    g = np.linspace(b0 - gd, b1 + gd, m)
+    return float(g[0]), float(g[1] - g[0])
+
+
+def interp_matrix(x, axes, m):
+    """W (n x m^d, scipy CSR): per axis the 4 cubic weights at grid indices
+    floor(u) - 1 .. floor(u) + 2, u = (x - g0)/h; dimension 1 slowest."""
+    import scipy.sparse as sp
+    n, d = x.shape
+    cols = np.zeros((n, 1), dtype=np.int64)
+    vals = np.ones((n, 1))
+    for k in range(d):
+        g0, h = axes[k]
+        u = (x[:, k] - g0) / h
+        f = np.minimum(np.floor(u), m - 3)  # the largest point at u = m - 2: s = 1
+        s = u - f
+        idx = f[:, None].astype(np.int64) + np.arange(-1, 3)[None, :]
+        w = keys_cubic(np.stack([s + 1, s, 1 - s, 2 - s], axis=1))
+        assert idx.min() >= 0 and idx.max() < m, "a point outside the grid's interior"
+        cols = (cols[:, :, None] * m + idx[:, None, :]).reshape(n, -1)
+        vals = (vals[:, :, None] * w[:, None, :]).reshape(n, -1)
+    rows = np.repeat(np.arange(n), cols.shape[1])
+    return sp.csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n, m ** d))
+
+
+def kron_apply(factors, X):
+    """(F_1 (x) ... (x) F_d) X for square factors, X of m^d rows."""
+    ms = [f.shape[0] for f in factors]
+    k = X.shape[1]
+    Y = X.reshape(*ms, k)
+    for ax, f in enumerate(factors):
+        Y = np.moveaxis(np.tensordot(f, Y, axes=(1, ax)), 0, ax)
+    return Y.reshape(-1, k)
+
+
+class SkiExact:
+    """The exact MLL of K = v W (G_1 (x) ... (x) G_d) W^T + s2 I, G_k the rbf
+    on axis k's grid, by Woodbury on the grid: with S_k = G_k^(1/2)
+    (eigh, negative rounding eigenvalues set to 0), S = (x) S_k and
+    M = I + v S A S / s2 (A = W^T W): y^T Ky^-1 y = (y.y - v |L^-1 S b|^2 / s2)/s2
+    (b = W^T y, M = L L^T) and log det Ky = n log s2 + log det M."""
+
+    def __init__(self, x, y, axes, m):
+        self.W = interp_matrix(x, axes, m)
+        self.y, self.n, self.m, self.h = y, len(y), m, [a[1] for a in axes]
+        self.A = (self.W.T @ self.W).tocsr()
+        self.b = self.W.T @ y
+        self._ls, self._SAS = None, None
+
+    def _roots(self, ls):
+        out = []
+        for h in self.h:
+            lag = np.arange(self.m) * h
+            G = np.exp(-0.5 * ((lag[:, None] - lag[None, :]) / ls) ** 2)
+            lam, Q = np.linalg.eigh(G)
+            out.append((Q * np.sqrt(np.maximum(lam, 0))) @ Q.T)
+        return out
+
+    def mll(self, ls, v, noise):
+        if self._ls != ls:
+            S = self._roots(ls)
+            self._Sb = kron_apply(S, self.b[:, None])[:, 0]
+            Sfull = S[0] if len(S) == 1 else np.kron(S[0], S[1])
+            AS = np.asarray(self.A @ Sfull)
+            del Sfull
+            self._SAS = kron_apply(S, AS)
+            del AS
+            self._ls = ls
+        M = self._SAS * (v / noise)
+        M[np.diag_indices_from(M)] += 1.0
+        L = sla.cholesky(M, lower=True, overwrite_a=True, check_finite=False)
+        c = sla.solve_triangular(L, math.sqrt(v) * self._Sb, lower=True, check_finite=False)
+        logdet = self.n * math.log(noise) + 2 * np.log(np.diag(L)).sum()
+        del L, M
+        quad = (self.y @ self.y - (c @ c) / noise) / noise
+        return float(-0.5 * quad - 0.5 * logdet - 0.5 * self.n * math.log(2 * math.pi))
+
+    def mll_grad(self, ls, v, noise, h=FD_STEP):
+        """The MLL and its central-difference gradient in (log l, log v, log s2)."""
+        theta = np.log([ls, v, noise])
+        f0 = self.mll(ls, v, noise)
+        g = [0.0, 0.0, 0.0]
+        for q in (2, 1, 0):  # s2 and v at the current l first: they reuse S A S
+            vals = []
+            for sgn in (1, -1):
+                t = theta.copy()
+                t[q] += sgn * h
+                vals.append(self.mll(*np.exp(t)))
+            g[q] = (vals[0] - vals[1]) / (2 * h)
+        return f0, g
+
+
+def ski_data(x, y, m):
+    """Exact answers of both systems' SKI models of (x, y): [mll, dlog l, dlog v, dlog s2]."""
+    out = {}
+    for name, grid in (("lazytensor", grid_lazytensor), ("gpytorch", grid_gpytorch)):
+        axes = [grid(x[:, k], m) for k in range(x.shape[1])]
+        ex = SkiExact(x, y, axes, m)
+        mll, g = ex.mll_grad(SKI_LS, SKI_V, SKI_NOISE)
+        out[name] = [mll] + g
+        del ex
+    return out
+
+
+def rbf_gram(x, ls):
+    r2 = ((x[:, None, :] - x[None, :, :]) / ls) ** 2
+    return np.exp(-0.5 * r2.sum(-1)), r2.sum(-1)
+
+
+def multitask_exact(x, Y, ls, W, v, noise, task_noises):
+    """ICM's MLL and gradient by a dense Cholesky of Ky = B (x) K + diag(noise
+    + tau_a) (task-major: entry (a, i) at a*n + i), B = W W^T + diag(v);
+    gradient order: log l, W (t), log v (t), log noise, log tau (t)."""
+    n, t = Y.shape
+    K, r2 = rbf_gram(x, ls)
+    Wm = np.asarray(W, dtype=np.float64).reshape(t, 1)
+    B = Wm @ Wm.T + np.diag(v)
+    dvec = np.repeat(noise + np.asarray(task_noises, dtype=np.float64), n)
+    Ky = np.kron(B, K) + np.diag(dvec)
+    yv = Y.T.reshape(-1)
+    c = sla.cho_factor(Ky, lower=True)
+    a = sla.cho_solve(c, yv)
+    logdet = 2 * np.log(np.diag(c[0])).sum()
+    mll = -0.5 * yv @ a - 0.5 * logdet - 0.5 * n * t * math.log(2 * math.pi)
+    G = (np.outer(a, a) - sla.cho_solve(c, np.eye(n * t))).reshape(t, n, t, n)
+    GK = np.einsum("aibj,ij->ab", G, K)
+    GdK = np.einsum("aibj,ij->ab", G, K * r2)  # dK/dlog l = K * r^2/l^2
+    g = [0.5 * float((B * GdK).sum())]
+    g += list((GK @ Wm).reshape(-1))  # dMLL/dB = GK/2, B symmetric: dW = GK W
+    g += [0.5 * GK[q, q] * v[q] for q in range(t)]
+    g.append(0.5 * noise * float(np.einsum("aiai->", G)))
+    g += [0.5 * task_noises[q] * float(np.einsum("ii->", G[q, :, q, :])) for q in range(t)]
+    return float(mll), [float(z) for z in g]
+
+
+def multitask_problem(d):
+    rng = np.random.default_rng(MT_SEED)
+    x = rng.random((MT_N, 1))
+    s, c = np.sin(2 * math.pi * x[:, 0]), np.cos(4 * math.pi * x[:, 0])
+    F = np.stack([s, 0.5 * s + 0.3 * c, -0.8 * s + 0.2 * x[:, 0]], axis=1)
+    Y = F + 0.1 * rng.standard_normal(F.shape)
+    write_matrix(os.path.join(d, "gpy_mt_x.txt"), x)
+    write_matrix(os.path.join(d, "gpy_mt_y.txt"), Y)
+    for name, tn in (("task_noise", MT_TASK_NOISES), ("shared_noise", [0.0] * MT_T)):
+        mll, g = multitask_exact(x, Y, MT_LS, MT_W, MT_V, MT_NOISE, tn)
+        if name == "shared_noise":
+            g = g[:-MT_T]  # no task noises in that model
+        write_matrix(os.path.join(d, "gpy_mt_ref_%s.txt" % name), [mll] + g)
+
+
+def ski_problem(d, row):
+    """The data of row ski1d or ski2d and both systems' exact answers; kept
+    when already in d (the same seed makes the same data: delete the files
+    gpy_ROW_* to recompute)."""
+    n, dim, m, seed = SKI_ROWS[row]
+    refs = [os.path.join(d, "gpy_%s_ref_%s.txt" % (row, name)) for name in ("lazytensor", "gpytorch")]
+    if all(os.path.exists(p) for p in refs):
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, dim)) * 10
+    y = np.sin(x).sum(1) + 0.1 * rng.standard_normal(n)
+    write_matrix(os.path.join(d, "gpy_%s_x.txt" % row), x)
+    write_matrix(os.path.join(d, "gpy_%s_y.txt" % row), y)
+    for name, ref in ski_data(x, y, m).items():
+        write_matrix(os.path.join(d, "gpy_%s_ref_%s.txt" % (row, name)), ref)
+
+
 def branin01(u):
     x1, x2 = 15 * u[:, 0] - 5, 15 * u[:, 1]
     b, cc, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
@@ -164,8 +397,15 @@ def branin01(u):
     return (f - 54.3) / 51.0
 
 
-def make_data(d):
+def make_data(d, rows=()):
+    """The base problems always; ski1d, ski2d and multitask* (each its own
+    random stream) when named in rows."""
     os.makedirs(d, exist_ok=True)
+    for row in rows:
+        if row in SKI_ROWS:
+            ski_problem(d, row)
+    if any(r.startswith("multitask") for r in rows):
+        multitask_problem(d)
     rng = np.random.default_rng(20261203)
     x = rng.random((N, D))
     f = np.sin(2 * math.pi * x[:, 0]) + np.cos(3 * x[:, 1]) * x[:, 2] + 0.5 * x[:, 2] ** 2
@@ -285,6 +525,24 @@ def run_rows(d, rows):
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
+    def raw_to_log(module, name):
+        """dL/dlog theta of the positive parameter `name` of module, from its raw
+        parameter's gradient (softplus, plus a lower bound: dtheta/draw = sigmoid(raw))."""
+        raw = getattr(module, "raw_" + name)
+        th = getattr(module, name).detach().reshape(-1)
+        return (raw.grad.reshape(-1) * th / torch.sigmoid(raw.detach().reshape(-1))).tolist()
+
+    def spread_record(probes, vals, gerrs, walls, cpus, mref, settings):
+        return {"op": "spread", "path": "probes%d" % probes, "n": N, "d": D, "kind": "matern52",
+                "probes": probes, "seeds": len(vals), "settings": settings,
+                "median_s": statistics.median(walls), "cpu_median_s": statistics.median(cpus),
+                "repeats": len(vals), "mll_mean": statistics.mean(vals), "exact_mll": mref,
+                "mll_sd": statistics.stdev(vals),
+                "mll_abserr": statistics.median([abs(v - mref) for v in vals]),
+                "mll_bias": statistics.mean(vals) - mref,
+                "grad_relerr": statistics.median(gerrs), "grad_relerr_sd": statistics.stdev(gerrs),
+                "grad_relerr_max": max(gerrs)}
+
     x, y, xs = T("gpy_x.txt"), T("gpy_y.txt").reshape(-1), T("gpy_xs.txt")
     ref = read_matrix(os.path.join(d, "gpy_ref_mll.txt")).reshape(-1)
     mref, gref = ref[0], ref[1:]
@@ -402,18 +660,120 @@ def run_rows(d, rows):
                   "final_mll": final["mll"], "final_lengthscale1": final["ls"][0],
                   "final_lengthscale2": final["ls"][1],
                   "final_noise": final["noise"]})
+        elif row in SKI_ROWS:
+            n_row, dim, m, _ = SKI_ROWS[row]
+            xs_, ys_ = T("gpy_%s_x.txt" % row), T("gpy_%s_y.txt" % row).reshape(-1)
+            ref = read_matrix(os.path.join(d, "gpy_%s_ref_gpytorch.txt" % row)).reshape(-1)
+            lik = gpytorch.likelihoods.GaussianLikelihood()
+            lik.noise = SKI_NOISE
+            kernel = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.GridInterpolationKernel(gpytorch.kernels.RBFKernel(), grid_size=m,
+                                                         num_dims=dim))
+            kernel.base_kernel.base_kernel.lengthscale = SKI_LS
+            kernel.outputscale = SKI_V
+            model = Exact(xs_, ys_, lik, kernel)
+            vals, merrs, gerrs = [], [], []
+
+            def call():
+                v = mll_grad_call(model, lik, xs_, ys_)
+                g = [raw_to_log(kernel.base_kernel.base_kernel, "lengthscale")[0],
+                     raw_to_log(kernel, "outputscale")[0], raw_to_log(lik.noise_covar, "noise")[0]]
+                vals.append(v)
+                merrs.append(abs(v - ref[0]))
+                gerrs.append(relerr(g, ref[1:]))
+
+            torch.manual_seed(1)
+            rec, _ = measure(call, 3)
+            rec.update(op="ski_mll_grad", path="ski", n=n_row, d=dim, kind="rbf", grid=m,
+                       settings="defaults (max_cholesky_size 800: mBCG + SLQ, 10 probes, precond rank 15)",
+                       mll=vals[-1], exact_mll=float(ref[0]), mll_abserr=statistics.median(merrs),
+                       mll_relerr=statistics.median(merrs) / abs(ref[0]),
+                       grad_relerr=statistics.median(gerrs), mll_sd_calls=statistics.stdev(vals),
+                       calls=len(vals))
+            emit(rec)
+        elif row in ("multitask", "multitask_shared"):
+            shared = row == "multitask_shared"
+            xm, Ym = T("gpy_mt_x.txt"), T("gpy_mt_y.txt")
+            ref = read_matrix(os.path.join(d, "gpy_mt_ref_%s.txt"
+                                           % ("shared_noise" if shared else "task_noise"))).reshape(-1)
+
+            class MT(gpytorch.models.ExactGP):
+                def __init__(self, x, y, lik):
+                    super().__init__(x, y, lik)
+                    self.mean_module = gpytorch.means.MultitaskMean(gpytorch.means.ZeroMean(), num_tasks=MT_T)
+                    self.covar_module = gpytorch.kernels.MultitaskKernel(gpytorch.kernels.RBFKernel(),
+                                                                         num_tasks=MT_T, rank=1)
+
+                def forward(self, x):
+                    return gpytorch.distributions.MultitaskMultivariateNormal(self.mean_module(x),
+                                                                              self.covar_module(x))
+
+            lik = gpytorch.likelihoods.MultitaskGaussianLikelihood(num_tasks=MT_T, has_task_noise=not shared)
+            lik.noise = MT_NOISE
+            if not shared:
+                lik.task_noises = torch.tensor(MT_TASK_NOISES)
+            model = MT(xm, Ym, lik)
+            task = model.covar_module.task_covar_module
+            model.covar_module.data_covar_module.lengthscale = MT_LS
+            task.covar_factor.data = torch.tensor(MT_W).reshape(MT_T, 1)
+            task.var = torch.tensor(MT_V)
+            last, merrs, gerrs = {}, [], []
+
+            def call():
+                model.train()
+                lik.train()
+                model.zero_grad()
+                mll = gpytorch.mlls.ExactMarginalLogLikelihood(lik, model)
+                v = mll(model(xm), Ym) * Ym.numel()  # divided by n*t
+                v.backward()
+                g = raw_to_log(model.covar_module.data_covar_module, "lengthscale")
+                g += task.covar_factor.grad.reshape(-1).tolist()
+                g += raw_to_log(task, "var") + raw_to_log(lik, "noise")
+                if not shared:
+                    g += raw_to_log(lik, "task_noises")
+                last["v"] = float(v)
+                merrs.append(abs(float(v) - ref[0]))
+                gerrs.append(relerr(g, ref[1:]))
+
+            rec, _ = measure(call, 5)
+            rec.update(op="multitask_mll_grad", path="shared_noise" if shared else "task_noise", n=MT_N, d=1,
+                       kind="rbf", tasks=MT_T, rank=1,
+                       settings="defaults; MultitaskGaussianLikelihood(num_tasks=3%s)"
+                       % (", has_task_noise=False" if shared else ""),
+                       mll=last["v"], exact_mll=float(ref[0]), mll_abserr=statistics.median(merrs),
+                       mll_relerr=statistics.median(merrs) / abs(ref[0]), grad_relerr=statistics.median(gerrs))
+            emit(rec)
+        elif row == "spread":
+            model, lik = model_of(x, y, LENGTHSCALE, OUTPUTSCALE, NOISE)
+            for probes in SPREAD_PROBES:
+                vals, gerrs, walls, cpus = [], [], [], []
+                with gpytorch.settings.num_trace_samples(probes):
+                    torch.manual_seed(1000)
+                    mll_grad_call(model, lik, x, y)  # warm-up
+                    for seed in range(1, SPREAD_SEEDS + 1):
+                        torch.manual_seed(seed)
+                        w0, c0 = time.perf_counter(), time.process_time()
+                        v = mll_grad_call(model, lik, x, y)
+                        cpus.append(time.process_time() - c0)
+                        walls.append(time.perf_counter() - w0)
+                        vals.append(v)
+                        gerrs.append(relerr(log_grads(model, lik, model.covar_module), gref))
+                emit(spread_record(probes, vals, gerrs, walls, cpus, mref,
+                                   "defaults, num_trace_samples(%d), torch.manual_seed(1..%d)"
+                                   % (probes, SPREAD_SEEDS)))
         else:
             raise SystemExit("gpy_peer.py: unknown row %s" % row)
 
 
 def main():
     if len(sys.argv) < 3 or sys.argv[2] not in ("data", "run"):
-        raise SystemExit("usage: gpy_peer.py DIR data | run [exact iterative predict love sgpr bo]")
+        raise SystemExit("usage: gpy_peer.py DIR data [ROW...] | run [ROW...] (see the docstring)")
     d = sys.argv[1]
     if sys.argv[2] == "data":
-        make_data(d)
+        make_data(d, sys.argv[3:])
     else:
-        run_rows(d, sys.argv[3:] or ["exact", "iterative", "predict", "love", "sgpr", "bo"])
+        run_rows(d, sys.argv[3:] or ["exact", "iterative", "predict", "love", "sgpr", "bo", "ski1d",
+                                     "ski2d", "multitask", "multitask_shared", "spread"])
 
 
 if __name__ == "__main__":

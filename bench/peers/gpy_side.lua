@@ -3,10 +3,14 @@
 -- (its docstring describes them) run through lazytensor.gp: gp.exact's
 -- mll_and_grad (exact: max_cholesky_size = huge; iterative: 0, the
 -- library's other defaults), predict (exact, and {love = true} with the
--- defaults), gp.sgpr's mll_and_grad, and the BO loop (fit{method = "adam"}
--- then predict, every step). ROW: exact iterative predict love sgpr bo (the
--- default), exact4000 iterative4000 (n = 4000), bo60 (n = 5..60). One JSON
--- line each: wall and CPU medians (os.clock is this process's CPU time),
+-- defaults), gp.sgpr's mll_and_grad, the BO loop (fit{method = "adam"}
+-- then predict, every step), KISS-GP (gp.exact{structure = "ski"}: ski1d,
+-- ski2d), ICM (gp.multitask: multitask, multitask_shared) and the
+-- stochastic estimator's spread over 20 seeds at 10 and 64 probes (spread).
+-- ROW: exact iterative predict love sgpr bo ski1d ski2d multitask
+-- multitask_shared spread (the default), exact4000 iterative4000
+-- (n = 4000), bo60 (n = 5..60). One JSON line each (spread: one per probe
+-- count): wall and CPU medians (os.clock is this process's CPU time),
 -- errors against DIR's exact answers.
 local dir0 = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
 package.path = dir0 .. "/?.lua;" .. dir0 .. "/../?.lua;" .. package.path
@@ -20,7 +24,10 @@ if not DIR then
 end
 local ROWS = {}
 for i = 2, #arg do ROWS[#ROWS + 1] = arg[i] end
-if #ROWS == 0 then ROWS = {"exact", "iterative", "predict", "love", "sgpr", "bo"} end
+if #ROWS == 0 then
+  ROWS = {"exact", "iterative", "predict", "love", "sgpr", "bo", "ski1d", "ski2d", "multitask",
+          "multitask_shared", "spread"}
+end
 
 local lt, why = B.load()
 if not lt then
@@ -233,9 +240,161 @@ local function row_bo(row)
         final_lengthscale2 = math.exp(vec[2]), final_noise = math.exp(vec[4])})
 end
 
+-- ski1d, ski2d: KISS-GP, gp.exact{structure = "ski", grid = m} (doc/gp.md),
+-- rbf lengthscale 1, variance 1, noise 0.01, zero mean; the library's
+-- defaults (n > max_cholesky_size: mBCG + SLQ with its probes, the adaptive
+-- preconditioner, the control variate). Errors against the exact MLL and
+-- gradient of lazytensor's own SKI model (its grid), gpy_peer.py's answer.
+local SKI = {ski1d = {grid = 2000, reps = 3}, ski2d = {grid = 100, reps = 3}}
+local SKI_LS, SKI_V, SKI_NOISE = 1.0, 1.0, 0.01
+
+local function std(t)
+  local mu, s = 0, 0
+  for _, v in ipairs(t) do mu = mu + v / #t end
+  for _, v in ipairs(t) do s = s + (v - mu) ^ 2 end
+  return math.sqrt(s / math.max(#t - 1, 1)), mu
+end
+
+local function info_fields(rec, info)
+  if type(info) ~= "table" then return end
+  rec.cg_iterations, rec.preconditioner_rank = info.iterations, info.preconditioner_rank
+  rec.no_preconditioner = info.no_preconditioner
+  rec.control_variate_rank = info.control_variate_rank
+  rec.no_control_variate, rec.converged = info.no_control_variate, info.converged
+end
+
+local function row_ski(row)
+  local spec = SKI[row]
+  local xs = read_matrix("gpy_" .. row .. "_x.txt")
+  local ref = read_matrix("gpy_" .. row .. "_ref_lazytensor.txt")
+  local x, y = lt.tensor(xs), lt.tensor(read_matrix("gpy_" .. row .. "_y.txt"))
+  local d = type(xs[1]) == "table" and #xs[1] or 1
+  local model = gp.exact{x = x, y = y, mean = "zero", noise = SKI_NOISE, structure = "ski",
+                         grid = spec.grid,
+                         kernel = K.rbf{lengthscale = SKI_LS, variance = SKI_V}}
+  local vals, merrs, gerrs, info = {}, {}, {}, nil
+  lt.manual_seed(1)
+  local rec = measure(function()
+    model:set_vector(model:get_vector()) -- a new covariance every call
+    local v, g
+    v, g, info = model:mll_and_grad()
+    vals[#vals + 1] = v
+    merrs[#merrs + 1] = math.abs(v - ref[1])
+    gerrs[#gerrs + 1] = relerr(g, {unpack(ref, 2)}) -- log ℓ, log v, log σ²
+  end, spec.reps)
+  rec.op, rec.path, rec.n, rec.d, rec.kind = "ski_mll_grad", "ski", #xs, d, "rbf"
+  rec.grid = spec.grid
+  rec.settings = "structure = 'ski', defaults"
+  rec.mll, rec.exact_mll, rec.mll_abserr = vals[#vals], ref[1], median(merrs)
+  rec.mll_relerr, rec.grad_relerr = median(merrs) / math.abs(ref[1]), median(gerrs)
+  rec.mll_sd_calls, rec.calls = std(vals), #vals
+  info_fields(rec, info)
+  emit(rec)
+end
+
+-- multitask, multitask_shared: ICM, gp.multitask{rank = 1} over rbf
+-- (variance fixed at 1: B carries the scale, as GPyTorch's MultitaskKernel),
+-- zero mean, task_noise = true (multitask) or false (multitask_shared); the
+-- values of gpy_peer.py set through set_vector. Exact: below
+-- max_cholesky_size a Cholesky of the nt × nt Ky (task noises) or the eigen
+-- rule (one noise).
+local MT_LS, MT_W, MT_V, MT_NOISE, MT_TAU = 0.2, {1.0, 0.5, -0.8}, 0.1, 0.01, {0.01, 0.02, 0.03}
+
+local function row_multitask(row)
+  local shared = row == "multitask_shared"
+  local ref = read_matrix(shared and "gpy_mt_ref_shared_noise.txt" or "gpy_mt_ref_task_noise.txt")
+  local x, ys = lt.tensor(read_matrix("gpy_mt_x.txt")), lt.tensor(read_matrix("gpy_mt_y.txt"))
+  local model = gp.multitask{x = x, y = ys, rank = 1, mean = "zero", noise = MT_NOISE,
+                             task_noise = not shared,
+                             kernel = K.rbf{lengthscale = MT_LS, variance = 1,
+                                            fixed = {variance = true}}}
+  local vec = {math.log(MT_LS)}
+  for _, w in ipairs(MT_W) do vec[#vec + 1] = w end
+  for _ = 1, #MT_W do vec[#vec + 1] = math.log(MT_V) end
+  vec[#vec + 1] = math.log(MT_NOISE)
+  if not shared then
+    for _, tau in ipairs(MT_TAU) do vec[#vec + 1] = math.log(tau) end
+  end
+  model:set_vector(vec)
+  assert(#model:get_vector() == #ref - 1, "gpy_side.lua: multitask vector and reference differ")
+  -- with task noises nt = 3000 > max_cholesky_size: the defaults take the
+  -- stochastic estimator on the lazy submatrix; "exact" raises the limit
+  -- (one nt × nt Cholesky), the accuracy GPyTorch's eigen path has
+  local variants = {{name = "defaults", settings = {}}}
+  if not shared then variants[2] = {name = "exact", settings = {max_cholesky_size = math.huge}} end
+  for _, variant in ipairs(variants) do
+    local v, info, merrs, gerrs, rec = nil, nil, {}, {}, nil
+    lt.with_settings(variant.settings, function()
+      lt.manual_seed(1)
+      rec = measure(function()
+        model:set_vector(vec)
+        local g
+        v, g, info = model:mll_and_grad()
+        merrs[#merrs + 1] = math.abs(v - ref[1])
+        gerrs[#gerrs + 1] = relerr(g, {unpack(ref, 2)})
+      end, 5)
+    end)
+    rec.op, rec.path, rec.n, rec.d, rec.kind = "multitask_mll_grad", shared and "shared_noise"
+      or "task_noise", #read_matrix("gpy_mt_x.txt"), 1, "rbf"
+    rec.tasks, rec.rank, rec.variant = #MT_W, 1, variant.name
+    rec.settings = "gp.multitask{rank = 1, task_noise = " .. tostring(not shared) .. "}, "
+      .. (variant.name == "exact" and "max_cholesky_size = huge" or "defaults")
+    rec.mll, rec.exact_mll, rec.mll_abserr = v, ref[1], median(merrs)
+    rec.mll_relerr, rec.grad_relerr = median(merrs) / math.abs(ref[1]), median(gerrs)
+    info_fields(rec, info)
+    emit(rec)
+  end
+end
+
+-- spread: the iterative row's problem (n = 2000) on the iterative path
+-- (max_cholesky_size = 0, other defaults) with num_trace_samples = P
+-- probes, P = 10 and 64, lt.manual_seed(s) for s = 1..20: one line per P,
+-- the MLL's and the gradient error's standard deviations over the seeds.
+local SPREAD_SEEDS, SPREAD_PROBES = 20, {10, 64}
+
+local function row_spread()
+  local model = exact_model(X, Y, LENGTHSCALE, NOISE)
+  for _, probes in ipairs(SPREAD_PROBES) do
+    local vals, gerrs, walls, cpus, info = {}, {}, {}, {}, nil
+    lt.with_settings({max_cholesky_size = 0, num_trace_samples = probes}, function()
+      lt.manual_seed(1000)
+      model:set_vector(model:get_vector())
+      model:mll_and_grad() -- warm-up
+      for seed = 1, SPREAD_SEEDS do
+        lt.manual_seed(seed)
+        collectgarbage("collect")
+        local w0, c0 = B.clock(), os.clock()
+        model:set_vector(model:get_vector())
+        local v, g
+        v, g, info = model:mll_and_grad()
+        cpus[seed], walls[seed] = os.clock() - c0, B.clock() - w0
+        vals[seed], gerrs[seed] = v, relerr(g, GREF)
+      end
+    end)
+    local sd, mu = std(vals)
+    local abserr, gmax = {}, 0
+    for i, v in ipairs(vals) do
+      abserr[i] = math.abs(v - MREF)
+      gmax = math.max(gmax, gerrs[i])
+    end
+    local rec = {op = "spread", path = "probes" .. probes, n = N, d = D, kind = "matern52",
+                 probes = probes, seeds = SPREAD_SEEDS, repeats = SPREAD_SEEDS,
+                 settings = string.format("max_cholesky_size = 0, num_trace_samples = %d, "
+                                          .. "lt.manual_seed(1..%d), other defaults", probes,
+                                          SPREAD_SEEDS),
+                 median_s = median(walls), cpu_median_s = median(cpus), mll_mean = mu,
+                 exact_mll = MREF, mll_sd = sd, mll_abserr = median(abserr), mll_bias = mu - MREF,
+                 grad_relerr = median(gerrs), grad_relerr_sd = (std(gerrs)),
+                 grad_relerr_max = gmax}
+    info_fields(rec, info)
+    emit(rec)
+  end
+end
+
 local RUN = {exact = row_mll, iterative = row_mll, predict = row_predict, love = row_predict,
              sgpr = row_sgpr, bo = row_bo, bo60 = row_bo,
-             exact4000 = row_mll, iterative4000 = row_mll}
+             exact4000 = row_mll, iterative4000 = row_mll, ski1d = row_ski, ski2d = row_ski,
+             multitask = row_multitask, multitask_shared = row_multitask, spread = row_spread}
 for _, row in ipairs(ROWS) do
   local fn = RUN[row]
   if not fn then

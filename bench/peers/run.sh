@@ -29,7 +29,10 @@
 #   BENCH_THREADS       threads for both systems (default 1)
 #   BENCH_TIMEOUT       seconds per program (default 1800)
 #   BENCH_PEERS_GPY     GPY's rows (default "exact iterative predict love
-#                       sgpr bo")
+#                       sgpr bo ski1d ski2d multitask multitask_shared
+#                       spread"; also exact4000 iterative4000 bo60; the
+#                       exact answers of ski1d, ski2d and multitask* take
+#                       minutes the first time, kept in the data directory)
 #   BENCH_BO_PROBLEMS   BO's problems, bench/bo_regret.lua's names, "name" or
 #                       "name:budget" (default "branin hartmann6 levy4":
 #                       budgets 30, 60, 60)
@@ -56,7 +59,7 @@ PATHS=${BENCH_PEERS_PATHS:-exact iterative}
 WORKLOADS=${*:-W5 W8 GPY BO SVGP}
 LO_SRC=${LO_SRC:-$ROOT/../linear_operator_src}
 GPYT_SRC=${GPYT_SRC:-$ROOT/../gpytorch_src}
-GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo}
+GPY_ROWS=${BENCH_PEERS_GPY:-exact iterative predict love sgpr bo ski1d ski2d multitask multitask_shared spread}
 BO_PROBLEMS=${BENCH_BO_PROBLEMS:-branin hartmann6 levy4}
 BO_SEEDS=${BENCH_BO_SEEDS:-10}
 SVGP_ROWS=${BENCH_SVGP_ROWS:-elbo step big}
@@ -135,7 +138,8 @@ for w in $WORKLOADS; do
       ;;
     GPY)
       # the data and exact answers need only numpy and scipy
-      run data GPY "$PY" bench/peers/gpy_peer.py "$DIR" data
+      # shellcheck disable=SC2086
+      run data GPY "$PY" bench/peers/gpy_peer.py "$DIR" data $GPY_ROWS
       for row in $GPY_ROWS; do
         run lazytensor GPY "$LUA" bench/peers/gpy_side.lua "$DIR" "$row"
         if [ -n "$GPY_MISSING" ]; then
