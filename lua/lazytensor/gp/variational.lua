@@ -566,11 +566,11 @@ local function rows(self, idx)
     if type(i) ~= "number" or i % 1 ~= 0 or i < 1 or i > self.n then
       fail("idx[%d] = %s is not a row from 1 to %d", j, tostring(i), self.n)
     end
-    local row, at = {}, (i - 1) * d
-    for k = 1, d do row[k] = fx[at + k] end
-    xs[j], ys[j] = row, fy[i]
+    local at, to = (i - 1) * d, (j - 1) * d
+    for k = 1, d do xs[to + k] = fx[at + k] end
+    ys[j] = fy[i]
   end
-  return lt.tensor(xs), lt.tensor(ys), #idx
+  return lt.tensor(xs):reshape(#idx, d), lt.tensor(ys), #idx
 end
 
 -- Σ log prior of the hyperparameters at p (followed where free): the
@@ -587,11 +587,8 @@ local function log_prior(self, p)
   end)
 end
 
---- The bound as a function of a parameter table (parameters()'s form) and
--- the rows idx (nil: all of them): f, for lt.grad, lt.gradcheck or
--- autograd.evaluate, and the current parameters p0. opts.posterior = true
--- adds the priors' log densities (the log posterior's bound).
-function SVGP:objective(idx, opts)
+-- objective's f alone (fit's steps need no copy of the parameters).
+local function bound_function(self, idx, opts)
   local Xr, yr, b = rows(self, idx)
   local scale = self.num_data / b
   local with_prior = opts and opts.posterior
@@ -601,7 +598,15 @@ function SVGP:objective(idx, opts)
     if with_prior then value = value + log_prior(self, p) end
     return value
   end
-  return f, self:parameters()
+  return f
+end
+
+--- The bound as a function of a parameter table (parameters()'s form) and
+-- the rows idx (nil: all of them): f, for lt.grad, lt.gradcheck or
+-- autograd.evaluate, and the current parameters p0. opts.posterior = true
+-- adds the priors' log densities (the log posterior's bound).
+function SVGP:objective(idx, opts)
+  return bound_function(self, idx, opts), self:parameters()
 end
 
 --- The ELBO plus the priors' log densities (from the rows idx when given).
@@ -702,8 +707,8 @@ local function zero_like(v) return type(v) == "number" and 0 or lt.full(v:shape(
 local function square(v) return type(v) == "number" and v * v or v:cmul(v) end
 local function root(v) return type(v) == "number" and sqrt(v) or v:sqrt() end
 local function ratio(a, b) return type(a) == "number" and a / b or a:cdiv(b) end
--- Σ|v| is NaN or ∞ when an entry is
-local function all_finite(v) return finite(type(v) == "number" and v or v:abs():sum()) end
+-- Σv is NaN or ∞ when an entry is
+local function all_finite(v) return finite(type(v) == "number" and v or v:sum()) end
 
 -- The model's state as it is (values, not raw parameters: restoring them
 -- is exact, where e^{log θ} need not be θ).
@@ -869,7 +874,7 @@ function SVGP:fit(opts)
       for first = 1, self.n, batch do
         local idx = {}
         for i = first, math.min(first + batch - 1, self.n) do idx[#idx + 1] = perm[i] end
-        local f = self:objective(idx, {posterior = true})
+        local f = bound_function(self, idx, {posterior = true})
         if natural then
           natural_step(self, f, rho)
           local full = f
