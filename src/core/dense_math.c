@@ -125,26 +125,26 @@ lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
 /* Visits every element of t in row-major order: a contiguous t by one
  * flat loop (an index walk per element made scaling a 500×1024 matrix ten
  * times slower than adding two), a strided one by its index. */
-#define FOR_EACH_ELEMENT(t, p, body)                  \
-  do {                                                \
-    size_t n_ = lt_numel(t);                          \
-    if (lt_dense_is_contiguous(t)) {                  \
-      const double *flat_ = lt_dense_data(t);         \
-      for (size_t k_ = 0; k_ < n_; k_++) {            \
-        const double *p = flat_ + k_;                 \
-        body;                                         \
-      }                                               \
-      break;                                          \
-    }                                                 \
-    size_t idx_[LT_MAX_DIM] = {0};                    \
-    for (size_t k_ = 0; k_ < n_; k_++) {              \
-      const double *p = lt_dense_ptr((t), idx_);      \
-      body;                                           \
-      for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) {   \
-        if (++idx_[d_] < (t)->shape[d_]) break;       \
-        idx_[d_] = 0;                                 \
-      }                                               \
-    }                                                 \
+#define FOR_EACH_ELEMENT(t, p, body)                \
+  do {                                              \
+    size_t n_ = lt_numel(t);                        \
+    if (lt_dense_is_contiguous(t)) {                \
+      const double *flat_ = lt_dense_data(t);       \
+      for (size_t k_ = 0; k_ < n_; k_++) {          \
+        const double *p = flat_ + k_;               \
+        body;                                       \
+      }                                             \
+      break;                                        \
+    }                                               \
+    size_t idx_[LT_MAX_DIM] = {0};                  \
+    for (size_t k_ = 0; k_ < n_; k_++) {            \
+      const double *p = lt_dense_ptr((t), idx_);    \
+      body;                                         \
+      for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) { \
+        if (++idx_[d_] < (t)->shape[d_]) break;     \
+        idx_[d_] = 0;                               \
+      }                                             \
+    }                                               \
   } while (0)
 
 static double apply_unary(lt_unary_op op, double x) {

@@ -113,8 +113,8 @@ typedef struct lt_spare_block {
 struct lt_context {
   lt_alloc_fn alloc;
   void *alloc_ud;
-  size_t memory; /* held by live objects; the spare blocks are not counted */
-  size_t memory_peak; /* the highest `memory` since the last lt_release_spare */
+  size_t memory;                        /* held by live objects; the spare blocks are not counted */
+  size_t memory_peak;                   /* the highest `memory` since the last lt_release_spare */
   lt_spare_block spare[LT_SPARE_SLOTS]; /* spare_count blocks, oldest first */
   size_t spare_count;
   size_t spare_bytes;

@@ -91,13 +91,13 @@ static int tri_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
 /* Rows a block of the triangle's product takes at a time. */
 #define TRIANGLE_BLOCK 64
 
-/* The n×n cotangent of the operator's triangle, right there (the other
- * triangle is anything: it is masked). A low-rank part L·Rᵀ (n×k each) is
+/* The n×n weights of which tri_derivative keeps the operator's triangle
+ * (the other one is zeroed there). A low-rank part L·Rᵀ (n×k each) is
  * multiplied out a block of rows at a time, each block only up to (lower)
  * or from (upper) its diagonal block: about half the products of the whole
- * matrix, which are the most of an SVGP step's gradient in L and Lz. */
+ * matrix (an SVGP step's gradients in L and in Lz are two such products). */
 static lt_tensor *triangle_weights(lt_context *ctx, const lt_cotangent *w, size_t n, int upper) {
-  if (w->L == NULL || w->M != NULL || w->L->ndim != 2 || w->R->ndim != 2 ||
+  if (w->L == NULL || w->R == NULL || w->M != NULL || w->L->ndim != 2 || w->R->ndim != 2 ||
       w->L->shape[0] != n || w->R->shape[0] != n || w->L->shape[1] != w->R->shape[1])
     return ltg_dense_of(ctx, w, n, n);
   lt_tensor *g = lt_dense_zeros(ctx, 2, (size_t[]){n, n});
