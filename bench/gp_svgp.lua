@@ -38,6 +38,15 @@ for i = 1, 2000 do
   truth[i] = f(a, b)
 end
 
+-- the machine's 1-minute load average (timings on a shared machine need it)
+local function load_avg()
+  local file = io.open("/proc/loadavg")
+  if not file then return "unknown" end
+  local v = file:read("n")
+  file:close()
+  return tostring(v)
+end
+
 for m in ms:gmatch("%d+") do
   m = tonumber(m)
   local model = gp.variational{x = X, y = Y, kernel = gp.kernels.rbf{lengthscale = 1},
@@ -49,7 +58,7 @@ for m in ms:gmatch("%d+") do
   local mean = model:predict(Xs):totable()
   local se = 0
   for i = 1, 2000 do se = se + (mean[i] - truth[i]) ^ 2 end
-  print(string.format("n = %d, m = %d: %d steps, %.3f s CPU a step (wall %d s in all), ELBO %.2f, "
-                      .. "RMSE %.4f", n, m, res.steps, t / res.steps, os.time() - wall, res.elbo,
-                      math.sqrt(se / 2000)))
+  print(string.format("n = %d, m = %d: %d steps, %.4f s CPU a step (wall %d s in all), ELBO %.2f, "
+                      .. "RMSE %.4f, load %s", n, m, res.steps, t / res.steps, os.time() - wall,
+                      res.elbo, math.sqrt(se / 2000), load_avg()))
 end

@@ -102,4 +102,56 @@ describe("triangular", function()
     assert.matches("lazytensor: triangular: expected \"lower\" or \"upper\"",
       message(function() return lt.triangular(lt.zeros(2, 2), "left") end), 1, true)
   end)
+  -- n = 150 spans three of the derivative's 64-row blocks (triangle_weights
+  -- in triangular.c multiplies out only the triangle's blocks)
+  it("bilinear_derivative is tr(Lᵀ·A·R)'s gradient, the triangle of L·Rᵀ, over several blocks",
+     function()
+    local n, k = 150, 3
+    local seed = 7
+    local function rnd()
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return seed / 2147483648 - 0.5
+    end
+    local P, Lw, Rw = {}, {}, {}
+    for i = 1, n do
+      P[i], Lw[i], Rw[i] = {}, {}, {}
+      for j = 1, n do P[i][j] = rnd() end
+      for c = 1, k do Lw[i][c], Rw[i][c] = rnd(), rnd() end
+    end
+    -- the gradient of tr(Lᵀ·tri(P)·R) in P: (L·Rᵀ)_ij on the triangle, 0 off it
+    local function expected(keep)
+      local out = {}
+      for i = 1, n do
+        out[i] = {}
+        for j = 1, n do
+          local v = 0
+          if keep(i, j) then
+            for c = 1, k do v = v + Lw[i][c] * Rw[j][c] end
+          end
+          out[i][j] = v
+        end
+      end
+      return out
+    end
+    local function worst(got, want)
+      local d = 0
+      for i = 1, n do
+        for j = 1, n do d = math.max(d, math.abs(got[i][j] - want[i][j])) end
+      end
+      return d
+    end
+    local Pt = lt.tensor(P)
+    for _, case in ipairs{
+      {"lower", function(i, j) return j <= i end},
+      {"upper", function(i, j) return j >= i end},
+    } do
+      local T = lt.triangular(Pt, case[1])
+      local g = T:bilinear_derivative(lt.tensor(Lw), lt.tensor(Rw))[T].L:totable()
+      assert.is_true(worst(g, expected(case[2])) < 1e-13, case[1])
+    end
+    -- a transposed view: the lower triangle of Pᵀ is Pᵀ's, its gradient Pᵀ-shaped
+    local V = lt.triangular(Pt:t(), "lower")
+    local gv = V:bilinear_derivative(lt.tensor(Lw), lt.tensor(Rw))[V].L:totable()
+    assert.is_true(worst(gv, expected(function(i, j) return j <= i end)) < 1e-13, "view")
+  end)
 end)

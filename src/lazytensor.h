@@ -86,11 +86,15 @@ int lt_error(lt_context *ctx, const char *fmt, ...)
 void lt_clear_error(lt_context *ctx);
 /* Bytes held through this context by live objects and its own state. */
 size_t lt_memory(const lt_context *ctx);
-/* lt_free keeps a few freed blocks of 64 kB and up (at most 64 MB in all)
- * for the next request of the same size: repeated calls on one matrix size
- * then reuse their memory instead of faulting in fresh pages. The kept
- * blocks are not part of lt_memory; lt_spare_bytes counts them and
- * lt_release_spare returns them to the allocator (lt_context_free does). */
+/* lt_free keeps freed blocks of 64 kB and up for the next request of the
+ * same size: repeated calls on one matrix size, or the steps of a fit, then
+ * reuse their memory instead of faulting in fresh pages. At most as many
+ * bytes are kept as the context's live memory reached at its peak since the
+ * last lt_release_spare (64 MB at least, 256 blocks), and a block not asked
+ * for again within 4096 requests of kept sizes is given back; so are all
+ * of them before an allocation would fail. The kept blocks are not part of
+ * lt_memory; lt_spare_bytes counts them and lt_release_spare returns them
+ * to the allocator (lt_context_free does). */
 size_t lt_spare_bytes(const lt_context *ctx);
 void lt_release_spare(lt_context *ctx);
 

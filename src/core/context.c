@@ -39,63 +39,81 @@ static void advise_huge(void *p, size_t size) {
 #endif
 }
 
-/* Freed blocks from SPARE_MIN bytes on (up to SPARE_MAX_BYTES in all) are
- * kept for the next request of the same size. A call on an n×n matrix
- * allocates and frees the same few sizes again and again (a dense copy, a
- * factor, a workspace), and from about 128 kB on malloc hands such blocks
- * back to the system and maps fresh ones: every 4 kB page then costs a
- * fault on first write. On the benchmark VM that made inv_quad_logdet of a
- * 468×468 matrix take 16 ms instead of 2.3 ms. The blocks stay the
- * allocator's (a host's accounting sees them) and are returned when the
+/* Freed blocks from SPARE_MIN bytes on are kept for the next request of
+ * the same size. A call on an n×n matrix, or a minibatch step of a model
+ * (its tape's temporaries), allocates and frees the same sizes again and
+ * again, and from about 128 kB on malloc hands such blocks back to the
+ * system and maps fresh ones: every 4 kB page then costs a fault on first
+ * write (on the benchmark VM inv_quad_logdet of a 468×468 matrix took 16 ms
+ * instead of 2.3 ms; an SVGP step at m = 500 spent a sixth of its time
+ * there). The cache holds at most what the program itself had live at its
+ * peak (memory_peak, SPARE_FLOOR at least): a repeated computation then
+ * finds all its blocks again, and the process never holds more than twice
+ * its own high-water mark. A block not asked for again within SPARE_STALE
+ * requests of cacheable size is given back, so the sizes of a finished
+ * computation do not linger. The blocks stay the allocator's (a host's
+ * accounting sees them) and are returned by lt_release_spare and when the
  * context closes. */
 #define SPARE_MIN ((size_t)64 << 10)
-#define SPARE_MAX_BYTES ((size_t)64 << 20)
+#define SPARE_FLOOR ((size_t)64 << 20)
+#define SPARE_STALE 4096
 
-/* A kept block of exactly `size` bytes (taken out of the cache), or NULL. */
+static size_t spare_budget(const lt_context *ctx) {
+  return ctx->memory_peak > SPARE_FLOOR ? ctx->memory_peak : SPARE_FLOOR;
+}
+
+/* Takes slot s out of the cache (the later ones move up: oldest first). */
+static void spare_remove(lt_context *ctx, size_t s) {
+  ctx->spare_bytes -= ctx->spare[s].size;
+  ctx->spare_count--;
+  memmove(&ctx->spare[s], &ctx->spare[s + 1], (ctx->spare_count - s) * sizeof ctx->spare[0]);
+}
+
+static void spare_release(lt_context *ctx, size_t s) {
+  ctx->alloc(ctx->alloc_ud, ctx->spare[s].p, ctx->spare[s].size, 0);
+  spare_remove(ctx, s);
+}
+
+/* A kept block of exactly `size` bytes (taken out of the cache), or NULL;
+ * the most recently kept first (its pages are the likeliest in cache). */
 static void *spare_take(lt_context *ctx, size_t size) {
   if (size < SPARE_MIN) return NULL;
-  for (int s = 0; s < LT_SPARE_SLOTS; s++) {
-    lt_spare_block *b = &ctx->spare[s];
-    if (b->size == size) {
-      void *p = b->p;
-      ctx->spare_bytes -= size;
-      b->p = NULL;
-      b->size = 0;
+  ctx->spare_clock++;
+  for (size_t s = ctx->spare_count; s-- > 0;) {
+    if (ctx->spare[s].size == size) {
+      void *p = ctx->spare[s].p;
+      spare_remove(ctx, s);
       return p;
     }
   }
   return NULL;
 }
 
-static void spare_release_slot(lt_context *ctx, lt_spare_block *b) {
-  if (b->size == 0) return;
-  ctx->alloc(ctx->alloc_ud, b->p, b->size, 0);
-  ctx->spare_bytes -= b->size;
-  b->p = NULL;
-  b->size = 0;
-}
-
-/* Keeps a freed block when it is worth keeping and fits (giving up the
- * slots' blocks in turn when it needs room); 0 when the caller must free it. */
+/* Keeps a freed block when it is worth keeping and fits (giving up stale
+ * blocks, then the oldest, when it needs room); 0 when the caller must free it. */
 static int spare_keep(lt_context *ctx, void *p, size_t size) {
-  if (size < SPARE_MIN || size > SPARE_MAX_BYTES) return 0;
-  int empty = -1;
-  for (int s = 0; s < LT_SPARE_SLOTS && empty < 0; s++)
-    if (ctx->spare[s].size == 0) empty = s;
-  while (empty < 0 || ctx->spare_bytes + size > SPARE_MAX_BYTES) {
-    unsigned s = ctx->spare_next;
-    ctx->spare_next = (s + 1) % LT_SPARE_SLOTS;
-    spare_release_slot(ctx, &ctx->spare[s]);
-    if (empty < 0) empty = (int)s;
+  size_t budget = spare_budget(ctx);
+  if (size < SPARE_MIN || size > budget) return 0;
+  for (size_t s = 0; s < ctx->spare_count;) {
+    if (ctx->spare_clock - ctx->spare[s].kept_at > SPARE_STALE) spare_release(ctx, s);
+    else s++;
   }
-  ctx->spare[empty].p = p;
-  ctx->spare[empty].size = size;
+  while (ctx->spare_count == LT_SPARE_SLOTS || ctx->spare_bytes + size > budget)
+    spare_release(ctx, 0);
+  ctx->spare[ctx->spare_count++] = (lt_spare_block){p, size, ctx->spare_clock};
   ctx->spare_bytes += size;
   return 1;
 }
 
 void lt_release_spare(lt_context *ctx) {
-  for (int s = 0; s < LT_SPARE_SLOTS; s++) spare_release_slot(ctx, &ctx->spare[s]);
+  while (ctx->spare_count > 0) spare_release(ctx, ctx->spare_count - 1);
+  ctx->memory_peak = ctx->memory;
+}
+
+/* Counts `size` more live bytes (and the high-water mark the cache follows). */
+static void count_memory(lt_context *ctx, size_t size) {
+  ctx->memory += size;
+  if (ctx->memory > ctx->memory_peak) ctx->memory_peak = ctx->memory;
 }
 
 static void *default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -152,15 +170,19 @@ void *lt_malloc(lt_context *ctx, size_t size) {
   if (size == 0) size = 1; /* a valid, freeable pointer */
   void *p = spare_take(ctx, size);
   if (p != NULL) {
-    ctx->memory += size;
+    count_memory(ctx, size);
     return p;
   }
   p = ctx->alloc(ctx->alloc_ud, NULL, 0, size);
+  if (p == NULL && ctx->spare_count > 0) { /* the kept blocks are the first to go */
+    lt_release_spare(ctx);
+    p = ctx->alloc(ctx->alloc_ud, NULL, 0, size);
+  }
   if (p == NULL) {
     lt_error(ctx, "not enough memory (%zu bytes)", size);
     return NULL;
   }
-  ctx->memory += size;
+  count_memory(ctx, size);
   advise_huge(p, size);
   return p;
 }
@@ -182,7 +204,8 @@ void *lt_realloc(lt_context *ctx, void *ptr, size_t old_size, size_t new_size) {
     lt_error(ctx, "not enough memory (%zu bytes)", new_size);
     return NULL;
   }
-  ctx->memory = ctx->memory - old_size + new_size;
+  ctx->memory -= old_size;
+  count_memory(ctx, new_size);
   if (new_size > old_size) advise_huge(p, new_size);
   return p;
 }

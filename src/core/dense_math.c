@@ -122,10 +122,20 @@ lt_tensor *lt_dense_binary(lt_context *ctx, lt_binary_op op, const lt_tensor *a,
   return out;
 }
 
-/* Visits every element of t in row-major order. */
+/* Visits every element of t in row-major order: a contiguous t by one
+ * flat loop (an index walk per element made scaling a 500×1024 matrix ten
+ * times slower than adding two), a strided one by its index. */
 #define FOR_EACH_ELEMENT(t, p, body)                \
   do {                                              \
     size_t n_ = lt_numel(t);                        \
+    if (lt_dense_is_contiguous(t)) {                \
+      const double *flat_ = lt_dense_data(t);       \
+      for (size_t k_ = 0; k_ < n_; k_++) {          \
+        const double *p = flat_ + k_;               \
+        body;                                       \
+      }                                             \
+      break;                                        \
+    }                                               \
     size_t idx_[LT_MAX_DIM] = {0};                  \
     for (size_t k_ = 0; k_ < n_; k_++) {            \
       const double *p = lt_dense_ptr((t), idx_);    \
@@ -229,6 +239,27 @@ int lt_dense_reduce_all(lt_context *ctx, lt_reduce_op op, const lt_tensor *t, do
   return LT_OK;
 }
 
+/* Sums (or means) of a contiguous t along dim into po, the entries of
+ * each sum added in the same order as the general loop below, but a row at
+ * a time (reading the columns of a 500×1024 matrix one by one, a stride
+ * of 8 kB, took 1.5 ms instead of 0.1). */
+static void sum_contiguous(const lt_tensor *t, int dim, double *po, int mean) {
+  size_t outer = 1, inner = 1, len = t->shape[dim];
+  for (int d = 0; d < dim; d++) outer *= t->shape[d];
+  for (int d = dim + 1; d < t->ndim; d++) inner *= t->shape[d];
+  const double *base = lt_dense_data(t);
+  for (size_t o = 0; o < outer; o++) {
+    double *acc = po + o * inner;
+    for (size_t j = 0; j < inner; j++) acc[j] = 0.0;
+    for (size_t i = 0; i < len; i++) {
+      const double *row = base + (o * len + i) * inner;
+      for (size_t j = 0; j < inner; j++) acc[j] += row[j];
+    }
+    if (mean)
+      for (size_t j = 0; j < inner; j++) acc[j] /= (double)len;
+  }
+}
+
 lt_tensor *lt_dense_reduce_dim(lt_context *ctx, lt_reduce_op op, const lt_tensor *t, int dim) {
   if (dim < 0 || dim >= t->ndim) {
     lt_error(ctx, "%s: dimension %d out of range for a %d-d tensor", reduce_name(op), dim + 1,
@@ -252,6 +283,10 @@ lt_tensor *lt_dense_reduce_dim(lt_context *ctx, lt_reduce_op op, const lt_tensor
   if (out == NULL) return NULL;
   double *po = lt_dense_data(out);
   size_t n = lt_numel(out);
+  if ((op == LT_RED_SUM || op == LT_RED_MEAN) && lt_dense_is_contiguous(t)) {
+    sum_contiguous(t, dim, po, op == LT_RED_MEAN);
+    return out;
+  }
   size_t idx[LT_MAX_DIM] = {0};
   const double *base = lt_dense_data(t);
   ptrdiff_t step = t->strides[dim];
@@ -303,6 +338,12 @@ int lt_dense_dot(lt_context *ctx, const lt_tensor *a, const lt_tensor *b, double
   }
   double acc = 0.0;
   size_t n = lt_numel(a);
+  if (lt_dense_is_contiguous(a) && lt_dense_is_contiguous(b)) { /* the same sum, flat */
+    const double *pa = lt_dense_data(a), *pb = lt_dense_data(b);
+    for (size_t k = 0; k < n; k++) acc += pa[k] * pb[k];
+    *out = acc;
+    return LT_OK;
+  }
   size_t idx[LT_MAX_DIM] = {0};
   for (size_t k = 0; k < n; k++) {
     acc += *lt_dense_ptr(a, idx) * *lt_dense_ptr(b, idx);

@@ -103,17 +103,22 @@ typedef struct lt_rule_slot {
 /* A freed block kept for the next request of the same size (context.c). */
 typedef struct lt_spare_block {
   void *p;
-  size_t size; /* 0: the slot is empty */
+  size_t size;
+  uint64_t kept_at; /* spare_clock when it was kept */
 } lt_spare_block;
-#define LT_SPARE_SLOTS 6
+/* Enough for every temporary of a repeated step (a minibatch's tape holds
+ * a few dozen large blocks); a lookup scans them, well below a page fault. */
+#define LT_SPARE_SLOTS 256
 
 struct lt_context {
   lt_alloc_fn alloc;
   void *alloc_ud;
-  size_t memory; /* held by live objects; the spare blocks are not counted */
-  lt_spare_block spare[LT_SPARE_SLOTS];
+  size_t memory;                        /* held by live objects; the spare blocks are not counted */
+  size_t memory_peak;                   /* the highest `memory` since the last lt_release_spare */
+  lt_spare_block spare[LT_SPARE_SLOTS]; /* spare_count blocks, oldest first */
+  size_t spare_count;
   size_t spare_bytes;
-  unsigned spare_next; /* the slot a full cache gives up next */
+  uint64_t spare_clock; /* requests of cacheable size so far */
   char error[LT_ERRMSG_SIZE];
   lt_settings settings;
   uint64_t rng[4];

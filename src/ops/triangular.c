@@ -88,13 +88,52 @@ static int tri_params(lt_context *ctx, lt_tensor *self, lt_paramset *out) {
   return p ? lt_paramset_add_owned(ctx, out, self, "L", p) : LT_ERR;
 }
 
+/* Rows a block of the triangle's product takes at a time. */
+#define TRIANGLE_BLOCK 64
+
+/* The n×n weights of which tri_derivative keeps the operator's triangle
+ * (the other one is zeroed there). A low-rank part L·Rᵀ (n×k each) is
+ * multiplied out a block of rows at a time, each block only up to (lower)
+ * or from (upper) its diagonal block: about half the products of the whole
+ * matrix (an SVGP step's gradients in L and in Lz are two such products). */
+static lt_tensor *triangle_weights(lt_context *ctx, const lt_cotangent *w, size_t n, int upper) {
+  if (w->L == NULL || w->R == NULL || w->M != NULL || w->L->ndim != 2 || w->R->ndim != 2 ||
+      w->L->shape[0] != n || w->R->shape[0] != n || w->L->shape[1] != w->R->shape[1])
+    return ltg_dense_of(ctx, w, n, n);
+  lt_tensor *g = lt_dense_zeros(ctx, 2, (size_t[]){n, n});
+  lt_tensor *l = g ? lt_dense_contiguous(ctx, w->L) : NULL;
+  lt_tensor *r = l ? lt_dense_contiguous(ctx, w->R) : NULL;
+  if (r == NULL) {
+    lt_release(ctx, l);
+    lt_release(ctx, g);
+    return NULL;
+  }
+  size_t k = l->shape[1];
+  const double *pl = lt_dense_data(l), *pr = lt_dense_data(r);
+  double *o = lt_dense_data(g);
+  for (size_t i0 = 0; k > 0 && i0 < n; i0 += TRIANGLE_BLOCK) {
+    size_t rows = n - i0 < TRIANGLE_BLOCK ? n - i0 : TRIANGLE_BLOCK;
+    size_t c0 = upper ? i0 : 0, cols = upper ? n - i0 : i0 + rows;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)k, 1.0,
+                pl + i0 * k, (int)k, pr + c0 * k, (int)k, 0.0, o + i0 * n + c0, (int)n);
+  }
+  lt_release(ctx, l);
+  lt_release(ctx, r);
+  if (w->W) cblas_daxpy((int)(n * n), 1.0, lt_dense_data(w->W), 1, o, 1);
+  if (w->d) {
+    const double *d = lt_dense_data(w->d);
+    for (size_t i = 0; i < w->d->shape[0] && i < n; i++) o[i * n + i] += d[i];
+  }
+  return g;
+}
+
 static int tri_derivative(lt_context *ctx, lt_tensor *self, const lt_cotangent *w,
                           lt_paramset *grads) {
   size_t n = self->shape[0];
-  lt_tensor *g = ltg_dense_of(ctx, w, n, n);
+  int upper = effective_upper(self);
+  lt_tensor *g = triangle_weights(ctx, w, n, upper);
   if (g == NULL) return LT_ERR;
   double *p = lt_dense_data(g);
-  int upper = effective_upper(self);
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < n; j++)
       if (upper ? j < i : j > i) p[i * n + j] = 0.0;

@@ -230,8 +230,10 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
 }
 
 /* A large block freed is kept for the next request of its size (no
- * allocator call, no fresh pages), outside lt_memory, up to 64 MB in all,
- * and given back by lt_release_spare and lt_context_free. */
+ * allocator call, no fresh pages), outside lt_memory, up to the context's
+ * own peak of live memory (64 MB at least), until SPARE_STALE (4096)
+ * requests of kept sizes pass without it; lt_release_spare and
+ * lt_context_free give it back. */
 static void test_spare_blocks(void) {
   long allocs = 0;
   lt_context *ctx = lt_context_new(counting_alloc, &allocs);
@@ -248,14 +250,76 @@ static void test_spare_blocks(void) {
   CHECK(a != NULL && lt_dense_data(a)[300 * 300 - 1] == 0, "the reused block is zeroed");
   CHECK(allocs - before < 2, "the same size again reuses the block (%ld new)", allocs - before);
   lt_release(ctx, a);
-  /* ten 16 MB blocks freed: at most 64 MB kept */
+  /* ten 16 MB blocks live at once (a peak of 160 MB), freed: all kept, and
+   * the same ten sizes again take no new block */
   lt_tensor *big[10];
   for (int i = 0; i < 10; i++) big[i] = lt_dense_zeros(ctx, 2, (size_t[]){1024 + (size_t)i, 2048});
   for (int i = 0; i < 10; i++) lt_release(ctx, big[i]);
-  CHECK(lt_spare_bytes(ctx) <= ((size_t)64 << 20), "at most 64 MB kept (%zu)", lt_spare_bytes(ctx));
+  size_t ten = 0;
+  for (int i = 0; i < 10; i++) ten += (1024 + (size_t)i) * 2048 * sizeof(double);
+  CHECK(lt_spare_bytes(ctx) >= ten, "all ten kept after a peak that held them (%zu of %zu)",
+        lt_spare_bytes(ctx), ten);
+  CHECK(lt_memory(ctx) == base, "memory back to baseline (%zu vs %zu)", lt_memory(ctx), base);
+  before = allocs;
+  for (int i = 0; i < 10; i++) big[i] = lt_dense_zeros(ctx, 2, (size_t[]){1024 + (size_t)i, 2048});
+  CHECK(allocs - before < 10, "the ten again reuse the kept blocks (%ld new)", allocs - before);
+  for (int i = 0; i < 10; i++) lt_release(ctx, big[i]);
+  /* released: the peak restarts from what is live, so 16 MB blocks one at
+   * a time are kept up to the 64 MB floor only */
+  lt_release_spare(ctx);
+  CHECK(lt_spare_bytes(ctx) == 0, "lt_release_spare gives every kept block back");
+  for (int i = 0; i < 10; i++) {
+    lt_tensor *one = lt_dense_zeros(ctx, 2, (size_t[]){1024 + (size_t)i, 2048});
+    lt_release(ctx, one);
+  }
+  CHECK(lt_spare_bytes(ctx) <= ((size_t)64 << 20) && lt_spare_bytes(ctx) > 0,
+        "one block live at a time: at most 64 MB kept (%zu)", lt_spare_bytes(ctx));
+  /* sizes never asked for again go after 4096 requests of other sizes */
+  for (int i = 0; i < 4100; i++) {
+    lt_tensor *small = lt_dense_zeros(ctx, 1, (size_t[]){8192 + (size_t)(i % 3)});
+    lt_release(ctx, small);
+  }
+  CHECK(lt_spare_bytes(ctx) < ((size_t)1 << 20), "stale blocks are given back (%zu kept)",
+        lt_spare_bytes(ctx));
   CHECK(lt_memory(ctx) == base, "memory back to baseline (%zu vs %zu)", lt_memory(ctx), base);
   lt_release_spare(ctx);
   CHECK(lt_spare_bytes(ctx) == 0, "lt_release_spare gives every kept block back");
+  lt_context_free(ctx);
+}
+
+/* A host's allocator that refuses: the kept blocks are given back first,
+ * and the request succeeds when that is enough. */
+typedef struct {
+  size_t current, limit;
+} capped;
+
+static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  capped *c = ud;
+  if (ptr == NULL) osize = 0;
+  if (nsize == 0) {
+    free(ptr);
+    c->current -= osize;
+    return NULL;
+  }
+  if (c->current - osize + nsize > c->limit) return NULL;
+  void *p = realloc(ptr, nsize);
+  if (p != NULL) c->current = c->current - osize + nsize;
+  return p;
+}
+
+static void test_spare_under_pressure(void) {
+  capped cap = {0, (size_t)-1};
+  lt_context *ctx = lt_context_new(capped_alloc, &cap);
+  lt_tensor *a = lt_dense_zeros(ctx, 2, (size_t[]){512, 1024}); /* 4 MB */
+  lt_release(ctx, a);
+  CHECK(lt_spare_bytes(ctx) >= (size_t)512 * 1024 * sizeof(double), "the block is kept");
+  cap.limit = cap.current + 1024; /* room for nothing new while it is kept */
+  lt_tensor *b = lt_dense_zeros(ctx, 2, (size_t[]){500, 1024});
+  CHECK(b != NULL, "a different size succeeds once the kept block is given back (%s)",
+        lt_last_error(ctx));
+  CHECK(lt_spare_bytes(ctx) == 0, "nothing kept after the refusal (%zu)", lt_spare_bytes(ctx));
+  lt_release(ctx, b);
+  lt_release_spare(ctx);
   lt_context_free(ctx);
 }
 
@@ -557,6 +621,7 @@ int main(void) {
   test_result_kinds();
   test_diag_block();
   test_spare_blocks();
+  test_spare_under_pressure();
   test_error_paths();
   test_allocation_failures();
   return check_summary();

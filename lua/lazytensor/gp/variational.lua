@@ -406,24 +406,60 @@ local function factor_S(S)
   return lt.psd((S + S:t()) * 0.5):cholesky():dense()
 end
 
+-- What q(f) at the rows Xr is made of (one latent function): the kernel
+-- at p, Lz, A = Lz⁻¹·k(Z, Xr) (m×b), proj (A whitened, Kzz⁻¹·k(Z, Xr)
+-- otherwise) and L.
+local function projection(self, p, Xr)
+  local kern = kernel_at(self, p)
+  local Z = inducing_of(self, p)
+  local Lz = inducing_factor(self, Z, kern)
+  local A = lower_solve(Lz, kern:matrix(Z, Xr)) -- m×b
+  local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
+  local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
+  return {kern = kern, Lz = Lz, A = A, L = L, proj = proj}
+end
+
+-- Lᵀ·proj, row i of its transpose Lᵀ·projᵢ: a triangular product for a
+-- Cholesky L (half a dense product's work, both ways).
+local function spread_of(self, q)
+  return (self.distribution == "cholesky" and lt.triangular(q.L, "lower") or q.L):t() * q.proj
+end
+
+-- The latent means at the rows: projᵀ·μ (+ the constant mean).
+local function latent_mean(self, p, q)
+  local mean = q.proj:t() * p.mean
+  if self.mean_kind == "constant" then mean = mean + constant_of(self, p) end
+  return mean
+end
+
+-- k(x, x) at the rows (+ GPyTorch's jitter when asked).
+local function prior_variance(self, q, Xr) return q.kern:diag(Xr) + self.data_jitter end
+
 -- Everything q(f) at the rows Xr needs from p: the latent means and
 -- variances (1-d tensors), and the pieces for the KL term.
 local function latent(self, p, Xr)
   if self.latents > 1 then return latent_classes(self, p, Xr) end
-  local kern = kernel_at(self, p)
-  local Z = inducing_of(self, p)
-  local Lz = inducing_factor(self, Z, kern)
-  local Kzx = kern:matrix(Z, Xr)
-  local A = lower_solve(Lz, Kzx) -- m×b
-  local L = p.S and factor_S(p.S) or chol_of(self, p.chol)
-  local proj = self.whiten and A or upper_solve(Lz, A) -- aᵢ or bᵢ = Kzz⁻¹k(Z, xᵢ)
-  -- Lᵀ·proj as a triangular product (half a dense product's work, both ways)
-  local T = (self.distribution == "cholesky" and lt.triangular(L, "lower") or L):t() * proj
-  local prior = kern:diag(Xr) + self.data_jitter -- k(x, x) (+ GPyTorch's jitter when asked)
-  local mean = proj:t() * p.mean
-  if self.mean_kind == "constant" then mean = mean + constant_of(self, p) end
-  local var = prior - A:cmul(A):sum(1) + T:cmul(T):sum(1)
-  return mean, var, {Lz = Lz, L = L}
+  local q = projection(self, p, Xr)
+  local T = spread_of(self, q)
+  local A = q.A
+  local var = prior_variance(self, q, Xr) - A:cmul(A):sum(1) + T:cmul(T):sum(1)
+  return latent_mean(self, p, q), var, q
+end
+
+-- latent's variances summed over the rows, Σᵢ σᵢ² = Σᵢ k(xᵢ, xᵢ) − ‖A‖²_F +
+-- ‖Lᵀ·proj‖²_F, from dot products: no m×b squares, no column sums, and a
+-- backward pass of two scalings each (one latent function).
+local function latent_total(self, p, Xr)
+  local q = projection(self, p, Xr)
+  local spread
+  if self.distribution == "meanfield" and not p.S then -- L = diag(l): Σₖ lₖ²‖projₖ‖²
+    spread = q.proj:cmul(q.proj):sum(2):dot(p.chol:cmul(p.chol))
+  else
+    local T = spread_of(self, q)
+    spread = T:dot(T)
+  end
+  local total = prior_variance(self, q, Xr):sum() - q.A:dot(q.A) + spread
+  return latent_mean(self, p, q), total, q
 end
 
 -- latent for C > 1 latent functions: means and variances as b×C matrices,
@@ -488,12 +524,25 @@ local function kl(self, p, parts)
   local L, m = parts.L, self.m
   local logdet_S = L:diagonal():abs():log():sum() * 2
   if self.whiten then
-    return (L:cmul(L):sum() + p.mean:dot(p.mean) - m - logdet_S) * 0.5
+    return (L:dot(L) + p.mean:dot(p.mean) - m - logdet_S) * 0.5
   end
   local W = lower_solve(parts.Lz, L)
   local a = lower_solve(parts.Lz, p.mean)
   local logdet_K = parts.Lz:diagonal():log():sum() * 2
   return (W:cmul(W):sum() + a:dot(a) - m + logdet_K - logdet_S) * 0.5
+end
+
+-- Σ over the rows Xr of E_q log p(yᵢ | fᵢ) at p, and the parts kl needs.
+-- A Gaussian likelihood's is linear in the variances, E log N(y | f, σ²) =
+-- log N(y | μ, σ²) − σ_f²/(2σ²), so its sum needs only their total.
+local function expected_sum(self, p, Xr, yr)
+  local theta, lik = likelihood_theta(self, p), self.likelihood
+  if self.latents == 1 and lik.kind == "gaussian" then
+    local mean, total, parts = latent_total(self, p, Xr)
+    return lik:log_prob(yr, mean, theta):sum() - total * (0.5 / theta.noise), parts
+  end
+  local mean, var, parts = latent(self, p, Xr)
+  return lik:expected_log_prob(yr, mean, var, theta):sum(), parts
 end
 
 -- X and y as flat Lua arrays, made once (a minibatch is gathered from them
@@ -520,11 +569,11 @@ local function rows(self, idx)
     if type(i) ~= "number" or i % 1 ~= 0 or i < 1 or i > self.n then
       fail("idx[%d] = %s is not a row from 1 to %d", j, tostring(i), self.n)
     end
-    local row, at = {}, (i - 1) * d
-    for k = 1, d do row[k] = fx[at + k] end
-    xs[j], ys[j] = row, fy[i]
+    local at, to = (i - 1) * d, (j - 1) * d
+    for k = 1, d do xs[to + k] = fx[at + k] end
+    ys[j] = fy[i]
   end
-  return lt.tensor(xs), lt.tensor(ys), #idx
+  return lt.tensor(xs):reshape(#idx, d), lt.tensor(ys), #idx
 end
 
 -- Σ log prior of the hyperparameters at p (followed where free): the
@@ -541,22 +590,26 @@ local function log_prior(self, p)
   end)
 end
 
+-- objective's f alone (fit's steps need no copy of the parameters).
+local function bound_function(self, idx, opts)
+  local Xr, yr, b = rows(self, idx)
+  local scale = self.num_data / b
+  local with_prior = opts and opts.posterior
+  local function f(p)
+    local ell, parts = expected_sum(self, p, Xr, yr)
+    local value = ell * scale - kl(self, p, parts)
+    if with_prior then value = value + log_prior(self, p) end
+    return value
+  end
+  return f
+end
+
 --- The bound as a function of a parameter table (parameters()'s form) and
 -- the rows idx (nil: all of them): f, for lt.grad, lt.gradcheck or
 -- autograd.evaluate, and the current parameters p0. opts.posterior = true
 -- adds the priors' log densities (the log posterior's bound).
 function SVGP:objective(idx, opts)
-  local Xr, yr, b = rows(self, idx)
-  local scale = self.num_data / b
-  local with_prior = opts and opts.posterior
-  local function f(p)
-    local mean, var, parts = latent(self, p, Xr)
-    local ell = self.likelihood:expected_log_prob(yr, mean, var, likelihood_theta(self, p)):sum()
-    local value = ell * scale - kl(self, p, parts)
-    if with_prior then value = value + log_prior(self, p) end
-    return value
-  end
-  return f, self:parameters()
+  return bound_function(self, idx, opts), self:parameters()
 end
 
 --- The ELBO plus the priors' log densities (from the rows idx when given).
@@ -579,9 +632,7 @@ function SVGP:elbo(idx)
   for first = 1, self.n, rows_per do
     local len = math.min(rows_per, self.n - first + 1)
     local Xr, yr = self.X:narrow(1, first, len), self.y:narrow(1, first, len)
-    local mean, var = latent(self, p, Xr)
-    local theta = likelihood_theta(self, p)
-    total = total + self.likelihood:expected_log_prob(yr, mean, var, theta):sum()
+    total = total + expected_sum(self, p, Xr, yr)
     -- the block's m×rows temporaries hold C memory Lua's collector does not
     -- count: at n = 10⁶, m = 500 they reached 24 GB before it ran
     collectgarbage()
@@ -660,8 +711,8 @@ local function zero_like(v) return type(v) == "number" and 0 or lt.full(v:shape(
 local function square(v) return type(v) == "number" and v * v or v:cmul(v) end
 local function root(v) return type(v) == "number" and sqrt(v) or v:sqrt() end
 local function ratio(a, b) return type(a) == "number" and a / b or a:cdiv(b) end
--- Σ|v| is NaN or ∞ when an entry is
-local function all_finite(v) return finite(type(v) == "number" and v or v:abs():sum()) end
+-- Σv is NaN or ∞ when an entry is
+local function all_finite(v) return finite(type(v) == "number" and v or v:sum()) end
 
 -- The model's state as it is (values, not raw parameters: restoring them
 -- is exact, where e^{log θ} need not be θ).
@@ -829,7 +880,7 @@ function SVGP:fit(opts)
       for first = 1, self.n, batch do
         local idx = {}
         for i = first, math.min(first + batch - 1, self.n) do idx[#idx + 1] = perm[i] end
-        local f = self:objective(idx, {posterior = true})
+        local f = bound_function(self, idx, {posterior = true})
         if natural then
           natural_step(self, f, rho)
           local full = f
