@@ -226,6 +226,11 @@ describe("gp.laplace", function()
           "likelihood")
     fails(function() gp.laplace{x = x, y = {1, 0}, kernel = k, likelihood = gp.likelihoods.bernoulli{}} end,
           "rows")
+    -- bounds are refused under the model's own name
+    fails(function()
+      gp.laplace{x = x, y = y, kernel = gp.kernels.rbf{lengthscale = 0.1},
+                 likelihood = gp.likelihoods.bernoulli{}, bounds = {lengthscale = {0.1, 10}}}
+    end, "^lazytensor: gp: laplace: lengthscale = 0.1 is outside its bounds")
     local model = gp.laplace{x = x, y = y, kernel = k, likelihood = gp.likelihoods.bernoulli{}}
     k.values.lengthscale = 0.123 -- e^{log 0.123} is not 0.123
     local before = model:mll()

@@ -213,7 +213,7 @@ function laplace.constructor(helpers)
     if spec.kernels ~= nil then
       bounds, prior_set = parse_class_hyper(spec, entries, reals)
     else
-      bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil, reals)
+      bounds, prior_set = variational.parse_hyper(spec, spec.kernel, nil, reals, fail)
     end
     return setmetatable({X = X, y = y, n = X:size(1), d = X:size(2), kernel = spec.kernel,
                          kernels = entries, per_class = spec.kernels ~= nil,

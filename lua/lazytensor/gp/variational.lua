@@ -1050,7 +1050,8 @@ end
 -- Bounds and priors of spec (gp/hyper.lua) over the kernel's hyperparameters
 -- (gp/ltkernel.lua's names) and the likelihood's (lik may be nil); the
 -- noise floor by default.
-function variational.parse_hyper(spec, kernel, lik, reals)
+function variational.parse_hyper(spec, kernel, lik, reals, model_fail)
+  local refuse = model_fail or fail -- gp.laplace's errors name gp.laplace
   local names = ltkernel.values(kernel)
   local defaults = {}
   if lik then
@@ -1058,9 +1059,9 @@ function variational.parse_hyper(spec, kernel, lik, reals)
     if lik.kind == "gaussian" then defaults.noise = {hyper.NOISE_FLOOR, math.huge} end
   end
   for name in pairs(reals or {}) do
-    if names[name] ~= nil then fail("the kernel has a hyperparameter named '%s' too", name) end
+    if names[name] ~= nil then refuse("the kernel has a hyperparameter named '%s' too", name) end
   end
-  return hyper.parse(fail, names, spec.bounds, spec.priors, defaults, reals)
+  return hyper.parse(refuse, names, spec.bounds, spec.priors, defaults, reals)
 end
 
 return variational
