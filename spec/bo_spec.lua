@@ -728,3 +728,26 @@ describe("bo: bad input", function()
           function() bo.thompson(model, {{1, 0}, {0, 1}}) end)
   end)
 end)
+
+describe("bo.optimize{independent = true}", function()
+  it("runs the starts as independent L-BFGS runs: each start's optimum, the best of them",
+     function()
+    -- a one-bump acquisition in 2-d (a pointwise function of the rows),
+    -- maximised at (0.3, 0.6): both ways find it
+    local centre = lt.tensor{{0.3, 0.6}}
+    local function acq(X)
+      local d = X - centre
+      return (d:cmul(d):sum(2) * -4):exp():reshape(X:size(1))
+    end
+    require("lazytensor.bo.acquisition").pointwise[acq] = true
+    for _, independent in ipairs{false, true} do
+      local x, v = bo.optimize(acq, {{0, 0}, {1, 1}}, {seed = 3, independent = independent})
+      assert.is_true(math.abs(x[1][1] - 0.3) < 1e-4 and math.abs(x[1][2] - 0.6) < 1e-4,
+                     tostring(independent))
+      assert.is_true(math.abs(v - 1) < 1e-8)
+    end
+    local ok, err = pcall(bo.optimize, acq, {{0, 0}, {1, 1}}, {independent = 1})
+    assert.is_false(ok)
+    assert.matches("lazytensor: bo: optimize: opts.independent must be true or false", err)
+  end)
+end)

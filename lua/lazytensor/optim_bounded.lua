@@ -270,4 +270,12 @@ function optim_bounded.lbfgsb(f, x0, lo, hi, opts)
   }
 end
 
+-- The pieces optim_bounded_batch.lua runs several of these with.
+optim_bounded.pieces = {
+  options = options, check_array = check_array, is_finite = is_finite, clip = clip, copy = copy,
+  dot = dot, held = held, direction = direction, steepest = steepest, inf_norm = inf_norm,
+  projected_step = projected_step, push_pair = push_pair,
+  projected_gradient_norm = projected_gradient_norm,
+}
+
 return optim_bounded

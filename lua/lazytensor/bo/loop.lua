@@ -60,7 +60,7 @@ local OPTIONS = {
   budget = true, init = true, design = true, acquisition = true, q = true, seed = true,
   refit_every = true, beta = true, callback = true, noise = true, kernel = true,
   maximize = true, history = true, restarts = true, raw_samples = true, samples = true,
-  fit_iter = true,
+  fit_iter = true, independent = true,
 }
 
 -- BoTorch 0.11's SingleTaskGP priors (get_matern_kernel_with_gamma_prior,
@@ -193,6 +193,10 @@ local function check_options(f, opts, lo, hi)
   o.seed = opts.seed
   o.refit_every = check_positive_integer("refit_every", opts.refit_every, 1)
   o.restarts = check_positive_integer("restarts", opts.restarts, 10)
+  if opts.independent ~= nil and type(opts.independent) ~= "boolean" then
+    fail("independent must be true or false, got %s", tostring(opts.independent))
+  end
+  o.independent = opts.independent
   o.raw_samples = check_positive_integer("raw_samples", opts.raw_samples, 512)
   o.samples = check_positive_integer("samples", opts.samples, nil)
   o.fit_iter = check_positive_integer("fit_iter", opts.fit_iter, 100)
@@ -417,7 +421,8 @@ end
 local function optimize(bo, acq, state, q)
   local x, value = bo.optimize(acq, unit_bounds(state.o.d),
                                {q = q, restarts = state.o.restarts,
-                                raw_samples = state.o.raw_samples})
+                                raw_samples = state.o.raw_samples,
+                                independent = state.o.independent})
   return x:totable(), value
 end
 
@@ -579,7 +584,8 @@ end
 -- kernel instead of Matérn-5/2 ARD; the default priors on its hyperparameters
 -- named lengthscale and variance, the noise's prior and floor), maximize (true:
 -- maximise f), history (a table to fill as the loop goes), restarts,
--- raw_samples, samples (bo.optimize's and the MC acquisitions'), fit_iter.
+-- raw_samples, independent, samples (bo.optimize's and the MC
+-- acquisitions'), fit_iter.
 function loop.minimize(f, bounds, opts)
   local lo, hi = check_bounds(bounds)
   local o = check_options(f, opts, lo, hi)

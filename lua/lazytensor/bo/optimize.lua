@@ -12,7 +12,10 @@
 --   in one call).
 --   bounds: a {2, d} tensor or {{lo...}, {hi...}}, lo < hi.
 --   opts: q (1), restarts (10), raw_samples (512), seed (drawn from lt's
---   generator when absent), max_iter (2000), ftol (2.2e-9), pgtol (1e-5).
+--   generator when absent), max_iter (2000), ftol (2.2e-9), pgtol (1e-5),
+--   independent (false: the starts of an analytic acquisition as one
+--   L-BFGS on the sum of their values, as BoTorch; true: as independent
+--   runs evaluated together, below).
 --   The L-BFGS stops as BoTorch's does (gen_candidates_scipy: SciPy's
 --   L-BFGS-B with its default tolerances, maxiter 2000): when an iteration
 --   lowers the value by at most ftol relative to it, or the projected
@@ -20,6 +23,7 @@
 local lt = require "lazytensor"
 local acquisition = require "lazytensor.bo.acquisition"
 local optim_bounded = require "lazytensor.optim_bounded"
+local optim_bounded_batch = require "lazytensor.optim_bounded_batch"
 
 local optimize = {}
 
@@ -204,7 +208,7 @@ local function options(what, acq, bounds, opts)
   end
   local lo, hi = optimize.parse_bounds(what, bounds)
   opts = h.check_options(what, opts, {"q", "restarts", "raw_samples", "seed", "max_iter",
-                                      "ftol", "pgtol"})
+                                      "ftol", "pgtol", "independent"})
   local o = {
     lo = lo, hi = hi, d = #lo,
     q = count_option(what, opts, "q", 1),
@@ -214,7 +218,11 @@ local function options(what, acq, bounds, opts)
     ftol = tolerance_option(what, opts, "ftol", FTOL),
     pgtol = tolerance_option(what, opts, "pgtol", PGTOL),
     seed = h.seed(what, opts.seed),
+    independent = opts.independent,
   }
+  if o.independent ~= nil and type(o.independent) ~= "boolean" then
+    fail("%s: opts.independent must be true or false, got %s", what, show(o.independent))
+  end
   if o.q > 1 and acquisition.pointwise[acq] then
     fail("%s: q = %d needs a batch acquisition (q_expected_improvement, ...): an analytic one "
          .. "values each candidate on its own", what, o.q)
@@ -255,10 +263,10 @@ end
 
 -- An analytic acquisition values each row on its own, so all starts run as
 -- one bounded L-BFGS on the sum of their values (BoTorch's batched
--- multi-start): one posterior per evaluation instead of one per start
--- (8 times faster at d = 6, the same optima). nil when a start is not
--- finite (separate_runs then).
-local function batched_run(acq, starts, o)
+-- multi-start, the default): one posterior per evaluation instead of one
+-- per start (8 times faster at d = 6, the same optima). nil when a start is
+-- not finite (separate_runs then).
+local function joint_run(acq, starts, o)
   local r, d = #starts, o.d
   -- the negated sum over the starts, from flat arrays (row-major r×d) to
   -- flat arrays: no Lua table a row (this runs at every evaluation)
@@ -283,6 +291,45 @@ local function batched_run(acq, starts, o)
   return best
 end
 
+-- opts.independent: the starts as independent bounded L-BFGS runs
+-- evaluated together (optim_bounded_batch): one posterior, one lt.grad, for
+-- the trial points of the runs still going, each run with its own
+-- curvature, search and stopping test. The sum's one L-BFGS shares one
+-- curvature scaling among starts at different scales and goes on while the
+-- slowest moves (Hartmann-6 in bo.minimize: 200–285 iterations a step);
+-- independent runs stop each at its own optimum: about half the time a
+-- step, but on a multimodal acquisition nearer optima (bench/RESULTS.md:
+-- Levy-4's median regret 0.28 against 0.16 over 20 seeds). nil when a
+-- start is not finite (separate_runs then).
+local function independent_run(acq, starts, o)
+  -- the gradient of the sum is each row's own gradient (a row's value
+  -- depends on that row only); the values come back as f's second result
+  local df = lt.grad(function(X)
+    local values = acq(X)
+    return -values:sum(), values
+  end)
+  local function f(points)
+    local g, _, values = df(lt.tensor(points))
+    local minus = values:totable()
+    for k = 1, #minus do minus[k] = -minus[k] end
+    return minus, g:totable()
+  end
+  local x0s = {}
+  for k, s in ipairs(starts) do x0s[k] = s.x end
+  local ok, xs = pcall(optim_bounded_batch.lbfgsb, f, x0s, o.lo, o.hi,
+                       {max_iter = o.max_iter, ftol = o.ftol, pgtol = o.pgtol})
+  if not ok then
+    if not tostring(xs):find("gradient is not finite", 1, true) then error(xs, 0) end
+    return nil
+  end
+  local values = acq(lt.tensor(xs)):totable()
+  local best = starts[1]
+  for i, v in ipairs(values) do
+    if is_finite(v) and v > best.value then best = {x = xs[i], value = v} end
+  end
+  return best
+end
+
 --- Maximise acq inside bounds: see the header.
 function optimize.optimize(acq, bounds, opts)
   local what = "optimize"
@@ -290,7 +337,8 @@ function optimize.optimize(acq, bounds, opts)
   local stream = h.stream(o.seed)
   local starts = choose_starts(raw_values(what, acq, stream, o), o.restarts, stream)
   if #starts == 0 then fail("%s: the acquisition is not finite at any raw sample", what) end
-  local best = acquisition.pointwise[acq] and batched_run(acq, starts, o)
+  local batched = o.independent and independent_run or joint_run
+  local best = acquisition.pointwise[acq] and batched(acq, starts, o)
                or separate_runs(what, acq, starts, o)
   return to_tensor(best.x, o.q, o.d), best.value
 end
