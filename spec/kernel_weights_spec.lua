@@ -5,6 +5,7 @@
 -- W's and Wᵀ's rows), and the variance's derivative against a Lua sum over
 -- the entries.
 local lt = require "lazytensor"
+local unpack = table.unpack or unpack -- luacheck: ignore (Lua 5.1)
 
 local function lcg(seed)
   local s = seed
@@ -107,7 +108,7 @@ describe("the kernel's gradient pass on several threads", function()
     local out = {}
     for _, threads in ipairs{1, 2} do
       out[threads] = lt.with_settings({num_threads = threads}, function()
-        return K:bilinear_derivative(table.unpack(args))[K]
+        return K:bilinear_derivative(unpack(args))[K]
       end)
     end
     return out[1], out[2]
