@@ -126,16 +126,11 @@ function mixing.find_mode(k, Ks, W, Y, a0, max_newton, tol)
     local PG = P:cmul(Gf)
     local Bv = (PG - P:cmul(PG:sum(2):reshape(k.n, 1)) + Y - P) * W -- H g + ∇ log p
     local A_new = Bv - mixing.correction(k, fac, Ks, Bv)
-    local G_new = block_mul(Ks, A_new)
-    local v_new = psi(A_new, G_new, W, Y)
-    local halvings = 0
-    local floor = value - 1e-12 * math.abs(value)
-    while not (v_new >= floor) and halvings < 30 do -- luacheck: ignore 581 (NaN counts)
-      A_new = (A + A_new) * 0.5
-      G_new = block_mul(Ks, A_new)
-      v_new = psi(A_new, G_new, W, Y)
-      halvings = halvings + 1
-    end
+    local G_new, v_new
+    A_new, G_new, v_new = multiclass.halved_step(A, A_new, value, function(Aa)
+      local Ga = block_mul(Ks, Aa)
+      return Ga, psi(Aa, Ga, W, Y)
+    end)
     local change = math.abs(v_new - value)
     A, G, value = A_new, G_new, v_new
     if change <= tol * (1 + math.abs(value)) then

@@ -131,6 +131,20 @@ end
 -- warm-started from a0 (n×C, or nil). Ks: the C blocks of K, n×n dense
 -- (jitter added); Y: the labels one-hot (n×C). Returns {F, A, P, psi, fac,
 -- iterations, converged}.
+--- Newton's step from A to A_new, halved towards A (at most 30 times)
+-- until Ψ is no lower than value (to rounding): eval(A) → F, Ψ. Returns
+-- the step's A, F and Ψ (gp/laplace_mixing.lua's mode takes it too).
+function multiclass.halved_step(A, A_new, value, eval)
+  local F_new, v_new = eval(A_new)
+  local floor = value - 1e-12 * math.abs(value)
+  for _ = 1, 30 do
+    if v_new >= floor then break end -- a NaN Ψ halves too
+    A_new = (A + A_new) * 0.5
+    F_new, v_new = eval(A_new)
+  end
+  return A_new, F_new, v_new
+end
+
 function multiclass.find_mode(Ks, Y, a0, max_newton, tol)
   local A = a0 or lt.zeros(Y:size(1), Y:size(2))
   local F = multiclass.block_mul(Ks, A)
@@ -144,16 +158,11 @@ function multiclass.find_mode(Ks, Y, a0, max_newton, tol)
     local PF = P:cmul(F)
     local Bv = PF - P:cmul(PF:sum(2):reshape(F:size(1), 1)) + Y - P
     local A_new = Bv - multiclass.apply_Etilde(fac, multiclass.block_mul(Ks, Bv))
-    local F_new = multiclass.block_mul(Ks, A_new)
-    local v_new = psi(A_new, F_new, Y)
-    local halvings = 0
-    local floor = value - 1e-12 * math.abs(value)
-    while not (v_new >= floor) and halvings < 30 do -- luacheck: ignore 581 (NaN counts)
-      A_new = (A + A_new) * 0.5
-      F_new = multiclass.block_mul(Ks, A_new)
-      v_new = psi(A_new, F_new, Y)
-      halvings = halvings + 1
-    end
+    local F_new, v_new
+    A_new, F_new, v_new = multiclass.halved_step(A, A_new, value, function(Aa)
+      local Fa = multiclass.block_mul(Ks, Aa)
+      return Fa, psi(Aa, Fa, Y)
+    end)
     local change = math.abs(v_new - value)
     A, F, value = A_new, F_new, v_new
     if change <= tol * (1 + math.abs(value)) then
