@@ -455,7 +455,7 @@ describe("gp.multitask: task_noise, bounds and priors", function()
     close(mdl:mll(), dense_multitask_mll(mdl, 0.4), 1e-11, "multitask mll with task noise")
     local _, g = mdl:mll_and_grad()
     ref.check_model_gradient(mdl, g, "multitask, task noise")
-    -- with missing values (the general path either way)
+    -- with missing values (the general path)
     local rows = {}
     for i, row in ipairs(Y) do rows[i] = {row[1], row[2], row[3]} end
     rows[3][2], rows[7][1] = 0 / 0, 0 / 0

@@ -31,9 +31,10 @@
 -- task_noise = true (GPyTorch's MultitaskGaussianLikelihood by default):
 -- each task a has a noise variance τ_a of its own added to the shared σ²,
 -- Ky = B ⊗ K + diag(σ² + τ_a) ⊗ I, both fitted above the floor 1e-4 (the
--- data fix only their sums). The eigen rule needs one noise for all, so
--- this takes the general path above (exact below max_cholesky_size, an
--- (nt)³ Cholesky factor) even with every value observed.
+-- data fix only their sums). With every value observed the eigen rule
+-- still holds after whitening by d = σ² + τ: with S = diag(d)^½,
+-- Ky = (S ⊗ I)(B̃ ⊗ K + I)(S ⊗ I), B̃ = S⁻¹·B·S⁻¹, so B̃'s eigenpairs take
+-- B's place (complete_mll); with missing values, the general path above.
 local lt = require "lazytensor"
 local structure = require "lazytensor.gp.structure"
 local hyper = require "lazytensor.gp.hyper"
@@ -181,7 +182,7 @@ function multitask.constructor(h)
       rows = rows, observed = observed,
       -- the eigen rule needs one noise for all: per-task noise takes the
       -- general path (a lazy Kronecker + diagonal) even with every value observed
-      complete = #observed == n * t and not spec.task_noise,
+      complete = #observed == n * t,
       kernel = spec.kernel, W = W, v = v, noise = noise,
       mean_kind = mean_kind, means = {},
       fixed = {noise = fixed.noise or nil, task_noise = fixed.task_noise or nil,
@@ -349,25 +350,56 @@ local function outer(u, w)
   return u:reshape(u:size(1), 1) * w:reshape(1, w:size(1))
 end
 
--- All tasks at all inputs: value and gradient from the eigendecompositions.
+-- The noise variances d_a = σ² + τ_a of the t tasks (τ = 0 without task_noise).
+local function task_noises(self)
+  local d = {}
+  for a = 1, self.t do d[a] = self.noise + (self.task_noise and self.task_noise[a] or 0) end
+  return d
+end
+
+-- The whitened eigen factors of the complete-data Ky = B ⊗ K + diag(d) ⊗ I =
+-- (S ⊗ I)(B̃ ⊗ K + I)(S ⊗ I), S = diag(d)^½, B̃ = S⁻¹·B·S⁻¹: K = QK·diag(μ)·QKᵀ,
+-- B̃ = QB·diag(λ)·QBᵀ, D_ia = μ_i·λ_a + 1, s = d^-½ (a 1-d tensor), and
+-- A = Ky⁻¹r as an n×t matrix (= QK·(R̃/D)·QBᵀ·diag(s), R̃ = QKᵀ·R·diag(s)·QB).
+local function whitened(self, Kd, B)
+  local d = task_noises(self)
+  local sd = {}
+  for a = 1, self.t do sd[a] = 1 / sqrt(d[a]) end
+  local s = lt.tensor(sd)
+  local mu, QK = lt.psd(Kd):eigh()
+  local Bw = B:cmul(outer(s, s))
+  local lam, QB = lt.psd((Bw + Bw:t()) * 0.5):eigh()
+  local Rt = QK:t() * residuals(self):cmul(s:reshape(1, self.t)) * QB
+  local D = outer(mu, lam) + 1
+  local At = Rt:cdiv(D)
+  local A = (QK * At * QB:t()):cmul(s:reshape(1, self.t))
+  return {d = d, s = s, mu = mu, QK = QK, lam = lam, QB = QB, Rt = Rt, D = D, At = At, A = A}
+end
+
+-- All tasks at all inputs: value and gradient from the eigendecompositions
+-- (whitened by the tasks' noises, so per-task noise takes it too).
+--   yᵀKy⁻¹y = Σ R̃²/D,  log det Ky = Σ log D + n·Σ_a log d_a;
+-- with ∂MLL/∂Ky = ½(vec A·vec Aᵀ − Ky⁻¹) the cotangents are
+--   B: ½(Aᵀ·K·A − S⁻¹·QB·diag(Σ_i μ_i/D_ia)·QBᵀ·S⁻¹),
+--   K: ½(A·B·Aᵀ − QK·diag(z)·QKᵀ), z_i = Σ_a λ_a/D_ia,
+--   d_a: ½(Σ_i A_ia² − s_a²·Σ_c QB_ac²·Σ_i 1/D_ic),
+-- and σ² takes Σ_a of d's cotangent, τ_a its a-th entry.
 local function complete_mll(self, want_grad)
-  local n, t, s2 = self.n, self.t, self.noise
+  local n, t = self.n, self.t
   local K, to_params = kernel_matrix(self, self.points)
   local Kd = K:dense()
   local B = self:task_covariance():dense()
-  local mu, QK = lt.psd(Kd):eigh()
-  local lam, QB = lt.psd(B):eigh()
-  local R = residuals(self)
-  local Rt = QK:t() * R * QB
-  local D = outer(mu, lam) + s2
-  local At = Rt:cdiv(D)
-  local value = -0.5 * (Rt:cmul(At):sum() + D:log():sum() + n * t * log(2 * pi))
+  local F = whitened(self, Kd, B)
+  local mu, QK, lam, QB, D, A, s = F.mu, F.QK, F.lam, F.QB, F.D, F.A, F.s
+  local logd = 0
+  for a = 1, t do logd = logd + log(F.d[a]) end
+  local value = -0.5 * (F.Rt:cmul(F.At):sum() + D:log():sum() + n * logd + n * t * log(2 * pi))
   if not want_grad then return value end
-  local A = QK * At * QB:t()
   local Dinv = D:pow(-1)
   -- B's cotangent GB and the chain rule through W·Wᵀ + diag(v).
   local wdiag = mu:reshape(1, n) * Dinv -- 1×t: Σ_i μ_i/D_ia
-  local GB = (A:t() * Kd * A - QB:cmul(wdiag) * QB:t()) * 0.5
+  local QBs = QB:cmul(s:reshape(t, 1))
+  local GB = (A:t() * Kd * A - QBs:cmul(wdiag) * QBs:t()) * 0.5
   GB = (GB + GB:t()) * 0.5
   local gW = GB * self.W * 2
   local gv = GB:diagonal():cmul(lt.tensor(self.v))
@@ -384,7 +416,13 @@ local function complete_mll(self, want_grad)
     for _, g in ipairs(row) do grad[#grad + 1] = g end
   end
   for a = 1, t do grad[#grad + 1] = gv[a] end
-  if not self.fixed.noise then grad[#grad + 1] = 0.5 * s2 * (A:cmul(A):sum() - Dinv:sum()) end
+  -- d's cotangent gd (t values)
+  local colD = Dinv:sum(1):reshape(t) -- Σ_i 1/D_ic
+  local gd = (A:cmul(A):sum(1):reshape(t) - (QB:cmul(QB) * colD):cmul(s):cmul(s)) * 0.5
+  if not self.fixed.noise then grad[#grad + 1] = self.noise * gd:sum() end
+  if self.task_noise and not self.fixed.task_noise then
+    for a = 1, t do grad[#grad + 1] = self.task_noise[a] * gd[a] end
+  end
   if self.mean_kind == "constant" and not self.fixed.mean then
     local colsum = A:sum(1)
     for a = 1, t do grad[#grad + 1] = colsum[a] end
@@ -561,15 +599,13 @@ function MT:predict(xstar, opts)
   local prior = structure.prior_variance(self.kernel, self.h.to_points(xstar, "xstar"))
   local Bdiag = B:diagonal()
   if self.complete then
-    local mu, QK = lt.psd(Kd):eigh()
-    local lam, QB = lt.psd(B):eigh()
-    local Dinv = (outer(mu, lam) + self.noise):pow(-1)
-    local A = QK * (QK:t() * residuals(self) * QB):cmul(Dinv) * QB:t()
-    local mean = Ks * A * B + mean_row(self)
+    local F = whitened(self, Kd, B)
+    local mean = Ks * F.A * B + mean_row(self)
     if opts.variance == false then return mean end
-    -- explained(s, a) = Σ_c (QB·ΛB)²_ac Σ_i (Ks·QK)²_si / D_ic
-    local KQ = Ks * QK
-    local BQ = QB:cmul(lam:reshape(1, t))
+    -- explained(s, a) = Σ_c (S·QB·ΛB)²_ac Σ_i (Ks·QK)²_si / D_ic (B·S⁻¹·QB = S·QB·ΛB)
+    local Dinv = F.D:pow(-1)
+    local KQ = Ks * F.QK
+    local BQ = F.QB:cmul(F.lam:reshape(1, t)):cdiv(F.s:reshape(t, 1))
     local explained = KQ:cmul(KQ) * Dinv * BQ:cmul(BQ):t()
     return mean, outer(prior, Bdiag) - explained
   end
